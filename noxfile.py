@@ -1,0 +1,46 @@
+"""nox sessions for accelgrid: one per matrix cell (``nox -l``), plus ``grid``.
+
+    nox -s cpu-2.13                 # a cell: env with uv, pinned installs, suites, results/
+    nox -s xpu-2.5 -- -k memory     # arguments after -- go to pytest
+    nox -t xpu                      # every xpu cell
+    nox --no-venv -s cuda-2.11      # current interpreter, no installs (GPU boxes)
+    nox                             # cells whose device is here, at the default torch
+    nox -s grid                     # grids from results/
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
+
+from accelgrid import cli, sessions  # noqa: E402
+from accelgrid.matrix import load_matrix  # noqa: E402
+from accelgrid.validation import ValidationFailed  # noqa: E402
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_venv = "yes"
+
+try:
+    MATRIX = load_matrix(ROOT / "matrix.yaml")
+except ValidationFailed as exc:
+    sys.exit(f"matrix.yaml is invalid:\n{exc}")
+
+nox.options.sessions = sessions.register(MATRIX) + ["grid"]
+
+
+@nox.session(python=False, tags=["grid"])
+def grid(session: nox.Session) -> None:
+    """Grids (Markdown, HTML, JSON) from every cell under results/."""
+    args = session.posargs or [str(p) for p in sorted((ROOT / "results").glob("*/"))
+                               if p.is_dir()]
+    if not args:
+        session.error("no results/ yet: run a cell first, e.g. nox -s cpu-2.13")
+    code = cli.main(["grid", *args, "--out", str(ROOT / "results")])
+    if code:
+        session.error(f"accelgrid grid exited with {code}")

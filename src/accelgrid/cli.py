@@ -1,0 +1,188 @@
+"""The ``accelgrid`` command line (also ``python -m accelgrid``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from . import cells as cells_mod
+from . import install
+from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from .validation import ValidationFailed
+
+EXIT_INVALID = 2
+
+DESCRIPTION = """\
+accelgrid: a reproducible test matrix for PyTorch device backends.
+
+matrix.yaml declares devices (cpu, cuda, xpu, mps), torch versions with their package
+pins, env-flag profiles and include/exclude rules; each combination is a cell
+(`cpu-2.13`, `xpu-2.5-fallback-debug`). Cells run as nox sessions (`nox -s cpu-2.13`)
+and leave results under results/<cell>/, which `accelgrid grid` turns into grids.
+"""
+
+EPILOG = """\
+examples:
+  accelgrid validate                     check matrix.yaml
+  accelgrid cells --device xpu           list the xpu cells
+  accelgrid plan xpu-2.5                 what that cell installs, sets and runs
+  accelgrid run cpu-2.13 -- -k smoke     run a cell (via nox), pytest args after --
+  accelgrid grid results/*               grids from results folders
+"""
+
+
+def _matrix(args: argparse.Namespace) -> Matrix:
+    return load_matrix(args.matrix)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    path = args.path or args.matrix
+    matrix = load_matrix(path)
+    print(f"{path}: valid, {len(matrix.cells)} cells")
+    return 0
+
+
+def _cmd_cells(args: argparse.Namespace) -> int:
+    matrix = _matrix(args)
+    picked = cells_mod.select(matrix.cells, device=args.device, torch=args.torch,
+                              profile=args.profile)
+    if args.json:
+        print(json.dumps([c.as_dict() for c in picked], indent=2))
+        return 0
+    if not picked:
+        print("no cell matches those filters", file=sys.stderr)
+        return 1
+    width = max(len(c.name) for c in picked)
+    for c in picked:
+        print(f"{c.name:<{width}}  {c.device:<4} torch {c.pins['torch']:<7} "
+              f"{c.profile:<15} {','.join(c.suites)}")
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    matrix = _matrix(args)
+    cell = matrix.cell(args.cell)
+    plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
+    data = {**cell.as_dict(), "install": plan.as_dict()}
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"cell        {cell.name}")
+    print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
+    print(f"python      {cell.python}")
+    print(f"torch       {cell.torch_requirement} from "
+          f"{'the default index' if plan.index == 'default' else plan.index}")
+    for n, step in enumerate(plan.steps, 1):
+        print(f"install {n}   {step.description}: {' '.join(step.args)}")
+    if plan.env:
+        print("uv env      " + " ".join(f"{k}={v}" for k, v in plan.as_dict()["env"].items()))
+    print("env         " + (" ".join(f"{k}={v}" for k, v in cell.env.items()) or "(none)"))
+    pairs = zip(cell.suites, cell.suite_paths, strict=True)
+    print(f"suites      {', '.join(f'{s} ({p})' for s, p in pairs)}")
+    print(f"pytest      -n {cell.workers} --timeout={cell.test_seconds} --timeout-method=thread")
+    print(f"timeout     {cell.cell_minutes} min for the cell, {cell.test_seconds} s per test")
+    print(f"results     results/{cell.name}/")
+    if cell.container_base:
+        print(f"container   {cell.container_family} on {cell.container_base}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    matrix = _matrix(args)
+    cell = matrix.cell(args.cell)
+    cmd = [sys.executable, "-m", "nox", "-f", str(matrix.root / "noxfile.py"), "-s", cell.name]
+    if args.no_venv:
+        cmd.append("--no-venv")
+    if args.pytest_args:
+        cmd += ["--", *args.pytest_args]
+    return subprocess.call(cmd, cwd=matrix.root)
+
+
+def _cmd_grid(args: argparse.Namespace) -> int:
+    from . import grid
+
+    folders = [Path(p) for p in args.results]
+    model = grid.build(folders)
+    paths = grid.write(model, Path(args.out))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(paths["md"].read_text(encoding="utf-8"))
+    for col in model["columns"]:
+        state = f"errored: {col['error']}" if col["error"] else ", ".join(
+            f"{n} {o}" for o, n in col["counts"].items() if n)
+        print(f"{col['name']}: {state}")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.what == "offload":
+        from . import bench_offload
+
+        return bench_offload.main(args.rest)
+    from . import bench_overhead
+
+    return bench_overhead.main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accelgrid", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--matrix", default=DEFAULT_MATRIX,
+                        help="the matrix file (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check a matrix file; errors name file, line and key")
+    p.add_argument("path", nargs="?", help="matrix file (default: --matrix)")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("cells", help="list cells (filter with --device/--torch/--profile)")
+    p.add_argument("--device", action="append", help="only this device (repeatable)")
+    p.add_argument("--torch", action="append", help="only this torch series, e.g. 2.13")
+    p.add_argument("--profile", action="append", help="only this env profile")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_cells)
+
+    p = sub.add_parser("plan", help="print what a cell will do, without doing it")
+    p.add_argument("cell")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("run", help="run a cell through its nox session")
+    p.add_argument("cell")
+    p.add_argument("--no-venv", action="store_true",
+                   help="use the current interpreter and its installed torch; install nothing")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                   help="arguments for pytest, after --")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("grid", help="grids (grid.md/.html/.json) from results folders")
+    p.add_argument("results", nargs="+", help="results/<cell>/ folders")
+    p.add_argument("--out", default="results", help="where to write the grids (%(default)s)")
+    p.set_defaults(func=_cmd_grid)
+
+    p = sub.add_parser("bench", help="benchmarks: overhead (runner vs bare pytest), offload")
+    p.add_argument("what", choices=["overhead", "offload"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
+    p.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
+        args.pytest_args = args.pytest_args[1:]
+    try:
+        return args.func(args)
+    except ValidationFailed as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    except KeyError as exc:  # unknown cell names
+        print(exc.args[0] if exc.args else exc, file=sys.stderr)
+        return EXIT_INVALID

@@ -1,0 +1,433 @@
+"""The matrix model: matrix.yaml's schema, its semantic checks, and typed access to it.
+
+``load_matrix(path)`` returns a :class:`Matrix` or raises
+:class:`~accelgrid.validation.ValidationFailed` listing every problem with file, line and
+key. Cells are expanded by :mod:`accelgrid.cells`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import compat, environment
+from .validation import Problem, SourceMap, ValidationFailed, check_schema, load_yaml, suggest
+
+DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps")
+PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision")
+CONTAINER_FAMILIES = ("cpu", "cuda", "xpu")
+DEFAULT_MATRIX = "matrix.yaml"
+
+_SERIES = {"type": "string", "pattern": r"^\d+\.\d+$", "description": 'a torch series like "2.13"'}
+_RELEASE = {"type": "string", "pattern": r"^\d+(\.\d+){1,2}([a-z0-9.+-]*)$",
+            "description": 'a release like "2.13.0"'}
+_NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9-]*$",
+         "description": "lower-case letters, digits and '-'"}
+_ENV = {
+    "type": "object",
+    "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$",
+                      "description": "an environment variable name"},
+    "additionalProperties": {"type": ["string", "integer"]},
+}
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_TIMEOUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "cell_minutes": {"type": "integer", "minimum": 1},
+        "test_seconds": {"type": "integer", "minimum": 1},
+    },
+}
+_RULE = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "properties": {
+        "device": {"type": "string"},
+        "torch": _SERIES,
+        "profile": {"type": "string"},
+        "suites": _STRINGS,
+        "timeout": _TIMEOUT,
+        "workers": {"type": "integer", "minimum": 1},
+    },
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema", "defaults", "devices", "torch", "profiles", "suites", "matrix"],
+    "properties": {
+        "schema": {"enum": [1]},
+        "defaults": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["torch", "suites"],
+            "properties": {
+                "torch": _SERIES,
+                "python": {"type": "string", "pattern": r"^3\.\d+$",
+                           "description": 'a Python version like "3.11"'},
+                "profile": {"type": "string"},
+                "suites": {**_STRINGS, "minItems": 1},
+                "timeout": _TIMEOUT,
+                "workers": {"type": "integer", "minimum": 1},
+            },
+        },
+        "tools": _STRINGS,
+        "devices": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"enum": list(DEVICE_TYPES)},
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["index", "detect", "runner"],
+                "properties": {
+                    "description": {"type": "string"},
+                    "index": {"type": "string", "pattern": r"^(default|https?://\S+|file://\S+)$",
+                              "description": "'default' or an index URL"},
+                    "torch_local_version": {"type": "string"},
+                    "env": _ENV,
+                    "detect": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "minProperties": 1,
+                        "properties": {
+                            "always": {"type": "boolean"},
+                            "commands_any": _STRINGS,
+                            "paths_any": _STRINGS,
+                            "system": {"enum": ["Linux", "Darwin", "Windows"]},
+                            "machine": {"type": "string"},
+                        },
+                    },
+                    "runner": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["labels"],
+                        "properties": {
+                            "labels": {**_STRINGS, "minItems": 1},
+                            "hosted": {"type": "boolean"},
+                        },
+                    },
+                    "container": {
+                        "type": ["object", "null"],
+                        "additionalProperties": False,
+                        "required": ["family", "base"],
+                        "properties": {
+                            "family": {"enum": list(CONTAINER_FAMILIES)},
+                            "base": {"type": "string"},
+                        },
+                    },
+                    "workers": {"type": "integer", "minimum": 1},
+                },
+            },
+        },
+        "torch": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": _SERIES,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["torch"],
+                "properties": {
+                    **{name: _RELEASE for name in PIN_NAMES},
+                    "python": {"type": "string", "pattern": r"^3\.\d+$"},
+                },
+            },
+        },
+        "profiles": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": _NAME,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "description": {"type": "string"},
+                    "devices": _STRINGS,
+                    "env": _ENV,
+                },
+            },
+        },
+        "suites": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"type": "string", "pattern": r"^[a-z0-9_]+$",
+                              "description": "lower-case letters, digits and '_'"},
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["path"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "description": {"type": "string"},
+                    "needs": {"type": "array",
+                              "items": {"enum": [p for p in PIN_NAMES if p != "torch"]}},
+                    "packages": _STRINGS,
+                    "devices": _STRINGS,
+                },
+            },
+        },
+        "matrix": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["device", "torch"],
+            "properties": {
+                "device": {**_STRINGS, "minItems": 1},
+                "torch": {"type": "array", "items": _SERIES, "minItems": 1},
+                "profile": {**_STRINGS, "minItems": 1},
+                "include": {"type": "array", "items": _RULE},
+                "exclude": {"type": "array", "items": _RULE},
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    index: str
+    env: dict[str, str]
+    detect: dict[str, Any]
+    runner_labels: tuple[str, ...]
+    hosted: bool = False
+    description: str = ""
+    torch_local_version: str | None = None
+    container_family: str | None = None
+    container_base: str | None = None
+    workers: int | None = None
+
+    @property
+    def uses_default_index(self) -> bool:
+        return self.index == "default"
+
+
+@dataclass(frozen=True)
+class TorchSeries:
+    series: str
+    pins: dict[str, str]
+    python: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    env: dict[str, str]
+    devices: tuple[str, ...] | None = None
+    description: str = ""
+
+    def applies_to(self, device: str) -> bool:
+        return self.devices is None or device in self.devices
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    path: str
+    needs: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    devices: tuple[str, ...] | None = None
+    description: str = ""
+
+
+@dataclass
+class Matrix:
+    path: Path
+    root: Path
+    devices: dict[str, Device]
+    torch: dict[str, TorchSeries]
+    profiles: dict[str, Profile]
+    suites: dict[str, Suite]
+    tools: tuple[str, ...]
+    default_torch: str
+    default_profile: str
+    default_python: str
+    default_suites: tuple[str, ...]
+    cell_minutes: int
+    test_seconds: int
+    workers: int
+    axes: dict[str, list[str]]
+    include: list[dict[str, Any]]
+    exclude: list[dict[str, Any]]
+    source: SourceMap
+    cells: list = field(default_factory=list)
+
+    def cell(self, name: str):
+        """The cell called ``name``; KeyError with a suggestion otherwise."""
+        for cell in self.cells:
+            if cell.name == name:
+                return cell
+        names = [c.name for c in self.cells]
+        raise KeyError(f"unknown cell '{name}'{suggest(name, names)} "
+                       f"(`accelgrid cells` lists all {len(names)})")
+
+
+def _env(mapping: dict[str, Any] | None) -> dict[str, str]:
+    return {k: str(v) for k, v in (mapping or {}).items()}
+
+
+def _known(kind: str, value: str, known: list[str], smap: SourceMap, path: tuple) -> list[Problem]:
+    if value in known:
+        return []
+    return [smap.problem(path, f"unknown {kind} '{value}' (known: {', '.join(known)})"
+                               f"{suggest(value, known)}")]
+
+
+def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]:
+    problems: list[Problem] = []
+    devices = list(data["devices"])
+    series = list(data["torch"])
+    profiles = list(data["profiles"])
+    suites = list(data["suites"])
+    defaults = data["defaults"]
+
+    problems += _known("torch series", defaults["torch"], series, smap, ("defaults", "torch"))
+    if "profile" in defaults:
+        problems += _known("profile", defaults["profile"], profiles, smap, ("defaults", "profile"))
+    for i, name in enumerate(defaults["suites"]):
+        problems += _known("suite", name, suites, smap, ("defaults", "suites", i))
+
+    for dev, spec in data["devices"].items():
+        for var, value in (spec.get("env") or {}).items():
+            msg = environment.flag_value_problem(var, str(value))
+            if msg:
+                problems.append(smap.problem(("devices", dev, "env", var), msg))
+    for prof, spec in data["profiles"].items():
+        for i, dev in enumerate(spec.get("devices") or []):
+            problems += _known("device", dev, devices, smap, ("profiles", prof, "devices", i))
+        for var, value in (spec.get("env") or {}).items():
+            msg = environment.flag_value_problem(var, str(value))
+            if msg:
+                problems.append(smap.problem(("profiles", prof, "env", var), msg))
+    for name, spec in data["suites"].items():
+        for i, dev in enumerate(spec.get("devices") or []):
+            problems += _known("device", dev, devices, smap, ("suites", name, "devices", i))
+        if not (root / spec["path"]).is_dir():
+            problems.append(smap.problem(("suites", name, "path"),
+                                         f"suite folder '{spec['path']}' does not exist"))
+
+    axes = data["matrix"]
+    for i, dev in enumerate(axes["device"]):
+        problems += _known("device", dev, devices, smap, ("matrix", "device", i))
+    for i, ver in enumerate(axes["torch"]):
+        problems += _known("torch series", ver, series, smap, ("matrix", "torch", i))
+    for i, prof in enumerate(axes.get("profile") or []):
+        problems += _known("profile", prof, profiles, smap, ("matrix", "profile", i))
+    for kind in ("include", "exclude"):
+        for i, rule in enumerate(axes.get(kind) or []):
+            base = ("matrix", kind, i)
+            if "device" in rule:
+                problems += _known("device", rule["device"], devices, smap, (*base, "device"))
+            if "torch" in rule:
+                problems += _known("torch series", rule["torch"], series, smap, (*base, "torch"))
+            if "profile" in rule:
+                problems += _known("profile", rule["profile"], profiles, smap, (*base, "profile"))
+            for j, name in enumerate(rule.get("suites") or []):
+                problems += _known("suite", name, suites, smap, (*base, "suites", j))
+    return problems
+
+
+def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
+    defaults = data["defaults"]
+    timeout = defaults.get("timeout") or {}
+    devices = {}
+    for name, spec in data["devices"].items():
+        container = spec.get("container") or {}
+        runner = spec["runner"]
+        devices[name] = Device(
+            name=name,
+            index=spec["index"],
+            env=_env(spec.get("env")),
+            detect=dict(spec["detect"]),
+            runner_labels=tuple(runner["labels"]),
+            hosted=bool(runner.get("hosted", False)),
+            description=spec.get("description", ""),
+            torch_local_version=spec.get("torch_local_version"),
+            container_family=container.get("family"),
+            container_base=container.get("base"),
+            workers=spec.get("workers"),
+        )
+    torch = {
+        key: TorchSeries(key, {k: v for k, v in spec.items() if k in PIN_NAMES},
+                         spec.get("python"))
+        for key, spec in data["torch"].items()
+    }
+    profiles = {
+        name: Profile(name, _env(spec.get("env")),
+                      tuple(spec["devices"]) if "devices" in spec else None,
+                      spec.get("description", ""))
+        for name, spec in data["profiles"].items()
+    }
+    suites = {
+        name: Suite(name, spec["path"], tuple(spec.get("needs") or ()),
+                    tuple(spec.get("packages") or ()),
+                    tuple(spec["devices"]) if "devices" in spec else None,
+                    spec.get("description", ""))
+        for name, spec in data["suites"].items()
+    }
+    axes = data["matrix"]
+    default_profile = defaults.get("profile", "default")
+    return Matrix(
+        path=path,
+        root=path.parent,
+        devices=devices,
+        torch=torch,
+        profiles=profiles,
+        suites=suites,
+        tools=tuple(data.get("tools") or ()),
+        default_torch=defaults["torch"],
+        default_profile=default_profile,
+        default_python=defaults.get("python", "3.11"),
+        default_suites=tuple(defaults["suites"]),
+        cell_minutes=timeout.get("cell_minutes", 60),
+        test_seconds=timeout.get("test_seconds", 900),
+        workers=defaults.get("workers", 1),
+        axes={
+            "device": list(axes["device"]),
+            "torch": list(axes["torch"]),
+            "profile": list(axes.get("profile") or [default_profile]),
+        },
+        include=list(axes.get("include") or []),
+        exclude=list(axes.get("exclude") or []),
+        source=smap,
+    )
+
+
+def _pairing_problems(matrix: Matrix) -> list[Problem]:
+    problems = []
+    seen = set()
+    for cell in matrix.cells:
+        for why in compat.incompatibilities(cell.pins, cell.device):
+            key = (cell.torch, why)
+            if key in seen:
+                continue
+            seen.add(key)
+            problems.append(matrix.source.problem(
+                ("torch", cell.torch), f"{why} (cell {cell.name})"))
+    return problems
+
+
+def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
+    """Load, validate and expand the matrix; raises ValidationFailed with every problem."""
+    from . import cells as cells_mod  # cells builds on this module's types
+
+    path = Path(path)
+    data, smap = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
+    problems = check_schema(data, SCHEMA, smap)
+    if problems:
+        raise ValidationFailed(problems)
+    problems = _semantic_problems(data, smap, path.parent)
+    if problems:
+        raise ValidationFailed(problems)
+    matrix = _build(data, path, smap)
+    cells, problems = cells_mod.expand(matrix)
+    matrix.cells = cells
+    problems += _pairing_problems(matrix)
+    if problems:
+        raise ValidationFailed(problems)
+    return matrix

@@ -1,0 +1,27 @@
+"""The outcome vocabulary shared by the recorder, results and grids."""
+
+from __future__ import annotations
+
+import pytest
+
+PASSED = "passed"
+FAILED = "failed"
+ERROR = "error"
+SKIPPED = "skipped"
+XFAILED = "xfailed"
+XPASSED = "xpassed"
+TIMEOUT = "timeout"
+CRASHED = "crashed"
+NOT_RUN = "not-run"
+
+ALL = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, TIMEOUT, CRASHED, NOT_RUN)
+# Outcomes that mean "something is broken" for grids and baselines.
+BAD = (FAILED, ERROR, XPASSED, TIMEOUT, CRASHED)
+
+NOT_RUN_PREFIX = "not-run: "
+
+
+def not_run(reason: str) -> None:
+    """Stop the current test and record it as ``not-run`` (e.g. a model class missing
+    from the installed transformers), which grids show apart from ordinary skips."""
+    pytest.skip(NOT_RUN_PREFIX + reason)

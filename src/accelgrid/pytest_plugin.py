@@ -1,0 +1,200 @@
+"""pytest plugin for cell runs: the device fixtures, markers, and per-test recording.
+
+Loaded by the repo's root ``conftest.py``. Recording is on when ``ACCELGRID_RESULTS``
+names a results folder (the runner sets it); without it only the fixtures are active.
+With pytest-xdist the controller records (it sees every report, including the ones xdist
+makes for a crashed worker); each worker notes the test it is in so a crash or a hang is
+attributed to the right test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import outcomes, provenance, results
+
+ENV_RESULTS = "ACCELGRID_RESULTS"
+ENV_CELL = "ACCELGRID_CELL"
+ENV_DEVICE = "ACCELGRID_DEVICE"
+ENV_TORCH = "ACCELGRID_TORCH"
+
+
+def _worker_id(config: pytest.Config) -> str | None:
+    return getattr(config, "workerinput", {}).get("workerid")
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]
+
+
+def _message(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # skip: (path, line, reason)
+        reason = str(longrepr[2])
+        return reason.removeprefix("Skipped: ")
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message)
+    text = str(longrepr or "")
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+class Recorder:
+    """Turns the setup/call/teardown reports of each test into one record."""
+
+    def __init__(self, config: pytest.Config, folder: Path):
+        self.config = config
+        self.folder = folder
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.started: dict[str, float] = {}
+        self.cell = os.environ.get(ENV_CELL, folder.name)
+        self.device = os.environ.get(ENV_DEVICE, "cpu")
+
+    # --- provenance and collection -------------------------------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        results.write_json(self.folder / results.ENV, provenance.collect(self.cell, self.device))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # Without xdist the controller collects itself; with it, workers do (hook below).
+        if session.items:
+            results.write_json(self.folder / results.COLLECTED,
+                               [i.nodeid for i in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if not (self.folder / results.COLLECTED).exists():
+            results.write_json(self.folder / results.COLLECTED, list(ids))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        env, _ = results.read_json(self.folder / results.ENV)
+        if isinstance(env, dict):
+            env["end"] = provenance.now()
+            env["status"] = "finished"
+            env["exitstatus"] = int(exitstatus)
+            results.write_json(self.folder / results.ENV, env)
+
+    # --- per-test records ----------------------------------------------------------
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.started[nodeid] = time.time()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)
+        worker = getattr(getattr(node, "gateway", None), "id", None)
+        if report.when not in ("setup", "call", "teardown"):
+            self._crashed(report, worker)
+            return
+        rec = self.pending.setdefault(report.nodeid, {
+            "nodeid": report.nodeid, "outcome": None, "duration": 0.0,
+            "message": "", "longrepr": "", "worker": worker, "device": self.device,
+        })
+        rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
+        wasxfail = getattr(report, "wasxfail", None)
+        if rec["outcome"] is None:
+            if report.failed:
+                if report.when == "call":
+                    text = str(report.longrepr or "")
+                    rec["outcome"] = (outcomes.XPASSED if "XPASS(strict)" in text
+                                      else outcomes.FAILED)
+                else:
+                    rec["outcome"] = outcomes.ERROR
+                rec["message"] = _message(report)
+                rec["longrepr"] = _short(str(report.longrepr or ""), 8000)
+                rec["phase"] = report.when
+            elif report.skipped:
+                if wasxfail is not None:
+                    rec["outcome"] = outcomes.XFAILED
+                    rec["message"] = wasxfail
+                else:
+                    reason = _message(report)
+                    if reason.startswith(outcomes.NOT_RUN_PREFIX):
+                        rec["outcome"] = outcomes.NOT_RUN
+                        reason = reason[len(outcomes.NOT_RUN_PREFIX):]
+                    else:
+                        rec["outcome"] = outcomes.SKIPPED
+                    rec["message"] = reason
+            elif report.when == "call":
+                rec["outcome"] = outcomes.XPASSED if wasxfail is not None else outcomes.PASSED
+                if wasxfail is not None:
+                    rec["message"] = wasxfail
+        elif report.when == "teardown" and report.failed and rec["outcome"] == outcomes.PASSED:
+            rec["outcome"] = outcomes.ERROR
+            rec["message"] = _message(report)
+            rec["longrepr"] = _short(str(report.longrepr or ""), 8000)
+            rec["phase"] = "teardown"
+        if report.when == "teardown":
+            self._write(self.pending.pop(report.nodeid))
+
+    def _crashed(self, report: pytest.TestReport, worker: str | None) -> None:
+        info = results.running(self.folder).get(report.nodeid, {})
+        start = info.get("start") or self.started.get(report.nodeid)
+        timeout = info.get("timeout") or self.config.getoption("timeout", None)
+        outcome = results.crash_outcome(start, timeout)
+        detail = _message(report)
+        if outcome == outcomes.TIMEOUT:
+            detail = f"timed out after {timeout} s (worker killed by pytest-timeout); {detail}"
+        self.pending.pop(report.nodeid, None)
+        self._write({"nodeid": report.nodeid, "outcome": outcome,
+                     "duration": time.time() - start if start else None,
+                     "message": detail, "longrepr": _short(str(report.longrepr or ""), 8000),
+                     "worker": worker or info.get("worker"), "device": self.device})
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        rec["outcome"] = rec["outcome"] or outcomes.ERROR
+        rec["cell"] = self.cell
+        rec["finished"] = time.time()
+        results.append_record(self.folder / results.TESTS, rec)
+
+
+class WorkerMarker:
+    """In each process that runs tests: note the current test (for crash attribution)."""
+
+    def __init__(self, config: pytest.Config, folder: Path):
+        self.folder = folder
+        self.worker = _worker_id(config) or "main"
+        self.default_timeout = config.getoption("timeout", None)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> None:
+        marker = item.get_closest_marker("timeout")
+        timeout = marker.args[0] if marker and marker.args else self.default_timeout
+        results.mark_running(self.folder, self.worker, item.nodeid, timeout)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        results.clear_running(self.folder, self.worker)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "devices(*types): run only on these device types")
+    folder = os.environ.get(ENV_RESULTS)
+    if not folder:
+        return
+    path = Path(folder)
+    config.pluginmanager.register(WorkerMarker(config, path), "accelgrid-worker-marker")
+    if _worker_id(config) is None:
+        config.pluginmanager.register(Recorder(config, path), "accelgrid-recorder")
+
+
+@pytest.fixture(scope="session")
+def device_type() -> str:
+    """The cell's device type: ``cpu``, ``cuda``, ``xpu`` or ``mps`` (``ACCELGRID_DEVICE``)."""
+    return os.environ.get(ENV_DEVICE, "cpu")
+
+
+@pytest.fixture(scope="session")
+def device(device_type: str) -> str:
+    """The device tests put tensors on (``"cuda"``, ``"xpu"``, ``"cpu"``, ``"mps"``)."""
+    return device_type
+
+
+@pytest.fixture(autouse=True)
+def _only_on_marked_devices(request: pytest.FixtureRequest, device_type: str) -> None:
+    marker = request.node.get_closest_marker("devices")
+    if marker and device_type not in marker.args:
+        pytest.skip(f"runs on {', '.join(marker.args)} only, this cell is {device_type}")

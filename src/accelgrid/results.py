@@ -1,0 +1,207 @@
+"""The results folder of a cell run, ``results/<cell>/``, written as the run goes.
+
+Files:
+  ``tests.jsonl``     one JSON object per finished test, appended and fsynced as each ends
+  ``collected.json``  every collected test id (so tests that never ran become not-run)
+  ``running/``        one file per worker naming the test it is in (crash/timeout attribution)
+  ``env.json``        provenance (:mod:`accelgrid.provenance`), start and end
+  ``junit.xml``       pytest's JUnit XML (absent if the run was killed)
+  ``summary.json``    counts per outcome, written when the cell ends
+
+Stdlib only: the cell's interpreter writes these through the pytest plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import outcomes
+
+TESTS = "tests.jsonl"
+COLLECTED = "collected.json"
+RUNNING = "running"
+ENV = "env.json"
+JUNIT = "junit.xml"
+SUMMARY = "summary.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically replace ``path`` (a crash leaves the old or the new file, never half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one test record and make it durable before returning."""
+    line = json.dumps(record, default=str, sort_keys=False) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records of a tests.jsonl, and a note per unreadable line (a kill mid-write)."""
+    records, problems = [], []
+    if not path.exists():
+        return records, problems
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                problems.append(f"{path.name}:{n}: unreadable line (truncated write?)")
+                continue
+            if not isinstance(rec, dict) or "nodeid" not in rec or "outcome" not in rec:
+                problems.append(f"{path.name}:{n}: not a test record")
+                continue
+            records.append(rec)
+    return records, problems
+
+
+def read_json(path: Path) -> tuple[Any, str | None]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except FileNotFoundError:
+        return None, f"{path.name} missing"
+    except (OSError, json.JSONDecodeError) as exc:
+        return None, f"{path.name} unreadable: {exc}"
+
+
+def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None) -> None:
+    write_json(results / RUNNING / f"{worker}.json",
+               {"nodeid": nodeid, "start": time.time(), "timeout": timeout})
+
+
+def clear_running(results: Path, worker: str) -> None:
+    (results / RUNNING / f"{worker}.json").unlink(missing_ok=True)
+
+
+def running(results: Path) -> dict[str, dict[str, Any]]:
+    """nodeid -> {start, timeout, worker} for tests a worker was in when it stopped."""
+    out = {}
+    folder = results / RUNNING
+    if folder.is_dir():
+        for f in folder.glob("*.json"):
+            data, err = read_json(f)
+            if not err and isinstance(data, dict) and "nodeid" in data:
+                out[data["nodeid"]] = {**data, "worker": f.stem}
+    return out
+
+
+def crash_outcome(started: float | None, timeout: float | None, now: float | None = None) -> str:
+    """A test whose worker died: ``timeout`` if it had run for (nearly) its limit."""
+    if started is not None and timeout:
+        elapsed = (now or time.time()) - started
+        # pytest-timeout fires at the limit; allow for clock and dump time.
+        if elapsed >= 0.95 * float(timeout):
+            return outcomes.TIMEOUT
+    return outcomes.CRASHED
+
+
+def finalize(results: Path, reason: str) -> dict[str, Any]:
+    """Close a cell's results after its pytest process ended, however it ended.
+
+    Tests a dead worker was in become crashed/timeout; collected tests with no record
+    become not-run with ``reason``; ``env.json`` gets its end; ``summary.json`` is written.
+    """
+    records, _ = read_records(results / TESTS)
+    seen = {r["nodeid"] for r in records}
+    for nodeid, info in running(results).items():
+        if nodeid in seen:
+            continue
+        outcome = crash_outcome(info.get("start"), info.get("timeout"))
+        rec = {"nodeid": nodeid, "outcome": outcome, "worker": info.get("worker"),
+               "message": f"the test process died while running this test ({reason})",
+               "duration": time.time() - info["start"] if info.get("start") else None}
+        append_record(results / TESTS, rec)
+        seen.add(nodeid)
+    collected, _ = read_json(results / COLLECTED)
+    for nodeid in collected or []:
+        if nodeid not in seen:
+            append_record(results / TESTS, {"nodeid": nodeid, "outcome": outcomes.NOT_RUN,
+                                            "message": reason})
+            seen.add(nodeid)
+    env, _ = read_json(results / ENV)
+    if isinstance(env, dict) and not env.get("end"):
+        from .provenance import now  # local: provenance is the only user of datetime here
+        env["end"] = now()
+        env["status"] = "ended" if env.get("status") == "running" else env.get("status")
+        env["end_reason"] = reason
+        write_json(results / ENV, env)
+    summary = summarize(results)
+    write_json(results / SUMMARY, summary)
+    return summary
+
+
+def last_outcomes(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One record per test id; a later record of the same test replaces an earlier one."""
+    out: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        out[rec["nodeid"]] = rec
+    return out
+
+
+def summarize(results: Path) -> dict[str, Any]:
+    records, problems = read_records(results / TESTS)
+    tests = last_outcomes(records)
+    counts = Counter(r["outcome"] for r in tests.values())
+    return {"cell": results.name, "total": len(tests),
+            "counts": {o: counts.get(o, 0) for o in outcomes.ALL},
+            "problems": problems}
+
+
+@dataclass
+class CellResults:
+    """A cell's results as read back for grids; ``error`` says why they are unusable."""
+
+    name: str
+    path: Path
+    env: dict[str, Any] = field(default_factory=dict)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def load_cell(path: Path) -> CellResults:
+    """Read ``results/<cell>/``; missing or corrupt parts are noted, never raised."""
+    cell = CellResults(name=path.name, path=path)
+    if not path.is_dir():
+        cell.error = f"{path} is not a results folder"
+        return cell
+    env, err = read_json(path / ENV)
+    if err:
+        cell.problems.append(err)
+    elif isinstance(env, dict):
+        cell.env = env
+        cell.name = env.get("cell") or cell.name
+    records, problems = read_records(path / TESTS)
+    cell.problems += problems
+    if not (path / TESTS).exists():
+        cell.error = "no tests.jsonl: the cell did not run or its results were lost"
+    elif not records:
+        cell.error = "tests.jsonl holds no test records"
+    cell.tests = last_outcomes(records)
+    if cell.env and cell.env.get("status") == "running" and not cell.env.get("end"):
+        cell.problems.append("the run never finished (killed?): results are partial")
+    return cell

@@ -1,0 +1,169 @@
+"""The runner: run one cell's suites with pytest in a given interpreter, to results.
+
+It sets the cell's env before the interpreter starts (torch reads its flags at import),
+runs pytest with pytest-xdist (so a crashing test only loses its worker) and
+pytest-timeout (thread method: survives C-level hangs), enforces the cell's time limit,
+and closes the results folder however the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import compat, results
+from .cells import Cell
+
+EXIT_CELL_TIMEOUT = 124
+
+
+def installed_version(python: str, package: str = "torch") -> str | None:
+    """``package``'s version in ``python``'s environment, without importing it."""
+    code = ("import importlib.metadata as m, sys\n"
+            f"try: print(m.version({package!r}))\n"
+            "except m.PackageNotFoundError: sys.exit(3)\n")
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def torch_mismatch(cell: Cell, python: str) -> str | None:
+    """Why ``python``'s torch cannot run ``cell`` (wrong or missing), or None."""
+    version = installed_version(python)
+    if version is None:
+        return f"{cell.name}: torch is not installed for {python}"
+    if compat.version_tuple(version)[:2] != compat.version_tuple(cell.torch)[:2]:
+        return (f"{cell.name}: {python} has torch {version}, the cell needs torch "
+                f"{cell.torch}.x (pin {cell.torch_requirement})")
+    return None
+
+
+def project_commit(root: Path) -> tuple[str | None, bool]:
+    """HEAD of the project and whether the tree has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=30, check=False)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                 "--untracked-files=no"], capture_output=True, text=True,
+                                timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+    if head.returncode != 0:
+        return None, False
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None
+             ) -> dict[str, str]:
+    """The environment the cell's pytest starts with."""
+    env = dict(os.environ if base is None else base)
+    env.update(cell.env)
+    commit, dirty = project_commit(root)
+    src = str(root / "src")
+    env.update({
+        "ACCELGRID_CELL": cell.name,
+        "ACCELGRID_DEVICE": cell.device,
+        "ACCELGRID_TORCH": cell.torch,
+        "ACCELGRID_PROFILE": cell.profile,
+        "ACCELGRID_RESULTS": str(folder),
+        "ACCELGRID_COMMIT": commit or "",
+        "ACCELGRID_DIRTY": "1" if dirty else "0",
+        # The plugin and the suites' helpers come from this checkout, not an install.
+        "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def _selects_paths(args: Sequence[str], root: Path) -> bool:
+    """Whether the user's pytest args name test paths themselves (then suites are not added)."""
+    return any(not a.startswith("-") and (root / a.split("::", 1)[0]).exists() for a in args)
+
+
+def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = (),
+                   workers: int | None = None, root: Path | None = None) -> list[str]:
+    paths = [] if root is not None and _selects_paths(args, root) else list(cell.suite_paths)
+    return [
+        python, "-m", "pytest", *paths,
+        "-n", str(workers or cell.workers),
+        f"--timeout={cell.test_seconds}", "--timeout-method=thread",
+        f"--junitxml={folder / results.JUNIT}", "-o", "junit_family=xunit2",
+        "-o", f"junit_suite_name={cell.name}",
+        "-rA", *args,
+    ]
+
+
+def prepare(folder: Path) -> None:
+    """An empty results folder for a new run of the cell."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+
+
+def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
+             pytest_args: Sequence[str] = (), workers: int | None = None,
+             limit_s: float | None = None) -> int:
+    """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit)."""
+    folder = (results_root / cell.name).resolve()
+    prepare(folder)
+    env = cell_env(cell, root, folder)
+    cmd = pytest_command(cell, python, folder, pytest_args, workers, root)
+    limit = limit_s if limit_s is not None else cell.cell_minutes * 60
+    print(f"accelgrid: {cell.name}: running {' '.join(cmd[1:4])} ... (limit {limit:.0f} s)",
+          flush=True)
+    # Own process group: the cell limit and signals reach every xdist worker.
+    proc = subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True)
+    stop_reason: list[str] = []
+
+    def _forward(signum: int, _frame: object) -> None:
+        stop_reason.append(f"interrupted by {signal.Signals(signum).name}")
+        _terminate(proc)
+
+    old = {s: signal.signal(s, _forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            stop_reason.append(f"cell time limit of {limit:.0f} s reached")
+            _terminate(proc)
+            rc = EXIT_CELL_TIMEOUT
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if rc < 0:
+        stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
+    reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
+    summary = results.finalize(folder, reason)
+    counts = ", ".join(f"{n} {o}" for o, n in summary["counts"].items() if n)
+    print(f"accelgrid: {cell.name}: {summary['total']} tests: {counts or 'none'} "
+          f"-> {folder}", flush=True)
+    if stop_reason:
+        print(f"accelgrid: {cell.name}: {reason}", file=sys.stderr, flush=True)
+        return rc if rc > 0 else 128 + (-rc if rc < 0 else 15)
+    return rc
+
+
+def _terminate(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

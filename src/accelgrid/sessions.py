@@ -1,0 +1,82 @@
+"""nox sessions from the matrix: one session per cell, plus the project sessions.
+
+``noxfile.py`` calls :func:`register`. A cell session checks the device is present,
+builds its env with uv (pip's configuration carried over), installs the cell's pins from
+the right index, and hands over to :mod:`accelgrid.runner`. With ``--no-venv`` it installs
+nothing and runs on the current interpreter, refusing a torch of another version.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+from nox.virtualenv import PassthroughEnv
+
+from . import detect, install, runner
+from .cells import Cell
+from .matrix import Matrix
+
+RESULTS_DIR = "results"
+
+
+def _python_in(session: nox.Session) -> str:
+    if isinstance(session.virtualenv, PassthroughEnv):
+        return sys.executable
+    bin_dir = Path(session.bin)
+    exe = bin_dir / ("python.exe" if os.name == "nt" else "python")
+    return str(exe)
+
+
+def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
+    """The body of every cell session."""
+    device = matrix.devices[cell.device]
+    reason = detect.absent_reason(cell.device, device.detect)
+    if reason and not os.environ.get("ACCELGRID_SKIP_DETECT"):
+        session.error(f"{cell.name}: {reason}")
+    python = _python_in(session)
+    if isinstance(session.virtualenv, PassthroughEnv):
+        mismatch = runner.torch_mismatch(cell, python)
+        if mismatch:
+            session.error(mismatch + " (--no-venv runs on the current interpreter)")
+        session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
+    else:
+        plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
+        problem = install.index_problem(plan.index)
+        if problem:
+            session.error(f"{cell.name}: {problem}")
+        session.env.update(plan.env)
+        for step in plan.steps:
+            session.log(f"{cell.name}: installing {step.description}")
+            session.install(*step.args)
+    rc = runner.run_cell(
+        cell, python, matrix.root, matrix.root / RESULTS_DIR, session.posargs,
+        workers=int(os.environ["ACCELGRID_WORKERS"]) if os.environ.get("ACCELGRID_WORKERS")
+        else None,
+    )
+    if rc != 0:
+        session.error(f"{cell.name}: pytest exited with {rc} (results in "
+                      f"{RESULTS_DIR}/{cell.name}/)")
+
+
+def _describe(cell: Cell) -> str:
+    return (f"{cell.device} / torch {cell.pins['torch']} / profile {cell.profile}: "
+            f"{', '.join(cell.suites)}")
+
+
+def register(matrix: Matrix) -> list[str]:
+    """Register a nox session per cell; returns the sessions a plain ``nox`` runs."""
+    for cell in matrix.cells:
+
+        def _session(session: nox.Session, _cell: Cell = cell) -> None:
+            run_cell_session(session, matrix, _cell)
+
+        _session.__doc__ = _describe(cell)
+        nox.session(name=cell.name, python=cell.python, venv_backend="uv",
+                    tags=list(cell.tags), default=False)(_session)
+    present = detect.present_devices({d: matrix.devices[d] for d in matrix.axes["device"]
+                                      if d in matrix.devices})
+    return [c.name for c in matrix.cells
+            if c.device in present and c.is_default_torch and c.profile == matrix.default_profile]
