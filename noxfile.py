@@ -37,10 +37,10 @@ nox.options.sessions = sessions.register(MATRIX) + ["grid"]
 @nox.session(python=False, tags=["grid"])
 def grid(session: nox.Session) -> None:
     """Grids (Markdown, HTML, JSON) from every cell under results/."""
-    args = session.posargs or [str(p) for p in sorted((ROOT / "results").glob("*/"))
-                               if p.is_dir()]
+    out = sessions.results_root(MATRIX)
+    args = session.posargs or [str(p) for p in sorted(out.glob("*/")) if p.is_dir()]
     if not args:
-        session.error("no results/ yet: run a cell first, e.g. nox -s cpu-2.13")
-    code = cli.main(["grid", *args, "--out", str(ROOT / "results")])
+        session.error(f"no results in {out} yet: run a cell first, e.g. nox -s cpu-2.13")
+    code = cli.main(["grid", *args, "--out", str(out)])
     if code:
         session.error(f"accelgrid grid exited with {code}")

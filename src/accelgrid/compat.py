@@ -14,10 +14,12 @@ def version_tuple(version: str) -> tuple[int, ...]:
     """``"2.5.1+xpu"`` -> ``(2, 5, 1)``; non-numeric tails are ignored."""
     parts = []
     for piece in version.split("+", 1)[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+        if not piece.isdigit():  # "dev2026", "0rc1": the release part has ended
+            digits = "".join(ch for ch in piece[: len(piece) - len(piece.lstrip("0123456789"))])
+            if digits:
+                parts.append(int(digits))
             break
-        parts.append(int(digits))
+        parts.append(int(piece))
     return tuple(parts)
 
 

@@ -310,6 +310,13 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                                          f"suite folder '{spec['path']}' does not exist"))
 
     axes = data["matrix"]
+    for axis in ("device", "torch", "profile"):
+        values = axes.get(axis) or []
+        for i, value in enumerate(values):
+            if value in values[:i]:
+                problems.append(smap.problem(
+                    ("matrix", axis, i),
+                    f"'{value}' is listed twice: its cells would have duplicate names"))
     for i, dev in enumerate(axes["device"]):
         problems += _known("device", dev, devices, smap, ("matrix", "device", i))
     for i, ver in enumerate(axes["torch"]):

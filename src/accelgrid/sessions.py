@@ -22,6 +22,11 @@ from .matrix import Matrix
 RESULTS_DIR = "results"
 
 
+def results_root(matrix: Matrix) -> Path:
+    """Where cells write results: ``results/`` beside the matrix, or $ACCELGRID_RESULTS_DIR."""
+    return Path(os.environ.get("ACCELGRID_RESULTS_DIR") or matrix.root / RESULTS_DIR)
+
+
 def _python_in(session: nox.Session) -> str:
     if isinstance(session.virtualenv, PassthroughEnv):
         return sys.executable
@@ -51,14 +56,14 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         for step in plan.steps:
             session.log(f"{cell.name}: installing {step.description}")
             session.install(*step.args)
+    out = results_root(matrix)
     rc = runner.run_cell(
-        cell, python, matrix.root, matrix.root / RESULTS_DIR, session.posargs,
+        cell, python, matrix.root, out, session.posargs,
         workers=int(os.environ["ACCELGRID_WORKERS"]) if os.environ.get("ACCELGRID_WORKERS")
         else None,
     )
     if rc != 0:
-        session.error(f"{cell.name}: pytest exited with {rc} (results in "
-                      f"{RESULTS_DIR}/{cell.name}/)")
+        session.error(f"{cell.name}: pytest exited with {rc} (results in {out / cell.name})")
 
 
 def _describe(cell: Cell) -> str:

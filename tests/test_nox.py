@@ -1,0 +1,93 @@
+"""Real nox runs of the repo's noxfile: listing, a real cpu cell end to end (real env with
+uv, real torch, real pytest), --no-venv checks, and the grid session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nox(*args: str, env: dict[str, str] | None = None, timeout: int = 900
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def test_list_has_a_session_per_cell() -> None:
+    from accelgrid.matrix import load_matrix
+
+    cells = load_matrix(ROOT / "matrix.yaml").cells
+    proc = nox("-l")
+    assert proc.returncode == 0, proc.stderr
+    listed = {}
+    for line in proc.stdout.splitlines():
+        if line[:2] in ("* ", "- "):
+            name, _, desc = line[2:].partition(" -> ")
+            listed[name.split(" [")[0].strip()] = (line[0] == "*", desc)
+    assert set(listed) == {c.name for c in cells} | {"grid"}
+    # A plain `nox` here: the cpu cell at the default torch, then the grid.
+    assert {n for n, (selected, _) in listed.items() if selected} == {"cpu-2.13", "grid"}
+    assert listed["xpu-2.5"][1].startswith("xpu / torch 2.5.1 / profile default")
+
+
+def test_tags_select_by_device() -> None:
+    proc = nox("-l", "--json", "-t", "xpu")
+    sessions = json.loads(proc.stdout)
+    assert sessions and all(s["name"].startswith("xpu-") for s in sessions)
+    assert all("xpu" in s["tags"] for s in sessions)
+
+
+def test_absent_device_fails_in_one_line(tmp_path: Path) -> None:
+    proc = nox("--no-venv", "-s", "xpu-2.5", env={"ACCELGRID_RESULTS_DIR": str(tmp_path)})
+    assert proc.returncode != 0
+    assert "xpu-2.5: xpu not present: none of /dev/dri/renderD* exists" in proc.stderr
+    assert not (tmp_path / "xpu-2.5").exists()  # nothing ran
+
+
+def test_no_venv_refuses_other_torch(tmp_path: Path) -> None:
+    proc = nox("--no-venv", "-s", "cpu-2.11", env={"ACCELGRID_RESULTS_DIR": str(tmp_path)})
+    assert proc.returncode != 0
+    assert "cpu-2.11: " in proc.stderr and "the cell needs torch 2.11.x (pin torch==2.11.0)" \
+        in proc.stderr
+
+
+@pytest.mark.slow
+def test_real_cpu_cell_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = nox("-s", "cpu-2.13", "--", "suites/smoke", env={"ACCELGRID_RESULTS_DIR": str(out)},
+               timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    folder = out / "cpu-2.13"
+    env = json.loads((folder / "env.json").read_text())
+    assert env["torch"]["version"].startswith("2.13.0")
+    assert env["python"]["executable"].startswith(str(ROOT / ".nox"))  # the cell's own env
+    assert env["packages"]["transformers"] == "5.24.0"
+    lines = [json.loads(x) for x in (folder / "tests.jsonl").read_text().splitlines()]
+    outcomes = {r["nodeid"].split("::")[-1]: r["outcome"] for r in lines}
+    assert outcomes["test_allocation_and_matmul_match_cpu"] == "passed"
+    assert outcomes["test_memory_stats"] == "skipped"  # cpu claims no device memory API
+    assert (folder / "junit.xml").exists()
+    grid = nox("-s", "grid", env={"ACCELGRID_RESULTS_DIR": str(out)})
+    assert grid.returncode == 0, grid.stderr
+    md = (out / "grid.md").read_text()
+    assert "| cpu-2.13 | 2.13.0+cpu |" in md
+    assert json.loads((out / "grid.json").read_text())["columns"][0]["name"] == "cpu-2.13"
+
+
+@pytest.mark.slow
+def test_no_venv_runs_on_current_interpreter(tmp_path: Path) -> None:
+    proc = nox("--no-venv", "-s", "cpu-2.13", "--", "suites/smoke", "-k", "matmul",
+               env={"ACCELGRID_RESULTS_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = json.loads((tmp_path / "cpu-2.13" / "env.json").read_text())
+    assert env["python"]["executable"] == sys.executable
+    recs = (tmp_path / "cpu-2.13" / "tests.jsonl").read_text().splitlines()
+    assert len(recs) == 1 and json.loads(recs[0])["outcome"] == "passed"

@@ -1,0 +1,194 @@
+"""The runner and the recording plugin, on real pytest runs of generated payload tests:
+every outcome kind, crashes and hangs that lose nothing else, and killed runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from accelgrid import results, runner
+from accelgrid.matrix import load_matrix
+
+PAYLOAD = '''
+import os, time, pytest
+from accelgrid.outcomes import not_run
+
+def test_pass(device):
+    assert device == "cpu"
+
+def test_fail():
+    assert 1 == 2, "one is not two"
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+def test_error(broken):
+    pass
+
+def test_skip():
+    pytest.skip("feature not claimed")
+
+@pytest.mark.xfail(reason="known bug", strict=True)
+def test_xfail():
+    raise ValueError
+
+@pytest.mark.xfail(reason="known bug", strict=False)
+def test_xpass():
+    pass
+
+def test_not_run():
+    not_run("ModelX missing in this transformers")
+
+def test_flags_set_before_start():
+    assert os.environ["ACCELGRID_CELL"] == "cpu-2.13"
+
+def test_z_after():
+    pass
+'''
+
+CRASHY = '''
+import os, time
+
+def test_a_before():
+    pass
+
+def test_b_segfault():
+    os.abort()
+
+def test_c_hang():
+    time.sleep(600)
+
+def test_d_after():
+    pass
+'''
+
+
+def _records(folder: Path) -> dict[str, dict]:
+    recs, problems = results.read_records(folder / results.TESTS)
+    assert not problems
+    return {r["nodeid"].split("::")[-1]: r for r in recs}
+
+
+def _cell(proj: Path, name: str = "cpu-2.13"):
+    return load_matrix(proj / "matrix.yaml").cell(name)
+
+
+def test_every_outcome_recorded(mini_project, python) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
+    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    assert rc == 1  # failures present
+    folder = proj / "results" / "cpu-2.13"
+    recs = _records(folder)
+    got = {name: r["outcome"] for name, r in recs.items()}
+    assert got == {
+        "test_pass": "passed", "test_fail": "failed", "test_error": "error",
+        "test_skip": "skipped", "test_xfail": "xfailed", "test_xpass": "xpassed",
+        "test_not_run": "not-run", "test_flags_set_before_start": "passed",
+        "test_z_after": "passed",
+    }
+    assert recs["test_fail"]["message"].startswith("AssertionError: one is not two")
+    assert recs["test_skip"]["message"] == "feature not claimed"
+    assert recs["test_not_run"]["message"] == "ModelX missing in this transformers"
+    assert recs["test_xfail"]["message"] == "known bug"
+    assert recs["test_pass"]["worker"] == "gw0"
+    env = json.loads((folder / results.ENV).read_text())
+    assert env["cell"] == "cpu-2.13" and env["status"] == "finished" and env["end"]
+    assert env["env"]["ACCELGRID_DEVICE"] == "cpu"
+    assert (folder / results.JUNIT).exists()
+    summary = json.loads((folder / results.SUMMARY).read_text())
+    assert summary["total"] == 9 and summary["counts"]["passed"] == 3
+
+
+def test_crash_and_hang_lose_nothing(mini_project, python) -> None:
+    proj = mini_project(test_seconds=3)
+    (proj / "suites" / "payload" / "test_crashy.py").write_text(CRASHY)
+    t0 = time.monotonic()
+    runner.run_cell(_cell(proj), python, proj, proj / "results")
+    assert time.monotonic() - t0 < 120
+    got = {n: r["outcome"] for n, r in _records(proj / "results" / "cpu-2.13").items()}
+    assert got == {"test_a_before": "passed", "test_b_segfault": "crashed",
+                   "test_c_hang": "timeout", "test_d_after": "passed"}
+
+
+def test_cell_time_limit_marks_rest_not_run(mini_project, python) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_slow.py").write_text(textwrap.dedent('''
+        import time
+        def test_1(): pass
+        def test_2(): time.sleep(600)
+        def test_3(): pass
+    '''))
+    rc = runner.run_cell(_cell(proj), python, proj, proj / "results", limit_s=15)
+    assert rc == runner.EXIT_CELL_TIMEOUT
+    folder = proj / "results" / "cpu-2.13"
+    got = {n: (r["outcome"], r.get("message", "")) for n, r in _records(folder).items()}
+    assert got["test_1"][0] == "passed"
+    assert got["test_2"][0] == "crashed" and "time limit" in got["test_2"][1]
+    assert got["test_3"] == ("not-run", "cell time limit of 15 s reached")
+    env = json.loads((folder / results.ENV).read_text())
+    assert env["end"] and env["end_reason"] == "cell time limit of 15 s reached"
+
+
+def test_killed_runner_keeps_what_was_recorded(mini_project, python) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_slow.py").write_text(textwrap.dedent('''
+        import time
+        def test_1(): pass
+        def test_2(): pass
+        def test_3(): time.sleep(600)
+    '''))
+    code = ("import sys; from pathlib import Path; from accelgrid import runner; "
+            "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
+            "runner.run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), sys.executable, "
+            "p, p / 'results')")
+    proc = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True)
+    folder = proj / "results" / "cpu-2.13"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        recs, _ = results.read_records(folder / results.TESTS)
+        if len(recs) >= 2:
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole session, runner and pytest alike
+    proc.wait()
+    cell = results.load_cell(folder)
+    assert {n.split("::")[-1]: r["outcome"] for n, r in cell.tests.items()} == {
+        "test_1": "passed", "test_2": "passed"}
+    assert any("never finished" in p for p in cell.problems)
+    # Closing the results afterwards attributes the rest.
+    results.finalize(folder, "session killed")
+    after = results.load_cell(folder)
+    assert after.tests[[n for n in after.tests if n.endswith("test_3")][0]]["outcome"] in (
+        "crashed", "not-run")
+
+
+def test_torch_mismatch_message(mini_project, tmp_path: Path) -> None:
+    proj = mini_project()
+    cell = _cell(proj)
+    fake = tmp_path / "fakepy"
+    fake.write_text("#!/bin/sh\necho 2.11.0+cu130\n")
+    fake.chmod(0o755)
+    msg = runner.torch_mismatch(cell, str(fake))
+    assert msg == (f"cpu-2.13: {fake} has torch 2.11.0+cu130, the cell needs torch 2.13.x "
+                   "(pin torch==2.13.0)")
+
+
+@pytest.mark.parametrize("args,expect_suites", [
+    ([], True), (["-k", "memory"], True), (["suites/payload"], False),
+])
+def test_pytest_args_pass_through(mini_project, python, args, expect_suites) -> None:
+    proj = mini_project()
+    cmd = runner.pytest_command(_cell(proj), python, proj / "r", args, root=proj)
+    assert cmd[: 3] == [python, "-m", "pytest"]
+    assert cmd[len(cmd) - len(args):] == args  # the user's args come last: they win
+    assert (cmd[3] == "suites/payload") == expect_suites
+    assert "--timeout-method=thread" in cmd and "-n" in cmd
