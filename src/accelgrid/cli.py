@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -121,13 +122,32 @@ def _cmd_grid(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    if args.what == "offload":
-        from . import bench_offload
+    module = importlib.import_module(f"accelgrid.bench_{args.what}")
+    return module.main(args.rest)
 
-        return bench_offload.main(args.rest)
-    from . import bench_overhead
 
-    return bench_overhead.main(args.rest)
+# Commands implemented in their own module's ``main(argv)``: name -> (module, help).
+DELEGATED = {
+    "ci": ("accelgrid.ci", "render the GitHub Actions workflow and tox config from the matrix"),
+    "baseline": ("accelgrid.baseline", "update or show the expected outcomes per cell"),
+    "repro": ("accelgrid.repro", "reproduce a known upstream issue in the cells of its scope"),
+    "bisect": ("accelgrid.bisect", "find the first torch version where a test's outcome changes"),
+    "container": ("accelgrid.containers", "build a cell's container image"),
+    "ops": ("accelgrid.ops", "op coverage: capture, classify and grid aten ops per cell"),
+}
+
+
+def _cmd_delegated(args: argparse.Namespace) -> int:
+    module_name, _ = DELEGATED[args.command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        print(f"accelgrid {args.command}: not available in this version", file=sys.stderr)
+        return EXIT_INVALID
+    return module.main([*(["--matrix", args.matrix] if args.matrix != DEFAULT_MATRIX else []),
+                        *args.rest])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,12 +190,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", choices=["overhead", "offload"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
     p.set_defaults(func=_cmd_bench)
+
+    for name, (_, help_text) in DELEGATED.items():
+        p = sub.add_parser(name, help=help_text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER,
+                       help=f"options of `accelgrid {name}` (see `accelgrid {name} --help`)")
+        p.set_defaults(func=_cmd_delegated)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Delegated commands own every argument after their name (their own --help too).
+    split = next((i for i, a in enumerate(argv) if a in DELEGATED or a == "bench"), None)
+    if split is not None:
+        args, _ = parser.parse_known_args(argv[: split + 1 + (argv[split] == "bench")])
+        args.rest = argv[split + 1 + (argv[split] == "bench"):]
+    else:
+        args = parser.parse_args(argv)
     if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
     try:

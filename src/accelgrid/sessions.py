@@ -56,6 +56,9 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         for step in plan.steps:
             session.log(f"{cell.name}: installing {step.description}")
             session.install(*step.args)
+    # session.run returns None under --install-only: the env is ready, run nothing.
+    if session.run(python, "-c", "pass", silent=True, external=True) is None:
+        return
     out = results_root(matrix)
     rc = runner.run_cell(
         cell, python, matrix.root, out, session.posargs,
