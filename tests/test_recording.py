@@ -192,3 +192,54 @@ def test_pytest_args_pass_through(mini_project, python, args, expect_suites) -> 
     assert cmd[len(cmd) - len(args):] == args  # the user's args come last: they win
     assert (cmd[3] == "suites/payload") == expect_suites
     assert "--timeout-method=thread" in cmd and "-n" in cmd
+
+
+MULTI = '''
+import os, pytest
+
+@pytest.mark.parametrize("i", range(8))
+def test_pinned(i):
+    mask = os.environ["ZE_AFFINITY_MASK"]
+    assert mask in ("0", "1") and mask == os.environ["ACCELGRID_DEVICE_INDEX"]
+    if i == 3 and mask == "1" and not os.environ.get("CRASHED_ONCE"):
+        os.environ["CRASHED_ONCE"] = "1"
+        os.abort()
+
+@pytest.mark.multi_device
+def test_sees_all_devices():
+    assert "ZE_AFFINITY_MASK" not in os.environ
+'''
+
+
+def test_one_pinned_worker_per_device(mini_project, python, monkeypatch) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_multi.py").write_text(MULTI)
+    monkeypatch.setenv("ACCELGRID_DEVICES", "0,1")
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results")
+    recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
+    by_test = {r["nodeid"].split("::")[-1]: r for r in recs}
+    pinned = [r for n, r in by_test.items() if n.startswith("test_pinned")]
+    assert len(pinned) == 8
+    # Every pinned test saw exactly its worker's device; both devices were used.
+    assert {r["device"] for r in pinned if r["outcome"] == "passed"} == {"xpu:0", "xpu:1"}
+    assert all(r["outcome"] in ("passed", "crashed") for r in pinned)
+    assert by_test["test_sees_all_devices"]["outcome"] == "passed"
+    assert by_test["test_sees_all_devices"]["device"] == "xpu:all"
+    env = json.loads((proj / "results" / "xpu-2.13" / results.ENV).read_text())
+    assert env["passes"] == ["pinned", "all-devices"]
+
+
+def test_single_device_host_runs_one_pass(mini_project) -> None:
+    proj = mini_project()
+    cell = _cell(proj, "xpu-2.13")
+    assert [p.name for p in runner.passes(cell, device_ids=["0"])] == ["single"]
+    two = runner.passes(cell, device_ids=["0", "1"])
+    assert [p.name for p in two] == ["pinned", "all-devices"]
+    assert two[0].xdist == (
+        "--dist", "load",
+        "--tx", "popen//env:ZE_AFFINITY_MASK=0//env:ACCELGRID_DEVICE_INDEX=0",
+        "--tx", "popen//env:ZE_AFFINITY_MASK=1//env:ACCELGRID_DEVICE_INDEX=1")
+    # cpu has no visibility variable: never pinned.
+    assert [p.name for p in runner.passes(_cell(proj, "cpu-2.13"), device_ids=["0", "1"])] == [
+        "single"]

@@ -59,18 +59,27 @@ class Recorder:
     # --- provenance and collection -------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        results.write_json(self.folder / results.ENV, provenance.collect(self.cell, self.device))
+        env = provenance.collect(self.cell, self.device)
+        earlier, _ = results.read_json(self.folder / results.ENV)
+        if isinstance(earlier, dict) and earlier.get("cell") == self.cell:
+            env["start"] = earlier.get("start", env["start"])  # a later pass of the same run
+            env["passes"] = earlier.get("passes", [])
+        env.setdefault("passes", []).append(os.environ.get("ACCELGRID_PASS", "single"))
+        results.write_json(self.folder / results.ENV, env)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Without xdist the controller collects itself; with it, workers do (hook below).
         if session.items:
-            results.write_json(self.folder / results.COLLECTED,
-                               [i.nodeid for i in session.items])
+            self.pytest_xdist_node_collection_finished(None, [i.nodeid for i in session.items])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        if not (self.folder / results.COLLECTED).exists():
-            results.write_json(self.folder / results.COLLECTED, list(ids))
+        # Every worker collects the same ids; later passes of a run add theirs.
+        known, _ = results.read_json(self.folder / results.COLLECTED)
+        known = known if isinstance(known, list) else []
+        new = [i for i in ids if i not in set(known)]
+        if new or not known:
+            results.write_json(self.folder / results.COLLECTED, known + new)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         env, _ = results.read_json(self.folder / results.ENV)
@@ -84,6 +93,16 @@ class Recorder:
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self.started[nodeid] = time.time()
 
+    def _device_of(self, node: Any) -> str:
+        """The device a worker was pinned to (``cuda:1``), from its xdist spec's env."""
+        spec_env = getattr(getattr(getattr(node, "gateway", None), "spec", None), "env", None)
+        index = (spec_env or {}).get("ACCELGRID_DEVICE_INDEX")
+        if index is not None:
+            return f"{self.device}:{index}"
+        if os.environ.get("ACCELGRID_PASS") == "all-devices":
+            return f"{self.device}:all"
+        return self.device
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         node = getattr(report, "node", None)
         worker = getattr(getattr(node, "gateway", None), "id", None)
@@ -92,7 +111,7 @@ class Recorder:
             return
         rec = self.pending.setdefault(report.nodeid, {
             "nodeid": report.nodeid, "outcome": None, "duration": 0.0,
-            "message": "", "longrepr": "", "worker": worker, "device": self.device,
+            "message": "", "longrepr": "", "worker": worker, "device": self._device_of(node),
         })
         rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
         wasxfail = getattr(report, "wasxfail", None)
@@ -143,7 +162,8 @@ class Recorder:
         self._write({"nodeid": report.nodeid, "outcome": outcome,
                      "duration": time.time() - start if start else None,
                      "message": detail, "longrepr": _short(str(report.longrepr or ""), 8000),
-                     "worker": worker or info.get("worker"), "device": self.device})
+                     "worker": worker or info.get("worker"),
+                     "device": self._device_of(getattr(report, "node", None))})
 
     def _write(self, rec: dict[str, Any]) -> None:
         rec["outcome"] = rec["outcome"] or outcomes.ERROR
@@ -172,6 +192,8 @@ class WorkerMarker:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
+    config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
+                            "process (runs in a separate pass, never beside pinned workers)")
     folder = os.environ.get(ENV_RESULTS)
     if not folder:
         return

@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, results
+from . import compat, detect, results
 from .cells import Cell
 
 EXIT_CELL_TIMEOUT = 124
@@ -89,14 +90,48 @@ def _selects_paths(args: Sequence[str], root: Path) -> bool:
     return any(not a.startswith("-") and (root / a.split("::", 1)[0]).exists() for a in args)
 
 
+MULTI_DEVICE_MARK = "multi_device"
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pytest invocation of a cell run."""
+
+    name: str
+    xdist: tuple[str, ...]          # -n N, or one --tx per pinned device
+    select: tuple[str, ...] = ()    # marker selection
+    junit: str = results.JUNIT
+    empty_ok: bool = False          # "no tests collected" is fine for this pass
+
+
+def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = ()
+           ) -> list[Pass]:
+    """How the cell's tests are spread. With several devices: one xdist worker pinned to
+    each device (per-device ``--tx`` specs, so a replacement worker keeps its device),
+    then a pass with one worker that sees every device for ``multi_device`` tests."""
+    var = detect.VISIBILITY_VAR.get(cell.device)
+    if var and len(device_ids) > 1 and workers is None:
+        specs: list[str] = ["--dist", "load"]  # --tx specs are ignored without --dist
+        for dev in device_ids:
+            specs += ["--tx", f"popen//env:{var}={dev}//env:ACCELGRID_DEVICE_INDEX={dev}"]
+        return [
+            Pass("pinned", tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
+            Pass("all-devices", ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
+                 junit="junit-all-devices.xml", empty_ok=True),
+        ]
+    return [Pass("single", ("-n", str(workers or cell.workers)))]
+
+
 def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = (),
-                   workers: int | None = None, root: Path | None = None) -> list[str]:
+                   workers: int | None = None, root: Path | None = None,
+                   run_pass: Pass | None = None) -> list[str]:
     paths = [] if root is not None and _selects_paths(args, root) else list(cell.suite_paths)
+    run_pass = run_pass or passes(cell, workers)[0]
     return [
         python, "-m", "pytest", *paths,
-        "-n", str(workers or cell.workers),
+        *run_pass.xdist, *run_pass.select,
         f"--timeout={cell.test_seconds}", "--timeout-method=thread",
-        f"--junitxml={folder / results.JUNIT}", "-o", "junit_family=xunit2",
+        f"--junitxml={folder / run_pass.junit}", "-o", "junit_family=xunit2",
         "-o", f"junit_suite_name={cell.name}",
         "-rA", *args,
     ]
@@ -116,13 +151,42 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     folder = (results_root / cell.name).resolve()
     prepare(folder)
     env = cell_env(cell, root, folder)
-    cmd = pytest_command(cell, python, folder, pytest_args, workers, root)
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
-    print(f"accelgrid: {cell.name}: running {' '.join(cmd[1:4])} ... (limit {limit:.0f} s)",
-          flush=True)
+    deadline = time.monotonic() + limit
+    ids = detect.device_ids(cell.device, env) if workers is None else []
+    plan = passes(cell, workers, ids)
+    if len(plan) > 1:
+        print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices ({', '.join(ids)}): "
+              "one pinned worker each, then multi-device tests", flush=True)
+    stop_reason: list[str] = []
+    rc = 0
+    for run_pass in plan:
+        cmd = pytest_command(cell, python, folder, pytest_args, workers, root, run_pass)
+        left = deadline - time.monotonic()
+        print(f"accelgrid: {cell.name}: pass {run_pass.name}: {' '.join(cmd[1:3])} ... "
+              f"(limit {left:.0f} s)", flush=True)
+        pass_rc = _run_pytest(cmd, root, {**env, "ACCELGRID_PASS": run_pass.name}, left,
+                              stop_reason)
+        if run_pass.empty_ok and pass_rc == 5:  # no multi-device tests selected
+            pass_rc = 0
+        rc = rc or pass_rc
+        if stop_reason:
+            break
+    reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
+    summary = results.finalize(folder, reason)
+    counts = ", ".join(f"{n} {o}" for o, n in summary["counts"].items() if n)
+    print(f"accelgrid: {cell.name}: {summary['total']} tests: {counts or 'none'} "
+          f"-> {folder}", flush=True)
+    if stop_reason:
+        print(f"accelgrid: {cell.name}: {reason}", file=sys.stderr, flush=True)
+        return rc if rc > 0 else 128 + (-rc if rc < 0 else 15)
+    return rc
+
+
+def _run_pytest(cmd: list[str], root: Path, env: dict[str, str], limit: float,
+                stop_reason: list[str]) -> int:
     # Own process group: the cell limit and signals reach every xdist worker.
     proc = subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True)
-    stop_reason: list[str] = []
 
     def _forward(signum: int, _frame: object) -> None:
         stop_reason.append(f"interrupted by {signal.Signals(signum).name}")
@@ -131,7 +195,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     old = {s: signal.signal(s, _forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            rc = proc.wait(timeout=limit)
+            rc = proc.wait(timeout=max(limit, 1.0))
         except subprocess.TimeoutExpired:
             stop_reason.append(f"cell time limit of {limit:.0f} s reached")
             _terminate(proc)
@@ -141,14 +205,6 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             signal.signal(s, handler)
     if rc < 0:
         stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
-    reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
-    summary = results.finalize(folder, reason)
-    counts = ", ".join(f"{n} {o}" for o, n in summary["counts"].items() if n)
-    print(f"accelgrid: {cell.name}: {summary['total']} tests: {counts or 'none'} "
-          f"-> {folder}", flush=True)
-    if stop_reason:
-        print(f"accelgrid: {cell.name}: {reason}", file=sys.stderr, flush=True)
-        return rc if rc > 0 else 128 + (-rc if rc < 0 else 15)
     return rc
 
 

@@ -1,0 +1,56 @@
+"""Run by torchrun from test_collectives.py: all-reduce, broadcast and two DDP steps.
+
+Prints one JSON line per rank with what it saw; the test checks them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    device_type, backend = sys.argv[1], sys.argv[2]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
+    if device_type == "cpu":
+        device = torch.device("cpu")
+    else:
+        device = torch.device(device_type, local)
+        getattr(torch, device_type).set_device(device)
+    dist.init_process_group(backend=backend)
+
+    x = torch.full((4,), float(rank + 1), device=device)
+    dist.all_reduce(x)  # sum of 1..world
+    y = torch.arange(3, dtype=torch.float32, device=device) + (100 if rank == 0 else 0)
+    dist.broadcast(y, src=0)
+
+    torch.manual_seed(rank)  # different data per rank; DDP must keep weights equal
+    model = torch.nn.Linear(8, 2).to(device)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p))
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=None if device_type == "cpu" else [local])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(2):
+        inp = torch.randn(16, 8, generator=gen).to(device)
+        loss = ddp(inp).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+    print(json.dumps({"rank": rank, "world": world, "all_reduce": x.cpu().tolist(),
+                      "broadcast": y.cpu().tolist(), "weights": weights.tolist(),
+                      "device": str(device)}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
