@@ -58,8 +58,10 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records of a tests.jsonl, and a note per unreadable line (a kill mid-write)."""
+def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
+               ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Objects of a JSON-lines file that have ``required`` keys, and a note per unusable
+    line (a kill mid-write leaves a truncated last line)."""
     records, problems = [], []
     if not path.exists():
         return records, problems
@@ -72,11 +74,16 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             except json.JSONDecodeError:
                 problems.append(f"{path.name}:{n}: unreadable line (truncated write?)")
                 continue
-            if not isinstance(rec, dict) or "nodeid" not in rec or "outcome" not in rec:
-                problems.append(f"{path.name}:{n}: not a test record")
+            if not isinstance(rec, dict) or any(k not in rec for k in required):
+                problems.append(f"{path.name}:{n}: not a record with {', '.join(required)}")
                 continue
             records.append(rec)
     return records, problems
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Test records of a tests.jsonl, and a note per unusable line."""
+    return read_jsonl(path, ("nodeid", "outcome"))
 
 
 def read_json(path: Path) -> tuple[Any, str | None]:

@@ -1,0 +1,223 @@
+"""Capturing the aten ops a workload executes, and how the cell's device runs each.
+
+Runs inside the cell's interpreter (torch + stdlib). :class:`OpCapture` is a
+``TorchDispatchMode`` that passes every call through unchanged (so results do not
+change) and counts ``aten::name.overload`` per phase: ``forward``, ``backward`` (inside
+an autograd graph task) and ``optimizer`` (between an optimizer's step hooks).
+While it is active, CPU-fallback messages (Python warnings and c10 log lines written to
+stderr from backward threads) and "not currently implemented" errors are collected and
+parsed, so each op can be classified for the device:
+
+  native      the dispatcher has a kernel for the device's key
+  decomposed  no device kernel, but a CompositeImplicitAutograd one (needs none)
+  fallback    seen falling back to the CPU at run time
+  missing     the workload hit "not currently implemented" for it
+  unknown     none of the above could be decided
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+import threading
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+# Exact upstream texts (REFERENCE.md §2). XPU prints "happends" and a trailing space.
+XPU_FALLBACK_ONCE = (
+    "Aten Op fallback from XPU to CPU happends. This may have performance implications. "
+    "If need debug the fallback ops please set environment variable "
+    "`PYTORCH_DEBUG_XPU_FALLBACK=1` "
+)
+_XPU_DEBUG = re.compile(
+    r"The operator '(aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?) on the XPU backend is falling "
+    r"back to run on the CPU\.")
+_XPU_FORCED = re.compile(
+    r"The operator '([A-Za-z0-9_:.]+)' registered to be forced to fallback to CPU\.")
+_MPS_FALLBACK = re.compile(
+    r"The operator '(aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)' is not currently supported on "
+    r"the MPS backend and will fall back to run on the CPU\.")
+_NOT_IMPLEMENTED = re.compile(
+    r"The operator '(aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)' is not currently implemented "
+    r"for the (XPU|MPS|CUDA) device")
+
+DISPATCH_KEY = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
+STATUSES = ("native", "decomposed", "fallback", "missing", "unknown")
+
+
+def _canonical(op: str) -> str:
+    op = op if op.startswith("aten::") or "::" in op else f"aten::{op}"
+    return op
+
+
+def parse_messages(text: str) -> dict[str, set[str]]:
+    """Ops named in fallback / not-implemented messages in ``text`` (warnings or log lines,
+    whatever their prefix): {"fallback": {...}, "missing": {...}, "generic_fallback": {...}}.
+
+    ``generic_fallback`` holds a marker when only XPU's once-per-process notice was seen
+    (ops on the built-in fallback list, without PYTORCH_DEBUG_XPU_FALLBACK=1)."""
+    found: dict[str, set[str]] = {"fallback": set(), "missing": set(), "generic_fallback": set()}
+    for rx in (_XPU_DEBUG, _XPU_FORCED, _MPS_FALLBACK):
+        found["fallback"].update(_canonical(m) for m in rx.findall(text))
+    found["missing"].update(_canonical(m[0]) for m in _NOT_IMPLEMENTED.findall(text))
+    if XPU_FALLBACK_ONCE.strip() in text:
+        found["generic_fallback"].add("xpu")
+    return found
+
+
+def op_name(func: Any) -> str:
+    """``aten::addmm.default`` style name of an OpOverload."""
+    schema = func._schema
+    overload = schema.overload_name or "default"
+    return f"{schema.name}.{overload}"
+
+
+def _dispatcher_name(op: str) -> str:
+    """The name the dispatcher's lookup wants: ``aten::add.Tensor``; ``.default`` dropped."""
+    return op[: -len(".default")] if op.endswith(".default") else op
+
+
+def classify(op: str, device_type: str, fallback: set[str], missing: set[str]) -> str:
+    """The op's status on ``device_type`` (see the module docstring)."""
+    import torch
+
+    base = op.split(".", 1)[0]
+    if op in missing or base in missing:
+        return "missing"
+    if op in fallback or base in fallback or _dispatcher_name(op) in fallback:
+        return "fallback"
+    key = DISPATCH_KEY.get(device_type)
+    name = _dispatcher_name(op)
+    try:
+        if key and torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
+            return "native"
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"):
+            return "decomposed"
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+            # Backend-agnostic kernels written in terms of other ops run on any device.
+            return "decomposed"
+    except RuntimeError:
+        return "unknown"
+    return "unknown"
+
+
+class _Phase(threading.local):
+    optimizer = False
+
+
+_PHASE = _Phase()
+_OPT_HOOKS: list[Any] = []
+
+
+def _install_optimizer_hooks() -> None:
+    from torch.optim import optimizer
+
+    if _OPT_HOOKS:
+        return
+
+    def pre(*_: Any) -> None:
+        _PHASE.optimizer = True
+
+    def post(*_: Any) -> None:
+        _PHASE.optimizer = False
+
+    _OPT_HOOKS.append(optimizer.register_optimizer_step_pre_hook(pre))
+    _OPT_HOOKS.append(optimizer.register_optimizer_step_post_hook(post))
+
+
+def _make_mode_class() -> type:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Counter(TorchDispatchMode):
+        def __init__(self, counts: dict[str, Counter]):
+            super().__init__()
+            self.counts = counts
+            self.lock = threading.Lock()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if _PHASE.optimizer:
+                phase = "optimizer"
+            elif torch._C._current_graph_task_id() != -1:
+                phase = "backward"
+            else:
+                phase = "forward"
+            name = op_name(func)
+            with self.lock:
+                self.counts[phase][name] += 1
+            return func(*args, **(kwargs or {}))
+
+    return _Counter
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str) -> Iterator[None]:
+    """Copy fd 2 into ``path`` too: c10 log lines from backward threads bypass Python."""
+    saved = os.dup(2)
+    with open(path, "wb") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if data:
+        os.write(2, data)  # still show it
+
+
+class OpCapture:
+    """``with OpCapture("xpu") as cap: ...``; then ``cap.report()``."""
+
+    def __init__(self, device_type: str):
+        self.device_type = device_type
+        self.counts: dict[str, Counter] = defaultdict(Counter)
+        self.messages: list[str] = []
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> OpCapture:
+        _install_optimizer_hooks()
+        fd, self._log = tempfile.mkstemp(prefix="accelgrid-ops-", suffix=".log")
+        os.close(fd)
+        self._warnings = self._stack.enter_context(warnings.catch_warnings(record=True))
+        warnings.simplefilter("always")
+        self._stack.enter_context(_stderr_to(self._log))
+        self._stack.enter_context(_make_mode_class()(self.counts))
+        return self
+
+    def note_exception(self, exc: BaseException) -> None:
+        """Keep a workload's NotImplementedError text for classification."""
+        self.messages.append(str(exc))
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            self.note_exception(exc)
+        self._stack.close()
+        self.messages += [str(w.message) for w in self._warnings]
+        with open(self._log, encoding="utf-8", errors="replace") as fh:
+            self.messages.append(fh.read())
+        os.unlink(self._log)
+
+    def report(self) -> dict[str, Any]:
+        """{op: {"count", "phases": {phase: n}, "status"}} plus what the messages said."""
+        text = "\n".join(self.messages)
+        seen = parse_messages(text)
+        ops: dict[str, dict[str, Any]] = {}
+        for phase, counter in self.counts.items():
+            for op, n in counter.items():
+                entry = ops.setdefault(op, {"count": 0, "phases": {}})
+                entry["count"] += n
+                entry["phases"][phase] = entry["phases"].get(phase, 0) + n
+        for op in seen["missing"]:  # never dispatched successfully, still worth a row
+            ops.setdefault(_dispatcher_name(op) if "." in op else f"{op}.default",
+                           {"count": 0, "phases": {}})
+        for op, entry in ops.items():
+            entry["status"] = classify(op, self.device_type, seen["fallback"], seen["missing"])
+        return {"device_type": self.device_type, "ops": dict(sorted(ops.items())),
+                "fallback_seen": sorted(seen["fallback"]), "missing": sorted(seen["missing"]),
+                "generic_fallback_notice": bool(seen["generic_fallback"])}
