@@ -1,0 +1,269 @@
+"""``accelgrid ci``: the GitHub Actions workflow and the tox configuration, from matrix.yaml.
+
+    accelgrid ci render        # write the files in OUTPUTS beside matrix.yaml
+    accelgrid ci check         # exit 1 with a diff when the committed files differ
+
+Both the workflow and tox run a cell exactly as a developer does: ``nox -s <cell>``.
+ci/README.md explains the workflow's design (plan job, triggers, security, grid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .cells import Cell
+from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from .validation import ValidationFailed
+
+WORKFLOW = ".github/workflows/accelgrid.yml"
+ACTIONLINT = ".github/actionlint.yaml"
+TOX_INI = "ci/tox.ini"
+TOXFILE = "ci/toxfile.py"
+OUTPUTS = (WORKFLOW, ACTIONLINT, TOX_INI, TOXFILE)
+
+# Third-party actions, pinned to the commit their release tag points at (tags can move).
+ACTIONS = {
+    "checkout": ("actions/checkout", "3d3c42e5aac5ba805825da76410c181273ba90b1", "v7.0.1"),
+    "setup-python": ("actions/setup-python", "5fda3b95a4ea91299a34e894583c3862153e4b97",
+                     "v7.0.0"),
+    "upload-artifact": ("actions/upload-artifact", "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f",
+                        "v7.0.0"),
+    "download-artifact": ("actions/download-artifact",
+                          "3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
+}
+
+MAX_MATRIX_JOBS = 256             # GitHub: one job matrix generates at most 256 jobs
+MAX_WORKFLOW_BYTES = 500 * 1024   # GitHub: a workflow file over 500 KB starts no runs
+HOSTED_RUNNER = "ubuntu-24.04"    # the plan and grid jobs (no device needed)
+EXIT_STALE = 1
+EXIT_ERROR = 2
+
+# Labels actionlint already knows for self-hosted runners; only the others need declaring.
+_ACTIONLINT_KNOWN = {"self-hosted", "linux", "macos", "windows", "x64", "x86", "arm", "arm64"}
+# A tox env-name factor like these makes tox look for that Python (tox.tox_env.python.api).
+_PY_FACTOR = re.compile(r"^((py|pypy|cpython|jython|graalpy|rustpython|ironpython)\d|[23]\.\d)")
+
+
+class CIError(Exception):
+    """The matrix cannot be turned into CI configuration; the message is one line."""
+
+
+@dataclass(frozen=True)
+class JobGroup:
+    """One job of the workflow: a dynamic matrix over cells that share a runner."""
+
+    id: str
+    device: str
+    runner_labels: tuple[str, ...]
+    hosted: bool
+    cells: tuple[Cell, ...]
+
+
+def job_groups(cells: Sequence[Cell], limit: int = MAX_MATRIX_JOBS) -> list[JobGroup]:
+    """Cells grouped by device (and runner), each group at most ``limit`` cells.
+
+    A device with more cells than GitHub's per-matrix limit is split into numbered jobs
+    (``cells-xpu-1``, ``cells-xpu-2``) rather than failing at run time.
+    """
+    buckets: dict[tuple[str, tuple[str, ...], bool], list[Cell]] = {}
+    for cell in cells:
+        buckets.setdefault((cell.device, cell.runner_labels, cell.hosted), []).append(cell)
+    chunked = [(key, members[i:i + limit]) for key, members in buckets.items()
+               for i in range(0, len(members), limit)]
+    per_device = {key[0]: sum(k[0] == key[0] for k, _ in chunked) for key, _ in chunked}
+    groups: list[JobGroup] = []
+    seen: dict[str, int] = {}
+    for (device, labels, hosted), chunk in chunked:
+        seen[device] = seen.get(device, 0) + 1
+        job_id = f"cells-{device}" + (f"-{seen[device]}" if per_device[device] > 1 else "")
+        groups.append(JobGroup(job_id, device, labels, hosted, tuple(chunk)))
+    return groups
+
+
+def tox_env_name(cell: Cell) -> str:
+    """``<device>-torch<series>-<profile>``, e.g. ``xpu-torch2.13-cpu_fallback``.
+
+    Not the cell name: tox-gh-actions selects envs whose dash-separated factors include
+    the mapped ones, so every axis must be exactly one factor (``cpu-fallback`` would also
+    match DEVICE=cpu), the default profile needs a factor of its own, and a bare ``2.13``
+    factor makes tox look for Python 2.13.
+    """
+    return f"{cell.device}-torch{cell.torch}-{cell.profile.replace('-', '_')}"
+
+
+def _tox_factor_problems(matrix: Matrix) -> list[str]:
+    problems = []
+    devices = {c.device for c in matrix.cells}
+    for profile in sorted({c.profile for c in matrix.cells}):
+        factor = profile.replace("-", "_")
+        if factor in devices:
+            problems.append(f"profile '{profile}' has a device's name: tox-gh-actions could "
+                            "not tell them apart")
+        if _PY_FACTOR.match(factor):
+            problems.append(f"profile '{profile}' looks like a Python version to tox")
+    return problems
+
+
+def _runs_on(labels: Sequence[str]) -> str:
+    # JSON is valid YAML and quotes whatever needs quoting.
+    return json.dumps(labels[0]) if len(labels) == 1 else json.dumps(list(labels))
+
+
+def _plan_cells(groups: Sequence[JobGroup]) -> list[str]:
+    return [
+        json.dumps({"cell": c.name, "job": g.id, "device": c.device, "torch": c.torch,
+                    "profile": c.profile, "hosted": c.hosted, "timeout": c.cell_minutes})
+        for g in groups for c in g.cells
+    ]
+
+
+def _environment(**delimiters: str) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("accelgrid", "templates"),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+        trim_blocks=True, lstrip_blocks=True, autoescape=False, **delimiters)
+
+
+def _matrix_label(matrix: Matrix) -> str:
+    try:
+        return str(matrix.path.resolve().relative_to(matrix.root.resolve()))
+    except ValueError:
+        return str(matrix.path)
+
+
+def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
+           max_workflow_bytes: int = MAX_WORKFLOW_BYTES) -> dict[str, str]:
+    """Every generated file (path relative to the matrix's folder -> text)."""
+    if not matrix.cells:
+        raise CIError("the matrix has no cells: nothing to run in CI")
+    problems = _tox_factor_problems(matrix)
+    if problems:
+        raise CIError("; ".join(problems))
+    groups = job_groups(matrix.cells, limit)
+    source = _matrix_label(matrix)
+    # The workflow is full of GitHub's own ${{ }}: give jinja other delimiters there.
+    workflow_env = _environment(variable_start_string="[[", variable_end_string="]]",
+                                block_start_string="[%", block_end_string="%]",
+                                comment_start_string="[#", comment_end_string="#]")
+    workflow = workflow_env.get_template("workflow.yml.j2").render(
+        source=source,
+        groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
+                 "runs_on": _runs_on(g.runner_labels), "count": len(g.cells)} for g in groups],
+        plan_cells=_plan_cells(groups),
+        actions={k: {"uses": f"{repo}@{sha}", "version": version}
+                 for k, (repo, sha, version) in ACTIONS.items()},
+        python=matrix.default_python,
+        runner=HOSTED_RUNNER,
+        devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
+        series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
+        profiles=sorted({c.profile for c in matrix.cells}, key=list(matrix.profiles).index),
+    )
+    size = len(workflow.encode())
+    if size > max_workflow_bytes:
+        raise CIError(f"the workflow for {len(matrix.cells)} cells would be {size} bytes, over "
+                      f"GitHub's limit of {max_workflow_bytes}: split the matrix")
+    custom_labels = sorted({label for g in groups if not g.hosted for label in g.runner_labels
+                            if label.lower() not in _ACTIONLINT_KNOWN})
+    env = _environment()
+    actionlint = env.get_template("actionlint.yaml.j2").render(source=source,
+                                                               labels=custom_labels)
+    tox_ini = env.get_template("tox.ini.j2").render(
+        source=source,
+        envs=[{"name": tox_env_name(c), "cell": c.name,
+               "what": f"{c.device} / torch {c.pins['torch']} / profile {c.profile}"}
+              for c in matrix.cells],
+        mapping={
+            "DEVICE": {d: d for d in dict.fromkeys(c.device for c in matrix.cells)},
+            "TORCH": {t: f"torch{t}" for t in dict.fromkeys(c.torch for c in matrix.cells)},
+            "PROFILE": {p: p.replace("-", "_")
+                        for p in dict.fromkeys(c.profile for c in matrix.cells)},
+        },
+    )
+    assert env.loader is not None
+    toxfile = env.loader.get_source(env, "toxfile.py")[0]  # a plain Python file, copied
+    return {WORKFLOW: workflow, ACTIONLINT: actionlint, TOX_INI: tox_ini, TOXFILE: toxfile}
+
+
+def write(files: dict[str, str], root: Path) -> list[Path]:
+    """Write ``files`` under ``root``; returns the paths whose content changed."""
+    changed = []
+    for rel, text in files.items():
+        path = root / rel
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        changed.append(path)
+    return changed
+
+
+def stale(files: dict[str, str], root: Path) -> dict[str, str]:
+    """The files under ``root`` that differ from ``files``: path -> unified diff."""
+    diffs = {}
+    for rel, text in files.items():
+        path = root / rel
+        current = path.read_text(encoding="utf-8") if path.is_file() else None
+        if current == text:
+            continue
+        diffs[rel] = "".join(difflib.unified_diff(
+            (current or "").splitlines(keepends=True), text.splitlines(keepends=True),
+            fromfile=f"{rel} (committed)" if current is not None else f"{rel} (missing)",
+            tofile=f"{rel} (rendered)"))
+    return diffs
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="accelgrid ci",
+        description="The GitHub Actions workflow and the tox configuration, rendered from the "
+                    f"matrix: {', '.join(OUTPUTS)}.")
+    parser.add_argument("--matrix", default=DEFAULT_MATRIX,
+                        help="the matrix file (default: %(default)s)")
+    parser.add_argument("--root", type=Path,
+                        help="where the files live (default: the matrix file's folder)")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub.add_parser("render", help="write the files")
+    sub.add_parser("check", help="exit 1 with a diff when the files differ from the matrix")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        matrix = load_matrix(args.matrix)
+        files = render(matrix)
+    except ValidationFailed as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_ERROR
+    except CIError as exc:
+        print(f"accelgrid ci: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    root = args.root or matrix.root
+    if args.action == "render":
+        changed = write(files, root)
+        for rel in files:
+            state = "written" if root / rel in changed else "unchanged"
+            print(f"{rel}: {state}")
+        return 0
+    diffs = stale(files, root)
+    if not diffs:
+        print(f"{', '.join(files)}: up to date with {args.matrix}")
+        return 0
+    for diff in diffs.values():
+        sys.stdout.write(diff)
+    print(f"accelgrid ci: {', '.join(diffs)} out of date with {args.matrix}; "
+          "run `accelgrid ci render`", file=sys.stderr)
+    return EXIT_STALE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

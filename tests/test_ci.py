@@ -1,0 +1,456 @@
+"""`accelgrid ci`: the generated workflow and tox config, linted, checked for drift, and run
+(the workflow's scripts locally, tox for real with tox-gh-actions)."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from accelgrid import ci, cli
+from accelgrid.matrix import load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MATRIX = load_matrix(ROOT / "matrix.yaml")
+WORKFLOW_TEXT = (ROOT / ci.WORKFLOW).read_text()
+WORKFLOW = yaml.safe_load(WORKFLOW_TEXT)
+JOBS = WORKFLOW["jobs"]
+CELL_JOBS = {k: v for k, v in JOBS.items() if k.startswith("cells-")}
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=str(BIN))
+    if path is None:
+        pytest.skip(f"{name} is not installed in {BIN}")
+    return path
+
+
+def _project(tmp_path: Path, matrix_text: str) -> Path:
+    """A folder holding ``matrix_text`` as matrix.yaml, with its suite folders."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "matrix.yaml").write_text(matrix_text)
+    for spec in yaml.safe_load(matrix_text)["suites"].values():
+        (proj / spec["path"]).mkdir(parents=True, exist_ok=True)
+    return proj
+
+
+def _plan_cells(workflow: dict) -> list[dict]:
+    return json.loads(workflow["jobs"]["plan"]["steps"][0]["env"]["CELLS"])
+
+
+# --- drift -----------------------------------------------------------------------------
+
+
+def test_committed_files_are_what_the_matrix_renders() -> None:
+    assert ci.stale(ci.render(MATRIX), ROOT) == {}, "run `accelgrid ci render`"
+
+
+def test_check_fails_when_the_matrix_changes_without_rerendering(tmp_path, capsys) -> None:
+    text = (ROOT / "matrix.yaml").read_text()
+    proj = _project(tmp_path, text)
+    for rel in ci.OUTPUTS:  # the committed files, as a checkout would have them
+        (proj / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, proj / rel)
+    args = ["--matrix", str(proj / "matrix.yaml")]
+    assert ci.main([*args, "check"]) == 0
+
+    changed = text.replace("cell_minutes: 60", "cell_minutes: 75", 1)
+    assert changed != text
+    (proj / "matrix.yaml").write_text(changed)
+    capsys.readouterr()
+    assert ci.main([*args, "check"]) == ci.EXIT_STALE
+    out, err = capsys.readouterr()
+    assert '"timeout": 75' in out and f"+++ {ci.WORKFLOW} (rendered)" in out
+    assert "run `accelgrid ci render`" in err and len(err.strip().splitlines()) == 1
+
+    assert ci.main([*args, "render"]) == 0
+    assert ci.main([*args, "check"]) == 0
+    assert '"timeout": 75' in (proj / ci.WORKFLOW).read_text()
+
+
+def test_check_reports_a_missing_file(tmp_path, capsys) -> None:
+    proj = _project(tmp_path, (ROOT / "tests" / "base_matrix.yaml").read_text())
+    assert ci.main(["--matrix", str(proj / "matrix.yaml"), "check"]) == ci.EXIT_STALE
+    assert f"--- {ci.TOX_INI} (missing)" in capsys.readouterr().out
+
+
+def test_cli_passes_its_matrix_option_to_ci(tmp_path, capsys) -> None:
+    proj = _project(tmp_path, (ROOT / "tests" / "base_matrix.yaml").read_text())
+    assert cli.main(["--matrix", str(proj / "matrix.yaml"), "ci", "render"]) == 0
+    assert (proj / ci.WORKFLOW).is_file() and (proj / ci.TOX_INI).is_file()
+    assert cli.main(["--matrix", str(proj / "matrix.yaml"), "ci", "check"]) == 0
+
+
+# --- linters ---------------------------------------------------------------------------
+
+
+def test_actionlint_accepts_the_workflow() -> None:
+    proc = subprocess.run([_tool("actionlint"), "-no-color", "-config-file", ci.ACTIONLINT,
+                           ci.WORKFLOW], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_needs_the_declared_runner_labels(tmp_path) -> None:
+    # Control: the same workflow without the label config is an error, so actionlint
+    # really checks runs-on (and the config is what makes it pass).
+    config = tmp_path / "actionlint.yaml"
+    config.write_text("self-hosted-runner:\n  labels: []\n")
+    proc = subprocess.run([_tool("actionlint"), "-no-color", "-config-file", str(config),
+                           str(ROOT / ci.WORKFLOW)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert 'label "intel-gpu" is unknown' in proc.stdout
+
+
+def test_check_jsonschema_accepts_the_workflow(tmp_path) -> None:
+    tool = _tool("check-jsonschema")
+    cmd = [tool, "--builtin-schema", "vendor.github-workflows"]
+    ok = subprocess.run([*cmd, str(ROOT / ci.WORKFLOW)], capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    broken = tmp_path / "broken.yml"  # control: the schema does reject a bad job
+    broken.write_text(WORKFLOW_TEXT.replace("timeout-minutes: 15", "timeout-minutes: soon"))
+    bad = subprocess.run([*cmd, str(broken)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1, bad.stdout
+
+
+# --- structure -------------------------------------------------------------------------
+
+
+def test_every_cell_runs_once_on_its_devices_runner_with_its_timeout() -> None:
+    plan = _plan_cells(WORKFLOW)
+    cells = {c["cell"]: c for c in plan}
+    assert sorted(c["cell"] for c in plan) == sorted(c.name for c in MATRIX.cells)
+    for cell in MATRIX.cells:
+        job = JOBS[cells[cell.name]["job"]]
+        labels = [job["runs-on"]] if isinstance(job["runs-on"], str) else job["runs-on"]
+        assert labels == list(cell.runner_labels), cell.name
+        assert cells[cell.name]["timeout"] == cell.cell_minutes
+        assert cells[cell.name]["hosted"] is cell.hosted
+    for job in CELL_JOBS.values():
+        assert job["timeout-minutes"] == "${{ matrix.timeout }}"
+        assert job["strategy"]["fail-fast"] is False
+        run = [s for s in job["steps"] if s.get("name", "").startswith("nox -s")]
+        assert len(run) == 1 and run[0]["run"] == 'nox -s "$CELL"'
+        assert run[0]["env"]["CELL"] == "${{ matrix.cell }}"
+        upload = job["steps"][-1]
+        assert upload["uses"].startswith("actions/upload-artifact@")
+        assert upload["if"] == "always()"
+        assert upload["with"]["name"] == "results-${{ matrix.cell }}"
+
+
+def test_self_hosted_jobs_never_run_for_pull_requests_and_hosted_ones_do() -> None:
+    triggers = WORKFLOW.get("on", WORKFLOW.get(True))  # PyYAML reads a bare `on` as True
+    assert set(triggers) == {"pull_request", "schedule", "workflow_dispatch"}
+    assert set(triggers["workflow_dispatch"]["inputs"]) == {"devices", "torch", "profiles"}
+    assert triggers["schedule"][0]["cron"]
+    hosted = {c.device for c in MATRIX.cells if c.hosted}
+    assert hosted == {"cpu"}
+    for job_id, job in CELL_JOBS.items():
+        cond = " ".join(job["if"].split())
+        if job_id.removeprefix("cells-") in hosted:
+            assert "pull_request" not in cond
+        else:
+            assert "github.event_name != 'pull_request'" in cond
+            assert "!github.event.pull_request.head.repo.fork" in cond
+
+
+def test_least_privilege_pinned_actions_and_no_secrets() -> None:
+    assert WORKFLOW["permissions"] == {"contents": "read"}
+    assert JOBS["plan"]["permissions"] == {}
+    for job in JOBS.values():
+        assert job.get("permissions", {}) in ({}, {"contents": "read"})
+    assert WORKFLOW["concurrency"]["group"]
+    uses = re.findall(r"uses: (\S+)(.*)", WORKFLOW_TEXT)
+    assert {u.split("@")[0] for u, _ in uses} == {repo for repo, _, _ in ci.ACTIONS.values()}
+    for ref, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+        assert re.fullmatch(r" # v\d+\.\d+\.\d+", comment), comment
+    for step in (s for j in JOBS.values() for s in j["steps"] if "checkout" in s.get("uses", "")):
+        assert step["with"]["persist-credentials"] is False
+    assert "secrets." not in WORKFLOW_TEXT
+
+
+def download_index(job: dict) -> int:
+    return next(i for i, s in enumerate(job["steps"]) if "download-artifact" in s.get("uses", ""))
+
+
+def test_grid_job_collects_every_cell_and_gates_on_the_baseline() -> None:
+    grid = JOBS["grid"]
+    assert set(grid["needs"]) == {"plan", *CELL_JOBS}
+    assert grid["if"].startswith("always()")
+    download = next(s for s in grid["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"] == {"pattern": "results-*", "merge-multiple": True,
+                                "path": "results"}
+    assert "--baseline baselines" in grid["steps"][download_index(grid) + 1]["run"]
+    assert grid["steps"][-1]["if"] == "always()"
+    assert grid["steps"][-1]["with"]["path"] == "grid/"
+
+
+# --- the workflow's scripts, run here --------------------------------------------------
+
+
+def _run_plan(tmp_path: Path, event: str, workflow: dict = WORKFLOW, **inputs: str):
+    step = workflow["jobs"]["plan"]["steps"][0]
+    script = tmp_path / "plan.py"
+    script.write_text(step["run"])
+    output = tmp_path / "github_output"
+    output.write_text("")
+    env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output), "EVENT": event,
+           "CELLS": step["env"]["CELLS"], "JOBS": step["env"]["JOBS"],
+           "DEVICES": inputs.get("devices", ""), "TORCH": inputs.get("torch", ""),
+           "PROFILES": inputs.get("profiles", "")}
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=60)
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    picked = {job: [m["cell"] for m in json.loads(v)] for job, v in outputs.items()
+              if job != "any"}
+    return proc, picked
+
+
+def test_plan_picks_hosted_cells_for_pull_requests_and_all_nightly(tmp_path) -> None:
+    proc, picked = _run_plan(tmp_path, "pull_request")
+    assert proc.returncode == 0, proc.stderr
+    assert set(picked) == set(CELL_JOBS)
+    assert [c for cells in picked.values() for c in cells] == \
+        [c.name for c in MATRIX.cells if c.hosted]
+    proc, picked = _run_plan(tmp_path, "schedule")
+    assert sorted(c for cells in picked.values() for c in cells) == \
+        sorted(c.name for c in MATRIX.cells)
+
+
+def test_plan_applies_dispatch_inputs_and_refuses_unknown_values(tmp_path) -> None:
+    proc, picked = _run_plan(tmp_path, "workflow_dispatch", devices="xpu, cuda", torch="2.13")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(c for cells in picked.values() for c in cells) == sorted(
+        c.name for c in MATRIX.cells if c.device in ("xpu", "cuda") and c.torch == "2.13")
+    assert picked["cells-cpu"] == []
+
+    proc, _ = _run_plan(tmp_path, "workflow_dispatch", devices="tpu\n::warning::injected")
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("::error::DEVICES: unknown device tpu%0A::warning::injected")
+    assert "\n::warning::" not in proc.stdout
+
+    proc, _ = _run_plan(tmp_path, "workflow_dispatch", devices="cpu", profiles="fp64-emulation")
+    assert proc.returncode == 1 and "no cell has all" in proc.stdout
+
+
+def test_grid_step_passes_every_cell_folder_and_the_baseline(tmp_path) -> None:
+    grid = JOBS["grid"]
+    script = grid["steps"][download_index(grid) + 1]["run"]
+    fake = tmp_path / "bin" / "accelgrid"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "args"}\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    work = tmp_path / "work"
+    work.mkdir()
+    empty = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 1 and "::error::no cell uploaded results" in empty.stdout
+    for cell in ("cpu-2.13", "xpu-2.5"):
+        (work / "results" / cell).mkdir(parents=True)
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "args").read_text().split() == [
+        "grid", "results/cpu-2.13/", "results/xpu-2.5/", "--out", "grid",
+        "--baseline", "baselines"]
+
+
+# --- GitHub's limits -------------------------------------------------------------------
+
+
+BIG_MATRIX = """\
+schema: 1
+defaults: {torch: "2.0", suites: [smoke]}
+devices:
+  cpu:
+    index: default
+    detect: {always: true}
+    runner: {labels: [ubuntu-24.04], hosted: true}
+  xpu:
+    index: https://download.pytorch.org/whl/xpu
+    detect: {paths_any: ["/dev/dri/renderD*"]}
+    runner: {labels: [self-hosted, intel-gpu]}
+torch:
+%s
+profiles:
+%s
+suites:
+  smoke: {path: suites/smoke}
+matrix:
+  device: [cpu, xpu]
+  torch: [%s]
+  profile: [%s]
+"""
+
+
+def _big_matrix(tmp_path: Path, series: int = 30, profiles: int = 10) -> Path:
+    names = [f"2.{i}" for i in range(series)]
+    profs = ["default"] + [f"p{i}" for i in range(1, profiles)]
+    text = BIG_MATRIX % (
+        "\n".join(f'  "{s}": {{torch: "{s}.0"}}' for s in names),
+        "\n".join(f"  {p}: {{devices: [cpu]}}" if p != "default" else "  default: {}"
+                  for p in profs),
+        ", ".join(f'"{s}"' for s in names), ", ".join(profs))
+    return _project(tmp_path, text) / "matrix.yaml"
+
+
+def test_a_device_over_256_cells_is_split_into_jobs(tmp_path) -> None:
+    matrix = load_matrix(_big_matrix(tmp_path))
+    assert sum(c.device == "cpu" for c in matrix.cells) == 300
+    files = ci.render(matrix)
+    workflow = yaml.safe_load(files[ci.WORKFLOW])
+    cells = _plan_cells(workflow)
+    jobs = {}
+    for c in cells:
+        jobs.setdefault(c["job"], []).append(c["cell"])
+    assert {k: len(v) for k, v in jobs.items()} == {"cells-cpu-1": 256, "cells-cpu-2": 44,
+                                                    "cells-xpu": 30}
+    assert sorted(c["cell"] for c in cells) == sorted(c.name for c in matrix.cells)
+    assert set(workflow["jobs"]["grid"]["needs"]) == {"plan", *jobs}
+    # the plan script really hands each job at most 256 cells
+    proc, picked = _run_plan(tmp_path, "schedule", workflow)
+    assert proc.returncode == 0, proc.stderr
+    assert {k: len(v) for k, v in picked.items()} == {k: len(v) for k, v in jobs.items()}
+    (tmp_path / "wf.yml").write_text(files[ci.WORKFLOW])
+    (tmp_path / "al.yaml").write_text(files[ci.ACTIONLINT])
+    lint = subprocess.run([_tool("actionlint"), "-no-color", "-config-file",
+                           str(tmp_path / "al.yaml"), str(tmp_path / "wf.yml")],
+                          capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_job_groups_respect_the_limit() -> None:
+    groups = ci.job_groups(MATRIX.cells, limit=3)
+    assert all(len(g.cells) <= 3 for g in groups)
+    assert sorted(c.name for g in groups for c in g.cells) == sorted(c.name for c in MATRIX.cells)
+    assert len({g.id for g in groups}) == len(groups)
+
+
+def test_a_workflow_over_githubs_size_limit_is_refused_in_one_line(tmp_path) -> None:
+    matrix = load_matrix(_big_matrix(tmp_path))
+    with pytest.raises(ci.CIError) as info:
+        ci.render(matrix, max_workflow_bytes=50_000)
+    assert "over GitHub's limit of 50000" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_profile_named_like_a_device_is_refused(tmp_path, capsys) -> None:
+    text = (ROOT / "tests" / "base_matrix.yaml").read_text()
+    text = text.replace("  fallback-debug:", "  cpu:").replace("profile: fallback-debug",
+                                                              "profile: cpu")
+    proj = _project(tmp_path, text)
+    assert ci.main(["--matrix", str(proj / "matrix.yaml"), "render"]) == ci.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("accelgrid ci: profile 'cpu' has a device's name")
+    assert not (proj / ci.WORKFLOW).exists()
+
+
+# --- tox with tox-gh-actions, for real -------------------------------------------------
+
+
+def _tox_env(tmp_path: Path, **env: str) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items()
+            if k not in ("DEVICE", "TORCH", "PROFILE", "TOXENV", "GITHUB_ACTIONS")
+            and not k.startswith("TOX_")}
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir(exist_ok=True)
+    nox = fake_bin / "nox"  # records what tox ran instead of building a cell
+    nox.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "nox.log"}\n')
+    nox.chmod(0o755)
+    return {**keep, "PATH": f"{fake_bin}:{BIN}:{keep['PATH']}", "PYTHONDONTWRITEBYTECODE": "1",
+            "GITHUB_ACTIONS": "true", **env}
+
+
+def _tox(tmp_path: Path, command: str, ini: Path | None = None, **env: str):
+    pytest.importorskip("tox_gh_actions")
+    from importlib.metadata import version
+
+    assert (version("tox"), version("tox-gh-actions")) == ("4.67.13", "3.5.0")
+    if ini is None:
+        (tmp_path / "ci").mkdir(exist_ok=True)
+        for rel in (ci.TOX_INI, ci.TOXFILE):
+            shutil.copy(ROOT / rel, tmp_path / rel)
+        ini = tmp_path / ci.TOX_INI
+    return subprocess.run(
+        [sys.executable, "-m", "tox", "-c", str(ini), "--workdir", str(tmp_path / "w"),
+         command], env=_tox_env(tmp_path, **env), cwd=tmp_path, capture_output=True,
+        text=True, timeout=300)
+
+
+def _default_envs(listing: str) -> list[str]:
+    block = listing.split("default environments:")[1].split("additional environments:")[0]
+    return [line.split()[0] for line in block.strip().splitlines()]
+
+
+def test_tox_runs_exactly_the_selected_cell_through_nox(tmp_path) -> None:
+    proc = _tox(tmp_path, "run", DEVICE="cpu", TORCH="2.13", PROFILE="default")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "nox.log").read_text().splitlines() == [
+        f"-f {tmp_path / 'ci'}/../noxfile.py -s cpu-2.13 --"]
+
+
+def test_tox_without_profile_selects_every_profile_of_that_device_and_torch(tmp_path) -> None:
+    proc = _tox(tmp_path, "l", DEVICE="cpu", TORCH="2.13")
+    assert proc.returncode == 0, proc.stderr
+    assert _default_envs(proc.stdout) == [
+        ci.tox_env_name(c) for c in MATRIX.cells if c.device == "cpu" and c.torch == "2.13"]
+
+
+@pytest.mark.parametrize("env", [{"DEVICE": "tpu"}, {"DEVICE": "tpu", "TORCH": "2.13"}])
+def test_tox_fails_on_a_value_without_mapping_instead_of_running_everything(
+        tmp_path, env) -> None:
+    proc = _tox(tmp_path, "run", **env)
+    assert proc.returncode == 254
+    assert "DEVICE='tpu' matches no tox env (known: cpu, cuda, xpu, mps)" in proc.stdout
+    assert not (tmp_path / "nox.log").exists()
+
+
+def test_tox_fails_when_the_values_select_no_env(tmp_path) -> None:
+    proc = _tox(tmp_path, "run", DEVICE="cpu", PROFILE="fp64-emulation")
+    assert proc.returncode == 254 and "selected no env" in proc.stdout
+    assert not (tmp_path / "nox.log").exists()
+
+
+def test_without_fail_on_no_env_tox_gh_actions_silently_runs_more(tmp_path) -> None:
+    # Control for the test above: what tox-gh-actions 3.5.0 does on its own.
+    (tmp_path / "ci").mkdir()
+    ini = tmp_path / ci.TOX_INI
+    ini.write_text((ROOT / ci.TOX_INI).read_text().replace("fail_on_no_env = true",
+                                                            "fail_on_no_env = false"))
+    shutil.copy(ROOT / ci.TOXFILE, tmp_path / ci.TOXFILE)
+    proc = _tox(tmp_path, "l", ini, DEVICE="tpu", TORCH="2.13")
+    assert proc.returncode == 0, proc.stderr
+    assert _default_envs(proc.stdout) == [
+        ci.tox_env_name(c) for c in MATRIX.cells if c.torch == "2.13"]
+
+
+def test_each_cells_values_select_exactly_its_env(monkeypatch) -> None:
+    # tox-gh-actions' own matching, on the committed tox.ini, for every cell.
+    plugin = pytest.importorskip("tox_gh_actions.plugin")
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / ci.TOX_INI)
+    env_list = ini["tox"]["env_list"].split()
+    assert env_list == [ci.tox_env_name(c) for c in MATRIX.cells]
+    config = {"python": {}, "env": {k.upper(): plugin.parse_factors_dict(v)
+                                    for k, v in ini["gh-actions:env"].items()}}
+    assert ini["gh-actions"]["fail_on_no_env"] == "true"
+    for cell in MATRIX.cells:
+        for var, value in (("DEVICE", cell.device), ("TORCH", cell.torch),
+                           ("PROFILE", cell.profile)):
+            monkeypatch.setenv(var, value)
+        factors = plugin.get_factors(config, versions=[])
+        assert plugin.get_envlist_from_factors(env_list, factors) == [ci.tox_env_name(cell)]
+        section = ini[f"testenv:{ci.tox_env_name(cell)}"]
+        assert f"-s {cell.name} -- {{posargs}}" in section["commands"]
