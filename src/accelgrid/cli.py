@@ -105,19 +105,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_grid(args: argparse.Namespace) -> int:
     from . import grid
+    from .baseline import EXIT_REGRESSION
 
     folders = [Path(p) for p in args.results]
-    model = grid.build(folders)
+    model = grid.build(folders, baseline_dir=Path(args.baseline) if args.baseline else None)
     paths = grid.write(model, Path(args.out))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(paths["md"].read_text(encoding="utf-8"))
+    for note in model["notes"]:
+        print(f"note: {note}", file=sys.stderr)
     for col in model["columns"]:
         state = f"errored: {col['error']}" if col["error"] else ", ".join(
             f"{n} {o}" for o, n in col["counts"].items() if n)
+        if col["status"] == "partial":
+            state += f" (partial: {col['reason']})"
         print(f"{col['name']}: {state}")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if not model["columns"]:
+        print("no results folders found in " + " ".join(args.results), file=sys.stderr)
+        return 1
+    base = model["baseline"]
+    if base:
+        print("vs baselines: " + (", ".join(f"{n} {k}" for k, n in base["counts"].items()
+                                            if n and k != "unchanged") or "all as expected"))
+        regressions = [c for c in base["changes"] if c["change"] == "regression"]
+        for c in regressions[:50]:
+            print(f"REGRESSION {c['cell']}: {c['nodeid']}: {c['expected']} -> {c['outcome']}")
+        if regressions:
+            return EXIT_REGRESSION  # CI gates on this
     return 0
 
 
@@ -182,12 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("grid", help="grids (grid.md/.html/.json) from results folders")
-    p.add_argument("results", nargs="+", help="results/<cell>/ folders")
+    p.add_argument("results", nargs="+",
+                   help="results/<cell>/ folders, or folders holding them (artifacts)")
     p.add_argument("--out", default="results", help="where to write the grids (%(default)s)")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="compare with DIR/<cell>.json; exit 3 on any regression")
     p.set_defaults(func=_cmd_grid)
 
-    p = sub.add_parser("bench", help="benchmarks: overhead (runner vs bare pytest), offload")
-    p.add_argument("what", choices=["overhead", "offload"])
+    p = sub.add_parser("bench", help="benchmarks: overhead (runner vs bare pytest), offload, grid")
+    p.add_argument("what", choices=["overhead", "offload", "grid"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
     p.set_defaults(func=_cmd_bench)
 

@@ -1,0 +1,40 @@
+"""Gate for the CPU-offload suite: skip where torchao's offload cannot run, not-run
+where torchao (or its CPUOffloadOptimizer) is missing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelgrid.backends import device_type
+from accelgrid.outcomes import not_run
+
+# The tests and the resume subprocess import offload_helpers from this folder; make that
+# work under every --import-mode (importlib mode does not put test folders on sys.path).
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+import offload_helpers  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _offload_gate(device: str) -> None:
+    """cpu/mps cells: skip with upstream's reason (CPUOffloadOptimizer asserts CUDA/XPU,
+    pytorch/ao#958), so the grid shows a skip, never a pass. cuda/xpu cells without a
+    usable torchao: not-run with the reason."""
+    kind = device_type(device)
+    if kind not in offload_helpers.SUPPORTED_DEVICES:
+        pytest.skip(offload_helpers.skip_reason(kind))
+    try:
+        offload_helpers.import_cpu_offload()
+    except offload_helpers.OffloadUnavailable as exc:
+        not_run(str(exc))
+
+
+@pytest.fixture
+def offload_cls() -> type:
+    """torchao's CPUOffloadOptimizer (the gate has already checked it imports)."""
+    return offload_helpers.import_cpu_offload()
