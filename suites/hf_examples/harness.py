@@ -1,0 +1,235 @@
+"""Running a :class:`~workloads.Workload` through ``transformers.Trainer`` on one device.
+
+Kept apart from the tests so other suites (op coverage) can train a workload outside
+pytest: ``make_trainer(WORKLOADS["translation"](), "xpu", out_dir).train()``.
+Version differences (transformers 4.57 vs 5.x) are resolved by inspecting signatures,
+never by version numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accelgrid.backends import dispatch
+
+from .workloads import BATCH_SIZE, Workload
+
+MAX_STEPS = 3
+# Larger than the examples' 5e-5 so three steps visibly move every trained tensor.
+LEARNING_RATE = 1e-3
+# Absolute floor for gradient comparisons (see assert_grads_close).
+GRAD_ATOL_FLOOR = 1e-6
+# Keys that are targets or loss switches, not model inputs, for plain forward passes.
+NON_INPUT_KEYS = ("return_loss",)
+
+
+def _params(fn: Any) -> set[str]:
+    return set(inspect.signature(fn).parameters)
+
+
+def training_arguments(
+    output_dir: str | Path, device: str, *, gradient_checkpointing: bool = False,
+    **overrides: Any,
+) -> Any:
+    """TrainingArguments for a few-step run with memory metrics on, for ``device``."""
+    from transformers import TrainingArguments
+
+    known = _params(TrainingArguments.__init__)
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        max_steps=MAX_STEPS,
+        per_device_train_batch_size=BATCH_SIZE,
+        per_device_eval_batch_size=BATCH_SIZE,
+        learning_rate=LEARNING_RATE,
+        max_grad_norm=1.0,
+        # Exercises the device's memory_allocated / max_memory_allocated /
+        # reset_peak_memory_stats (pytorch/pytorch#127929).
+        skip_memory_metrics=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        # Eval only needs the loss; gathering DETR/Mask2Former outputs needs extra care.
+        prediction_loss_only=True,
+    )
+    if device == "cpu":
+        # TrainingArguments picks the device itself; only CPU must be forced.
+        kwargs["use_cpu" if "use_cpu" in known else "no_cuda"] = True
+    if gradient_checkpointing:
+        # transformers 5.x renamed gradient_* to activation_checkpointing* (old names warn).
+        prefix = "activation" if "activation_checkpointing" in known else "gradient"
+        kwargs[f"{prefix}_checkpointing"] = True
+        if f"{prefix}_checkpointing_kwargs" in known:
+            # The reentrant variant is the one of pytorch/pytorch#128478.
+            kwargs[f"{prefix}_checkpointing_kwargs"] = {"use_reentrant": True}
+    kwargs.update(overrides)
+    return TrainingArguments(**{k: v for k, v in kwargs.items() if k in known})
+
+
+def make_trainer(
+    workload: Workload, device: str, output_dir: str | Path, *,
+    gradient_checkpointing: bool = False, **overrides: Any,
+) -> Any:
+    """A Trainer over ``workload``; ``processing_class`` or the older ``tokenizer`` kwarg."""
+    from transformers import Trainer
+
+    args = training_arguments(
+        output_dir, device, gradient_checkpointing=gradient_checkpointing, **overrides
+    )
+    kwargs: dict[str, Any] = dict(
+        model=workload.model, args=args, train_dataset=workload.train_dataset,
+        eval_dataset=workload.eval_dataset,
+    )
+    if workload.data_collator is not None:
+        kwargs["data_collator"] = workload.data_collator
+    if workload.processing_class is not None:
+        known = _params(Trainer.__init__)
+        key = "processing_class" if "processing_class" in known else "tokenizer"
+        kwargs[key] = workload.processing_class
+    return Trainer(**kwargs)
+
+
+def to_device(obj: Any, device: str | torch.device) -> Any:
+    """Move tensors nested in dicts/lists/tuples to ``device`` (as Trainer does)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+def first_batch(workload: Workload, split: str = "train") -> dict[str, Any]:
+    """The first (unshuffled) batch of a split, collated on CPU."""
+    from transformers import default_data_collator
+
+    dataset = workload.train_dataset if split == "train" else workload.eval_dataset
+    collate = workload.data_collator or default_data_collator
+    return collate([dataset[i] for i in range(BATCH_SIZE)])
+
+
+@contextlib.contextmanager
+def strict_fp32() -> Iterator[None]:
+    """Full fp32 matmuls/convolutions (no TF32) for reference comparisons."""
+    matmul = torch.get_float32_matmul_precision()
+    cudnn = torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def first_step(
+    model: torch.nn.Module, batch: dict[str, Any], device: str, *,
+    train_mode: bool = False, gradient_checkpointing: bool = False,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss and gradients (on CPU) of one forward/backward of ``model`` on ``device``.
+
+    Eval mode by default, so dropout and random quantisation do not differ between
+    devices; ``train_mode`` (with dropout configured off) is for gradient checkpointing,
+    which is only active in training mode.
+    """
+    dispatch("manual_seed", device, 0)
+    model = model.to(device)
+    model.train(train_mode)
+    if gradient_checkpointing:
+        enable_checkpointing(model)
+    model.zero_grad(set_to_none=True)
+    with strict_fp32():
+        loss = model(**to_device(batch, device)).loss
+        if gradient_checkpointing:
+            assert graph_has(loss, "CheckpointFunction"), "checkpointing did not engage"
+        loss.backward()
+    grads = {
+        name: p.grad.detach().cpu()
+        for name, p in model.named_parameters()
+        if p.requires_grad and p.grad is not None
+    }
+    return loss.detach().cpu(), grads
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Reentrant activation checkpointing, under the 5.x name or the 4.x one."""
+    reentrant = {"use_reentrant": True}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=reentrant)
+    elif "gradient_checkpointing_kwargs" in _params(model.gradient_checkpointing_enable):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=reentrant)
+    else:
+        model.gradient_checkpointing_enable()
+
+
+def checkpointing_on(model: Any) -> bool:
+    """The model's own flag, under the 5.x name or the 4.x one."""
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return bool(model.is_activation_checkpointing)
+    return bool(model.is_gradient_checkpointing)
+
+
+def graph_has(tensor: torch.Tensor, node_name: str) -> bool:
+    """Whether the autograd graph behind ``tensor`` contains a node named ``node_name*``
+    (e.g. ``CheckpointFunctionBackward`` for reentrant checkpointing)."""
+    seen, todo = set(), [tensor.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        if type(fn).__name__.startswith(node_name):
+            return True
+        seen.add(fn)
+        todo.extend(f for f, _ in fn.next_functions)
+    return False
+
+
+def assert_grads_close(
+    got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], *, rtol: float, scale: float,
+) -> None:
+    """Compare gradient dicts. atol is ``scale`` times the largest reference gradient in
+    the whole model: gradients that are zero in exact arithmetic (key biases before a
+    softmax, a multiple-choice bias) or tiny next to the loss's main terms (DETR's box
+    loss) carry only absolute reduction-order noise of that size, as seen on CUDA."""
+    assert got.keys() == ref.keys(), (
+        f"gradients differ in which parameters get them: only on device "
+        f"{sorted(got.keys() - ref.keys())}, only on cpu {sorted(ref.keys() - got.keys())}"
+    )
+    # The floor covers models whose gradients are all tiny (RoBERTa multiple choice at
+    # init: largest 1.7e-4), where fp32 noise (~6e-8 seen) is no longer small beside them.
+    atol = max(scale * max(float(r.abs().max()) for r in ref.values()), GRAD_ATOL_FLOOR)
+    for name, r in ref.items():
+        torch.testing.assert_close(
+            got[name], r, rtol=rtol, atol=atol, msg=lambda m, n=name: f"grad of {n}: {m}"
+        )
+
+
+def flat_tensors(output: Any) -> list[torch.Tensor]:
+    """All tensors of a model output (ModelOutput, tuples, dicts) in a stable order."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, Mapping):
+        return [t for v in output.values() for t in flat_tensors(v)]
+    if isinstance(output, (list, tuple)):
+        return [t for v in output for t in flat_tensors(v)]
+    return []
+
+
+def inputs_without_labels(batch: dict[str, Any], label_names: list[str]) -> dict[str, Any]:
+    """A batch for a plain forward: targets dropped, so losses with random sampling
+    (Mask2Former) do not enter the comparison."""
+    return {k: v for k, v in batch.items() if k not in label_names and k not in NON_INPUT_KEYS}
+
+
+def finite(value: float) -> bool:
+    return math.isfinite(float(value))

@@ -1,0 +1,113 @@
+"""One Trainer run per Hugging Face example, on the cell's device.
+
+Each test: first-step loss/gradients on the device (compared with a CPU fp32 reference
+on accelerators), a few Trainer steps with memory metrics, an evaluation, and a
+save_pretrained/from_pretrained round trip checked on the device.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from accelgrid.outcomes import not_run
+
+from . import harness
+from .workloads import RANDOM_LOSS, WORKLOADS, MissingModelClass
+
+# Trainer computes an eval loss only for models with label arguments or return_loss;
+# these self-supervised models have neither (their loss is checked in the round trip).
+NO_EVAL_LOSS = frozenset({"speech-pretraining", "image-pretraining"})
+
+# Accelerator vs CPU fp32, TF32 off (harness.strict_fp32): what is left is reduction
+# order and fused/vendor kernels (cuDNN/oneDNN conv and attention), which in fp32 land
+# around 1e-5 relative; 1e-3 leaves headroom without hiding a wrong kernel, whose errors
+# are O(1). Gradients: atol = GRAD_SCALE * the model's largest gradient (see harness;
+# on an H200 the noise on exactly-zero gradients was at most 6e-8 absolute).
+LOSS_RTOL, LOSS_ATOL = 1e-3, 1e-4
+GRAD_RTOL, GRAD_SCALE = 1e-3, 1e-3
+
+GC_ID = "text-classification-gradient-checkpointing"
+CASES = [pytest.param(name, False, id=name) for name in WORKLOADS] + [
+    # pytorch/pytorch#128478: reentrant checkpointing took the CUDA path on other devices.
+    pytest.param("text-classification", True, id=GC_ID),
+]
+
+
+@pytest.mark.parametrize(("name", "gradient_checkpointing"), CASES)
+def test_workload(name: str, gradient_checkpointing: bool, device: str, tmp_path) -> None:
+    # Dropout off where the step is compared in training mode (checkpointing is only
+    # active there), so the CPU reference sees the same function.
+    overrides = (
+        {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+        if gradient_checkpointing else None
+    )
+    try:
+        workload = WORKLOADS[name](overrides)
+    except MissingModelClass as exc:
+        not_run(str(exc))
+
+    # --- first step on the device, and against CPU fp32 on accelerators -----------------
+    batch = harness.first_batch(workload)
+    probe = dict(train_mode=gradient_checkpointing, gradient_checkpointing=gradient_checkpointing)
+    loss, grads = harness.first_step(copy.deepcopy(workload.model), batch, device, **probe)
+    assert harness.finite(loss), f"first-step loss is {loss}"
+    bad = [n for n, g in grads.items() if not torch.isfinite(g).all()]
+    assert not bad, f"non-finite gradients: {bad}"
+    if device != "cpu" and name not in RANDOM_LOSS:
+        ref_loss, ref_grads = harness.first_step(
+            copy.deepcopy(workload.model), batch, "cpu", **probe
+        )
+        torch.testing.assert_close(loss, ref_loss, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+        harness.assert_grads_close(grads, ref_grads, rtol=GRAD_RTOL, scale=GRAD_SCALE)
+    trained = {n for n, g in grads.items() if g.abs().sum() > 0}
+    assert trained, "no parameter received a non-zero gradient"
+
+    # --- a few Trainer steps --------------------------------------------------------------
+    before = {n: p.detach().clone() for n, p in workload.model.named_parameters()}
+    trainer = harness.make_trainer(
+        workload, device, tmp_path / "out", gradient_checkpointing=gradient_checkpointing
+    )
+    assert trainer.args.device.type == device, (
+        f"Trainer picked {trainer.args.device}, the cell's device is {device}"
+    )
+    result = trainer.train()
+    assert result.global_step == harness.MAX_STEPS
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert len(losses) == harness.MAX_STEPS, trainer.state.log_history
+    assert all(harness.finite(v) for v in losses), f"training losses {losses}"
+    assert "train_mem_cpu_alloc_delta" in result.metrics, result.metrics
+    if device in ("cuda", "xpu"):
+        assert "train_mem_gpu_alloc_delta" in result.metrics, result.metrics
+    model = trainer.model
+    if gradient_checkpointing:
+        assert harness.checkpointing_on(model), "Trainer did not enable checkpointing"
+    after = {n: p.detach().cpu() for n, p in model.named_parameters()}
+    unchanged = sorted(n for n in trained if torch.equal(after[n], before[n]))
+    assert not unchanged, f"parameters with gradients but not updated: {unchanged}"
+
+    # --- evaluation -------------------------------------------------------------------------
+    metrics = trainer.evaluate()
+    assert "eval_runtime" in metrics, metrics
+    if name not in NO_EVAL_LOSS:
+        assert harness.finite(metrics["eval_loss"]), metrics
+
+    # --- save_pretrained / from_pretrained round trip on the device -------------------------
+    saved = tmp_path / "saved"
+    trainer.save_model(str(saved))
+    reloaded, info = type(model).from_pretrained(str(saved), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    reloaded = reloaded.to(device).eval()
+    model.eval()
+    inputs = harness.to_device(
+        harness.inputs_without_labels(harness.first_batch(workload, "eval"), trainer.label_names),
+        device,
+    )
+    with torch.no_grad():
+        want = harness.flat_tensors(model(**inputs))
+        got = harness.flat_tensors(reloaded(**inputs))
+    assert want, "the model returned no tensors"
+    assert all(torch.isfinite(t).all() for t in want if t.is_floating_point())
+    torch.testing.assert_close(got, want)
