@@ -44,3 +44,16 @@ def grid(session: nox.Session) -> None:
     code = cli.main(["grid", *args, "--out", str(out)])
     if code:
         session.error(f"accelgrid grid exited with {code}")
+
+
+@nox.session(python=False, default=False, tags=["repro"])
+def repro(session: nox.Session) -> None:
+    """Reproduce a known upstream issue in its cells: nox -s repro -- pytorch/ao#958"""
+    from accelgrid import repro as repro_mod
+
+    if not session.posargs:
+        session.error("name the issue after --, e.g. nox -s repro -- pytorch/ao#958 "
+                      "(--list shows the registry)")
+    code = repro_mod.main(["--matrix", str(ROOT / "matrix.yaml"), *session.posargs])
+    if code:
+        session.error(f"accelgrid repro exited with {code}")

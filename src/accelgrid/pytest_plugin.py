@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from . import outcomes, provenance, results
+from . import known_issues_runtime, outcomes, provenance, results
 
 ENV_RESULTS = "ACCELGRID_RESULTS"
 ENV_CELL = "ACCELGRID_CELL"
@@ -114,6 +114,8 @@ class Recorder:
             "message": "", "longrepr": "", "worker": worker, "device": self._device_of(node),
         })
         rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
+        if getattr(report, "accelgrid_issue", None):  # set by known_issues_runtime
+            rec["issue"] = report.accelgrid_issue
         wasxfail = getattr(report, "wasxfail", None)
         if rec["outcome"] is None:
             if report.failed:
@@ -190,15 +192,41 @@ class WorkerMarker:
         results.clear_running(self.folder, self.worker)
 
 
+class OpCaptureHook:
+    """With ACCELGRID_CAPTURE_OPS=1: each test's call runs under accelgrid.opcapture, and
+    its ops (with their status on this device) go to ``ops-raw/<worker>.jsonl``."""
+
+    def __init__(self, config: pytest.Config, folder: Path):
+        self.raw = folder / "ops-raw"
+        self.worker = _worker_id(config) or "main"
+        self.device = os.environ.get(ENV_DEVICE, "cpu")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        from . import opcapture  # imports torch: only when capturing
+
+        capture = opcapture.OpCapture(self.device)
+        with capture:
+            outcome = yield
+            if outcome.excinfo is not None:  # e.g. "not currently implemented for XPU"
+                capture.note_exception(outcome.excinfo[1])
+        self.raw.mkdir(parents=True, exist_ok=True)
+        results.append_record(self.raw / f"{self.worker}.jsonl", {
+            "nodeid": item.nodeid, "workload": workload_of(item.nodeid), **capture.report()})
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
+    known_issues_runtime.configure(config)  # upstream marker; registry xfails (issue 7)
     folder = os.environ.get(ENV_RESULTS)
     if not folder:
         return
     path = Path(folder)
     config.pluginmanager.register(WorkerMarker(config, path), "accelgrid-worker-marker")
+    if os.environ.get("ACCELGRID_CAPTURE_OPS") == "1":
+        config.pluginmanager.register(OpCaptureHook(config, path), "accelgrid-op-capture")
     if _worker_id(config) is None:
         config.pluginmanager.register(Recorder(config, path), "accelgrid-recorder")
 
@@ -213,6 +241,15 @@ def device_type() -> str:
 def device(device_type: str) -> str:
     """The device tests put tensors on (``"cuda"``, ``"xpu"``, ``"cpu"``, ``"mps"``)."""
     return device_type
+
+
+def workload_of(nodeid: str) -> str:
+    """``suites/hf_examples/test_w.py::test_workload[image-classification]`` ->
+    ``image-classification``; unparametrized tests count as their suite's workload."""
+    if nodeid.endswith("]") and "[" in nodeid:
+        return nodeid[nodeid.rindex("[") + 1: -1]
+    parts = nodeid.split("::", 1)[0].split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
 
 
 @pytest.fixture(autouse=True)

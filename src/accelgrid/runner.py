@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, detect, results
+from . import compat, detect, known_issues, ops, results
 from .cells import Cell
 
 EXIT_CELL_TIMEOUT = 124
@@ -82,6 +82,9 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
         "PYTHONUNBUFFERED": "1",
     })
+    # The cell's known_issues.yaml entries, as JSON for the in-cell plugin (issue 7).
+    env.pop(known_issues.runtime.ENV_KNOWN_ISSUES, None)
+    env.update(known_issues.cell_env(cell, root, folder))
     return env
 
 
@@ -174,6 +177,8 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             break
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
     summary = results.finalize(folder, reason)
+    if ops.build(folder) is not None:
+        print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
     counts = ", ".join(f"{n} {o}" for o, n in summary["counts"].items() if n)
     print(f"accelgrid: {cell.name}: {summary['total']} tests: {counts or 'none'} "
           f"-> {folder}", flush=True)

@@ -1,0 +1,208 @@
+"""``accelgrid bisect TEST --device D``: the first torch version where a test's outcome changes.
+
+    accelgrid bisect suites/repro/test_pytorch_pytorch_127929.py::test_xpu_memory_api_exists \\
+        --device cpu --torch 2.4 --torch 2.5 --torch 2.6
+    accelgrid bisect NODEID --device xpu --all      # run every version, not a bisection
+
+The test runs in the cells ``<device>-<series>[-<profile>]`` of the matrix's torch series,
+oldest first, each through its nox session with ``-R`` (reuse the cell's environment,
+install nothing once it exists), so a second bisect costs only the test runs. By default
+it bisects: it runs the oldest and newest version, then halves the range until the two
+neighbours that differ are found (one change assumed; ``--all`` checks every version).
+Outcomes are the recorded ones, with the registry applied (``xfailed`` where a known issue
+is in scope; ``--raw`` shows the bare outcomes). Prints a table version → outcome and the
+verdict; results go to ``<results>/bisect/<test>/<cell>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import compat, detect, known_issues
+from .cells import Cell
+from .matrix import DEFAULT_MATRIX, load_matrix
+from .repro import ARROW, _short, results_root, run_cell
+from .validation import ValidationFailed
+
+EXIT_INVALID = 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    outcome: str            # "passed", "xfailed", "2 passed, 1 failed", "not run"
+    message: str = ""
+    ran: bool = True        # False: the session ran no test (the version is unknown)
+    seconds: float | None = None
+
+
+def summarize(records: dict[str, dict], nodeid: str) -> tuple[str, str]:
+    """The outcome of ``nodeid`` (a test, or a file/parametrized set) from a run's records."""
+    if nodeid in records:
+        rec = records[nodeid]
+        return rec["outcome"], rec.get("message") or ""
+    picked = [r for n, r in records.items() if n.startswith(nodeid)]
+    if not picked:
+        picked = list(records.values())
+    counts = Counter(r["outcome"] for r in picked)
+    if len(counts) == 1 and len(picked) == 1:
+        return picked[0]["outcome"], picked[0].get("message") or ""
+    text = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+    return text, next((r.get("message") or "" for r in picked if r.get("message")), "")
+
+
+def search(cells: list[Cell], outcome_of: Callable[[Cell], Outcome], run_all: bool = False
+           ) -> tuple[dict[str, Outcome], str, Cell | None]:
+    """Run ``outcome_of`` over ``cells`` (oldest first): every one (``run_all``) or a
+    bisection. Returns outcomes by cell name, the verdict line and the first changed cell."""
+    seen: dict[str, Outcome] = {}
+
+    def get(i: int) -> Outcome:
+        if cells[i].name not in seen:
+            seen[cells[i].name] = outcome_of(cells[i])
+        return seen[cells[i].name]
+
+    if run_all or len(cells) <= 2:
+        for i in range(len(cells)):
+            get(i)
+        ran = [c for c in cells if seen[c.name].ran]
+        changes = [(a, b) for a, b in zip(ran, ran[1:], strict=False)
+                   if seen[a.name].outcome != seen[b.name].outcome]
+        if not ran:
+            return seen, "no version ran the test", None
+        if not changes:
+            return seen, (f"no change: {seen[ran[0].name].outcome} on every version that ran "
+                          f"({len(ran)} of {len(cells)})"), None
+        a, b = changes[0]
+        more = f"; {len(changes) - 1} later change(s), see the table" if len(changes) > 1 else ""
+        return seen, _changed(a, b, seen) + more, b
+    lo, hi = 0, len(cells) - 1
+    if not get(lo).ran or not get(hi).ran:
+        bad = lo if not get(lo).ran else hi
+        return seen, f"cannot bisect: {cells[bad].name} ran no test ({get(bad).message})", None
+    if get(lo).outcome == get(hi).outcome:
+        return seen, (f"no change between torch {_v(cells[lo])} and {_v(cells[hi])}: "
+                      f"{get(lo).outcome} at both ends (a bisection assumes one change; "
+                      "--all runs every version)"), None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if not get(mid).ran:
+            return seen, f"cannot bisect: {cells[mid].name} ran no test ({get(mid).message})", None
+        if get(mid).outcome == get(lo).outcome:
+            lo = mid
+        else:
+            hi = mid
+    return seen, _changed(cells[lo], cells[hi], seen), cells[hi]
+
+
+def _v(cell: Cell) -> str:
+    return cell.pins["torch"]
+
+
+def _changed(a: Cell, b: Cell, seen: dict[str, Outcome]) -> str:
+    return (f"the outcome changes at torch {_v(b)} ({b.name}): {seen[a.name].outcome} on "
+            f"{_v(a)} {ARROW} {seen[b.name].outcome} on {_v(b)}")
+
+
+def table(cells: list[Cell], seen: dict[str, Outcome]) -> list[str]:
+    rows = [("torch", "cell", "outcome", "time", "message")]
+    for cell in cells:
+        o = seen.get(cell.name)
+        if o is None:
+            rows.append((_v(cell), cell.name, "-", "", "not run (bisection skipped it)"))
+        else:
+            took = f"{o.seconds:.0f} s" if o.seconds is not None else ""
+            rows.append((_v(cell), cell.name, o.outcome if o.ran else "not run", took,
+                         _short(o.message, 90)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  ".join(f"{r[i]:<{widths[i]}}" for i in range(4)) + "  " + r[4] for r in rows]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="accelgrid bisect",
+        description="Run one test across the matrix's torch versions for a device, reusing "
+                    "each cell's environment, and report the first version where its outcome "
+                    "changes.")
+    p.add_argument("test", help="pytest node id, e.g. suites/smoke/test_device_api.py::test_x")
+    p.add_argument("--device", required=True, help="cpu, cuda, xpu or mps")
+    p.add_argument("--profile", help="env profile (default: the matrix's default profile)")
+    p.add_argument("--torch", action="append", help="only these torch series (repeatable)")
+    p.add_argument("--all", action="store_true", help="run every version (no bisection)")
+    p.add_argument("--raw", action="store_true",
+                   help="without known_issues.yaml (bare outcomes instead of xfailed)")
+    p.add_argument("--matrix", default=DEFAULT_MATRIX, help="matrix file (%(default)s)")
+    p.add_argument("--envdir", help="nox --envdir (where cell environments live)")
+    p.add_argument("--fresh", action="store_true",
+                   help="let nox re-install into existing environments (no -R)")
+    p.add_argument("--no-venv", action="store_true",
+                   help="run on the current interpreter (only its torch's cell can run)")
+    p.add_argument("--results", help="results folder (default: <results>/bisect/<test>/)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show nox's output")
+    p.add_argument("--timeout", type=float, help="seconds per cell run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        matrix = load_matrix(args.matrix)
+    except ValidationFailed as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    if args.device not in matrix.devices:
+        print(f"accelgrid bisect: unknown device '{args.device}' (known: "
+              f"{', '.join(matrix.devices)})", file=sys.stderr)
+        return EXIT_INVALID
+    profile = args.profile or matrix.default_profile
+    cells = sorted((c for c in matrix.cells if c.device == args.device and c.profile == profile
+                    and (not args.torch or c.torch in args.torch)),
+                   key=lambda c: compat.version_tuple(c.pins["torch"]))
+    if args.torch:
+        missing = sorted(set(args.torch) - {c.torch for c in cells})
+        if missing:
+            print(f"accelgrid bisect: no {args.device} cell with profile {profile} for torch "
+                  f"{', '.join(missing)}", file=sys.stderr)
+            return EXIT_INVALID
+    if len(cells) < 2:
+        print(f"accelgrid bisect: {len(cells)} {args.device} cell(s) with profile {profile}: "
+              "nothing to compare", file=sys.stderr)
+        return EXIT_INVALID
+    absent = detect.absent_reason(args.device, matrix.devices[args.device].detect)
+    if absent and not os.environ.get("ACCELGRID_SKIP_DETECT"):
+        print(f"accelgrid bisect: {absent}", file=sys.stderr)
+        return 1
+    path = args.test.split("::", 1)[0]
+    if not (matrix.root / path).exists():
+        print(f"accelgrid bisect: {path} does not exist under {matrix.root}", file=sys.stderr)
+        return EXIT_INVALID
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", args.test).strip("-")[-120:]
+    out = Path(args.results) if args.results else results_root(matrix) / "bisect" / slug
+    if args.raw:
+        os.environ[known_issues.ENV_DISABLE] = "1"  # read by the runner in the nox session
+    print(f"bisect {args.test} on {args.device} ({profile}) over torch "
+          f"{', '.join(_v(c) for c in cells)}; results in {out}/", flush=True)
+
+    def outcome_of(cell: Cell) -> Outcome:
+        run = run_cell(matrix, cell, [args.test], out, envdir=args.envdir,
+                       reuse=not args.fresh, no_venv=args.no_venv, verbose=args.verbose,
+                       timeout=args.timeout)
+        if run.error:
+            o = Outcome("not run", run.error, ran=False, seconds=run.seconds)
+        else:
+            o = Outcome(*summarize(run.records, args.test), seconds=run.seconds)
+        print(f"  torch {_v(cell)} ({cell.name}) {ARROW} {o.outcome if o.ran else 'not run'} "
+              f"[{run.seconds:.0f} s]", flush=True)
+        return o
+
+    seen, verdict, _ = search(cells, outcome_of, run_all=args.all)
+    print()
+    print("\n".join(table(cells, seen)))
+    print(f"verdict: {verdict}")
+    return 0 if all(o.ran for o in seen.values()) else 1

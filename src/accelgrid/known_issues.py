@@ -1,0 +1,283 @@
+"""The known-issue registry, ``known_issues.yaml``: schema, strict validation, scope matching.
+
+Each entry names an upstream issue (``owner/repo#N``, its link and title), the cells it
+affects (devices, torch range, profiles, package ranges), the tests it affects (fnmatch
+patterns of node ids) and how they end while the bug is there (``failed``, ``error`` or
+``skipped``, optionally with a message regex). In scope, such a test is a strict xfail
+that carries the issue's link; if it passes, it fails saying the issue looks fixed.
+
+Errors read like matrix.yaml's: ``FILE:LINE: key.path: message`` with suggestions.
+The in-cell half (stdlib only) is :mod:`accelgrid.known_issues_runtime`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import known_issues_runtime as runtime
+from .cells import Cell
+from .matrix import PIN_NAMES, Matrix
+from .validation import Problem, SourceMap, ValidationFailed, check_schema, load_yaml, suggest
+
+DEFAULT_REGISTRY = "known_issues.yaml"
+RUNTIME_JSON = "known_issues.json"     # the cell's entries, in its results folder
+ENV_DISABLE = "ACCELGRID_NO_KNOWN_ISSUES"  # =1: run cells without the registry (raw outcomes)
+REPRO_DIR = "suites/repro"
+
+ISSUE_ID = re.compile(
+    r"^(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<number>[1-9]\d*)$")
+_ID_HINT = "an issue id like owner/repo#123"
+_RANGE = {"type": "string", "description": "a version range like \">=2.4,<2.5\""}
+_PACKAGES = [p for p in PIN_NAMES if p != "torch"]
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema", "issues"],
+    "properties": {
+        "schema": {"enum": [1]},
+        "issues": {
+            "type": "object",
+            "propertyNames": {"pattern": ISSUE_ID.pattern, "description": _ID_HINT},
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["title", "scope", "tests", "expect"],
+                "properties": {
+                    "title": {"type": "string", "minLength": 1},
+                    "url": {"type": "string"},
+                    "status": {"enum": ["open", "fixed"]},
+                    "fixed_in": {"type": "string", "pattern": r"^\d+\.\d+(\.\d+)?$",
+                                 "description": 'a torch release like "2.5"'},
+                    "note": {"type": "string"},
+                    "scope": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "devices": {"type": "array", "items": {"type": "string"},
+                                        "minItems": 1},
+                            "torch": _RANGE,
+                            "profiles": {"type": "array", "items": {"type": "string"},
+                                         "minItems": 1},
+                            "packages": {
+                                "type": "object",
+                                "propertyNames": {"enum": _PACKAGES},
+                                "additionalProperties": _RANGE,
+                            },
+                        },
+                    },
+                    "tests": {"type": "array", "minItems": 1, "items": {
+                        # a node-id pattern, or {test: pattern, torch: range} to narrow it
+                        "type": ["string", "object"],
+                        "minLength": 1,
+                        "additionalProperties": False,
+                        "required": ["test"],
+                        "properties": {"test": {"type": "string", "minLength": 1},
+                                       "torch": _RANGE},
+                    }},
+                    "expect": {"enum": list(runtime.EXPECTED_OUTCOMES)},
+                    "match": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    id: str
+    url: str
+    title: str
+    tests: tuple[tuple[str, str | None], ...]   # (node-id pattern, torch range or None)
+    expect: str
+    match: str | None = None
+    devices: tuple[str, ...] | None = None
+    torch: str | None = None
+    profiles: tuple[str, ...] | None = None
+    packages: dict[str, str] = field(default_factory=dict)
+    status: str = "open"
+    fixed_in: str | None = None
+    note: str = ""
+
+    def out_of_scope_reason(self, cell: Cell) -> str | None:
+        """Why the entry does not apply to ``cell`` (by the matrix's pins), or None."""
+        if self.devices is not None and cell.device not in self.devices:
+            return f"device {cell.device} is not in {', '.join(self.devices)}"
+        if self.profiles is not None and cell.profile not in self.profiles:
+            return f"profile {cell.profile} is not in {', '.join(self.profiles)}"
+        for package, text in {"torch": self.torch, **self.packages}.items():
+            if text is None:
+                continue
+            version = cell.pins.get(package)
+            if version is None:
+                return f"the cell pins no {package}"
+            if not runtime.in_range(version, text):
+                return f"{package} {version} is outside {text}"
+        return None
+
+    def in_scope(self, cell: Cell) -> bool:
+        return self.out_of_scope_reason(cell) is None
+
+    def covers(self, nodeid: str, torch_version: str | None = None) -> bool:
+        """Whether the entry names ``nodeid`` (at ``torch_version``, for narrowed tests)."""
+        return runtime.covers(self.runtime_entry(), nodeid, torch_version)
+
+    def runtime_entry(self) -> dict[str, Any]:
+        """What the in-cell plugin needs (device/profile are already checked)."""
+        return {"id": self.id, "url": self.url, "title": self.title,
+                "tests": [{"test": p, "torch": r} for p, r in self.tests],
+                "expect": self.expect, "match": self.match, "torch": self.torch,
+                "packages": dict(self.packages)}
+
+
+@dataclass
+class Registry:
+    path: Path
+    issues: dict[str, KnownIssue]
+
+    def get(self, issue_id: str) -> KnownIssue:
+        """The entry ``issue_id``; KeyError with a suggestion otherwise."""
+        if issue_id in self.issues:
+            return self.issues[issue_id]
+        raise KeyError(f"{issue_id} is not in {self.path}{suggest(issue_id, self.issues)} "
+                       f"(known: {', '.join(self.issues) or 'none'})")
+
+    def for_cell(self, cell: Cell) -> list[KnownIssue]:
+        return [i for i in self.issues.values() if i.in_scope(cell)]
+
+
+def issue_url(issue_id: str) -> str:
+    m = ISSUE_ID.match(issue_id)
+    if not m:
+        raise ValueError(f"'{issue_id}' is not {_ID_HINT}")
+    return f"https://github.com/{m['owner']}/{m['repo']}/issues/{m['number']}"
+
+
+def repro_file(issue_id: str) -> str:
+    """The reproduction's file for an issue: ``suites/repro/test_<owner>_<repo>_<N>.py``."""
+    m = ISSUE_ID.match(issue_id)
+    if not m:
+        raise ValueError(f"'{issue_id}' is not {_ID_HINT}")
+    slug = re.sub(r"[^a-z0-9]+", "_", f"{m['owner']}_{m['repo']}".lower())
+    return f"{REPRO_DIR}/test_{slug}_{m['number']}.py"
+
+
+def _known(kind: str, value: str, known: list[str], smap: SourceMap, path: tuple) -> list[Problem]:
+    if value in known:
+        return []
+    return [smap.problem(path, f"unknown {kind} '{value}' (known: {', '.join(known)})"
+                               f"{suggest(value, known)}")]
+
+
+def _range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
+    try:
+        if runtime.range_is_empty(text):
+            return [smap.problem(path, f"range '{text}' matches no version")]
+    except ValueError as exc:
+        return [smap.problem(path, f"bad range '{text}': {exc}")]
+    return []
+
+
+def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Problem]:
+    problems: list[Problem] = []
+    devices = list(matrix.devices)
+    profiles = list(matrix.profiles)
+    releases = [s.pins["torch"] for s in matrix.torch.values()]
+    for issue_id, spec in (data.get("issues") or {}).items():
+        base = ("issues", issue_id)
+        if "url" in spec and spec["url"].rstrip("/") not in (
+                issue_url(issue_id), issue_url(issue_id).replace("/issues/", "/pull/")):
+            problems.append(smap.problem((*base, "url"),
+                                         f"'{spec['url']}' is not the link of {issue_id} "
+                                         f"(expected {issue_url(issue_id)})"))
+        scope = spec["scope"]
+        for i, dev in enumerate(scope.get("devices") or []):
+            problems += _known("device", dev, devices, smap, (*base, "scope", "devices", i))
+        for i, prof in enumerate(scope.get("profiles") or []):
+            problems += _known("profile", prof, profiles, smap, (*base, "scope", "profiles", i))
+        if "torch" in scope:
+            found = _range_problems(scope["torch"], smap, (*base, "scope", "torch"))
+            if not found and not any(runtime.in_range(r, scope["torch"]) for r in releases):
+                found = [smap.problem((*base, "scope", "torch"),
+                                      f"range '{scope['torch']}' matches no torch release of "
+                                      f"{matrix.path.name} ({', '.join(releases)})")]
+            problems += found
+        for name, text in (scope.get("packages") or {}).items():
+            problems += _range_problems(text, smap, (*base, "scope", "packages", name))
+        for i, item in enumerate(spec["tests"]):
+            pattern = item if isinstance(item, str) else item["test"]
+            where = (*base, "tests", i) if isinstance(item, str) else (*base, "tests", i, "test")
+            if not glob.glob(str(matrix.root / pattern.split("::", 1)[0])):
+                problems.append(smap.problem(
+                    where, f"'{pattern}' matches no test file "
+                           f"(patterns are node ids relative to {matrix.root.name}/)"))
+            if isinstance(item, dict) and "torch" in item:
+                problems += _range_problems(item["torch"], smap, (*base, "tests", i, "torch"))
+        if "match" in spec:
+            try:
+                re.compile(spec["match"])
+            except re.error as exc:
+                problems.append(smap.problem((*base, "match"),
+                                             f"not a valid regular expression: {exc}"))
+    return problems
+
+
+def load_registry(path: str | Path, matrix: Matrix) -> Registry:
+    """Load and validate the registry against ``matrix``; raises ValidationFailed."""
+    path = Path(path)
+    data, smap = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
+    problems = check_schema(data, SCHEMA, smap)
+    if problems:
+        raise ValidationFailed(problems)
+    problems = _semantic_problems(data, smap, matrix)
+    if problems:
+        raise ValidationFailed(problems)
+    issues = {}
+    for issue_id, spec in (data["issues"] or {}).items():
+        scope = spec["scope"]
+        issues[issue_id] = KnownIssue(
+            id=issue_id, url=spec.get("url", issue_url(issue_id)), title=spec["title"],
+            tests=tuple((t, None) if isinstance(t, str) else (t["test"], t.get("torch"))
+                        for t in spec["tests"]),
+            expect=spec["expect"], match=spec.get("match"),
+            devices=tuple(scope["devices"]) if "devices" in scope else None,
+            torch=scope.get("torch"),
+            profiles=tuple(scope["profiles"]) if "profiles" in scope else None,
+            packages=dict(scope.get("packages") or {}),
+            status=spec.get("status", "open"), fixed_in=spec.get("fixed_in"),
+            note=spec.get("note", ""))
+    return Registry(path, issues)
+
+
+def registry_path(root: Path) -> Path:
+    return root / DEFAULT_REGISTRY
+
+
+def cell_env(cell: Cell, root: Path, folder: Path) -> dict[str, str]:
+    """For the runner: write the cell's registry entries to ``folder/known_issues.json`` and
+    return the env var pointing the plugin at it (nothing without a registry file, or with
+    ``ACCELGRID_NO_KNOWN_ISSUES=1``). Raises ValidationFailed for an invalid registry."""
+    path = registry_path(root)
+    if os.environ.get(ENV_DISABLE) == "1" or not path.exists():
+        return {}
+    from .matrix import load_matrix  # the runner only has the cell; scopes need the matrix
+
+    registry = load_registry(path, load_matrix(root / "matrix.yaml"))
+    entries = [i.runtime_entry() for i in registry.issues.values()
+               if (i.devices is None or cell.device in i.devices)
+               and (i.profiles is None or cell.profile in i.profiles)]
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / RUNTIME_JSON
+    out.write_text(json.dumps({"cell": cell.name, "registry": str(path), "issues": entries},
+                              indent=2) + "\n", encoding="utf-8")
+    return {runtime.ENV_KNOWN_ISSUES: str(out)}

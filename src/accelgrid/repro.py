@@ -1,0 +1,256 @@
+"""``accelgrid repro ID``: run an upstream issue's reproduction in the cells of its scope.
+
+    accelgrid repro pytorch/ao#958                  # every cell in scope whose device is here
+    accelgrid repro pytorch/ao#958 --cell cpu-2.13  # just this cell (in scope or not)
+    accelgrid repro --list                          # the registry, with the cells in scope
+    nox -s repro -- pytorch/pytorch#127929          # the same through nox
+
+Each cell runs through its nox session with pytest selecting the reproduction
+(``suites/repro/test_<owner>_<repo>_<N>.py --upstream=ID``), so it gets the cell's
+environment, flags and the registry like any run; results go to
+``<results>/repro/<owner>-<repo>-<N>/<cell>/`` (``<results>``: $ACCELGRID_RESULTS_DIR or
+``results/``), so a reproduction never replaces a cell's full results. One line per cell:
+``cell → reproduces / fixed / not run (why)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import detect, known_issues, outcomes, results
+from .cells import Cell
+from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from .validation import ValidationFailed
+
+EXIT_INVALID = 2
+REPRODUCES = "reproduces"
+FIXED = "fixed"
+NOT_RUN = "not run"
+INCONCLUSIVE = "inconclusive"
+ARROW = "→"
+
+# Outcomes that show the bug (xfailed: the registry recognised its failure), and those
+# that show correct behaviour (xpassed: the registry expected the bug, the test passed).
+_SHOWS_BUG = (outcomes.XFAILED, outcomes.FAILED, outcomes.ERROR, outcomes.CRASHED)
+_SHOWS_FIX = (outcomes.PASSED, outcomes.XPASSED)
+
+
+@dataclass
+class CellRun:
+    """One nox run of a cell: its exit code, time, log and the records it left."""
+
+    cell: str
+    rc: int | None
+    seconds: float
+    folder: Path
+    log: Path | None = None
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None   # why no test ran (device absent, env failed, ...)
+
+
+def results_root(matrix: Matrix) -> Path:
+    return Path(os.environ.get("ACCELGRID_RESULTS_DIR") or matrix.root / "results")
+
+
+def nox_command(matrix: Matrix, cell: Cell, pytest_args: list[str], *,
+                envdir: str | None = None, reuse: bool = False, no_venv: bool = False
+                ) -> list[str]:
+    """``python -m nox -s CELL [...] -- ARGS``: the cell's own session, as a user runs it."""
+    cmd = [sys.executable, "-m", "nox", "-f", str(matrix.root / "noxfile.py"), "-s", cell.name]
+    if envdir:
+        cmd += ["--envdir", envdir]
+    if reuse:
+        cmd.append("-R")  # reuse the env and skip installs: what makes bisects cheap
+    if no_venv:
+        cmd.append("--no-venv")
+    return [*cmd, "--", *pytest_args]
+
+
+def _tail(path: Path, lines: int = 1) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    picked = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(picked[-lines:])
+
+
+def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
+             envdir: str | None = None, reuse: bool = False, no_venv: bool = False,
+             verbose: bool = False, timeout: float | None = None) -> CellRun:
+    """Run ``cell`` through nox with ``pytest_args``; results land in ``out/<cell>/``."""
+    folder = out / cell.name
+    reason = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
+    if reason and not os.environ.get("ACCELGRID_SKIP_DETECT"):
+        return CellRun(cell.name, None, 0.0, folder, error=reason)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / f"{cell.name}.nox.log"
+    cmd = nox_command(matrix, cell, pytest_args, envdir=envdir, reuse=reuse, no_venv=no_venv)
+    env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(out)}
+    t0 = time.monotonic()
+    # A stale tests.jsonl must not pass for this run's: the runner recreates the folder.
+    stale = (folder / results.TESTS).stat().st_mtime if (folder / results.TESTS).exists() else None
+    with log.open("w", encoding="utf-8") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        try:
+            proc = subprocess.run(cmd, cwd=matrix.root, env=env, timeout=timeout, check=False,
+                                  stdout=None if verbose else fh, stderr=subprocess.STDOUT
+                                  if not verbose else None)
+            rc: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+    seconds = time.monotonic() - t0
+    run = CellRun(cell.name, rc, seconds, folder, log)
+    tests = folder / results.TESTS
+    if tests.exists() and (stale is None or tests.stat().st_mtime > stale):
+        records, _ = results.read_records(tests)
+        run.records = results.last_outcomes(records)
+    if not run.records:
+        why = _tail(log) if not verbose else f"nox exited with {rc}"
+        run.error = ("timed out" if rc is None else f"the session ran no test: {why}")
+    return run
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def verdict(records: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """(reproduces | fixed | not run | inconclusive, detail) from a reproduction's records."""
+    if not records:
+        return NOT_RUN, "no test ran"
+    bug = [r for r in records.values() if r["outcome"] in _SHOWS_BUG]
+    fix = [r for r in records.values() if r["outcome"] in _SHOWS_FIX]
+    other = [r for r in records.values() if r not in bug and r not in fix]
+    if bug:
+        first = bug[0]
+        detail = _short(first.get("message") or first["outcome"])
+        if len(records) > 1:
+            detail = f"{len(bug)} of {len(records)} tests; {detail}"
+        return REPRODUCES, detail
+    if fix:
+        counts = Counter(r["outcome"] for r in records.values())
+        return FIXED, ", ".join(f"{n} {o}" for o, n in counts.items())
+    if any(r["outcome"] == outcomes.TIMEOUT for r in other):
+        return INCONCLUSIVE, "timed out"
+    return NOT_RUN, _short(other[0].get("message") or other[0]["outcome"])
+
+
+def _slug(issue_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", issue_id).strip("-").lower()
+
+
+def _present(matrix: Matrix, device: str) -> bool:
+    return detect.absent_reason(device, matrix.devices[device].detect) is None
+
+
+def _list(matrix: Matrix, registry: known_issues.Registry) -> int:
+    for issue in registry.issues.values():
+        cells = [c for c in matrix.cells if issue.in_scope(c)]
+        here = [c.name for c in cells if _present(matrix, c.device)]
+        status = f"fixed in torch {issue.fixed_in}" if issue.fixed_in else issue.status
+        print(f"{issue.id} [{status}] {issue.title}")
+        print(f"    {issue.url}")
+        print(f"    cells in scope: {', '.join(c.name for c in cells) or 'none in this matrix'}")
+        print(f"    runnable here: {', '.join(here) or 'none'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="accelgrid repro",
+        description="Run an upstream issue's reproduction (suites/repro/) in every cell of "
+                    "its scope whose device is on this host, or in the cells named; print "
+                    "'cell → reproduces / fixed / not run (why)'.")
+    p.add_argument("issue", nargs="?", help="owner/repo#N as in known_issues.yaml")
+    p.add_argument("--matrix", default=DEFAULT_MATRIX, help="matrix file (%(default)s)")
+    p.add_argument("--registry", help="registry file (default: known_issues.yaml beside it)")
+    p.add_argument("--cell", action="append", help="run in this cell (repeatable)")
+    p.add_argument("--torch", action="append", help="only cells of this torch series")
+    p.add_argument("--list", action="store_true", help="list the registry and its cells")
+    p.add_argument("--envdir", help="nox --envdir (where cell environments live)")
+    p.add_argument("-R", "--reuse", action="store_true",
+                   help="reuse existing cell environments without installing (nox -R)")
+    p.add_argument("--no-venv", action="store_true",
+                   help="run on the current interpreter (its torch must match the cell)")
+    p.add_argument("--results", help="results folder (default: <results>/repro/<issue>/)")
+    p.add_argument("--expect", choices=[REPRODUCES, FIXED],
+                   help="exit 1 unless every cell that ran gives this verdict")
+    p.add_argument("--dry-run", action="store_true", help="print the nox commands only")
+    p.add_argument("-v", "--verbose", action="store_true", help="show nox's output")
+    p.add_argument("--timeout", type=float, help="seconds per cell run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        matrix = load_matrix(args.matrix)
+        registry = known_issues.load_registry(
+            args.registry or known_issues.registry_path(matrix.root), matrix)
+    except ValidationFailed as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    if args.list:
+        return _list(matrix, registry)
+    if not args.issue:
+        print("accelgrid repro: name an issue (owner/repo#N) or use --list", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        issue = registry.get(args.issue)
+        cells = ([matrix.cell(name) for name in args.cell] if args.cell
+                 else [c for c in matrix.cells if issue.in_scope(c)])
+    except KeyError as exc:
+        print(f"accelgrid repro: {exc.args[0]}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.torch:
+        cells = [c for c in cells if c.torch in args.torch]
+    repro = known_issues.repro_file(issue.id)
+    if not (matrix.root / repro).exists():
+        print(f"accelgrid repro: {issue.id} has no reproduction: {repro} is missing",
+              file=sys.stderr)
+        return EXIT_INVALID
+    if not cells:
+        print(f"accelgrid repro: no cell of {matrix.path.name} is in the scope of {issue.id}; "
+              "name one with --cell", file=sys.stderr)
+        return 1
+    out = Path(args.results) if args.results else results_root(matrix) / "repro" / _slug(
+        issue.id)
+    pytest_args = [repro, f"--upstream={issue.id}"]
+    print(f"{issue.id}: {issue.title}\n{issue.url}\nreproduction: {repro}; results in {out}/",
+          flush=True)
+    width = max(len(c.name) for c in cells)
+    ran, failed_runs, unexpected = 0, 0, 0
+    for cell in cells:
+        note = "" if issue.in_scope(cell) else "  [outside the registry's scope]"
+        if args.dry_run:
+            cmd = nox_command(matrix, cell, pytest_args, envdir=args.envdir, reuse=args.reuse,
+                              no_venv=args.no_venv)
+            print(f"{cell.name:<{width}} {ARROW} would run: {' '.join(cmd[1:])}{note}")
+            continue
+        run = run_cell(matrix, cell, pytest_args, out, envdir=args.envdir, reuse=args.reuse,
+                       no_venv=args.no_venv, verbose=args.verbose, timeout=args.timeout)
+        if run.error:
+            word, detail = NOT_RUN, run.error
+            failed_runs += run.log is not None   # an absent device is not a failure
+        else:
+            word, detail = verdict(run.records)
+            ran += word in (REPRODUCES, FIXED)
+            if args.expect and word != args.expect:
+                unexpected += 1
+        took = f" [{run.seconds:.0f} s]" if run.log else ""
+        print(f"{cell.name:<{width}} {ARROW} {word} ({detail}){took}{note}", flush=True)
+    if args.dry_run:
+        return 0
+    return 0 if ran and not failed_runs and not unexpected else 1

@@ -1,0 +1,298 @@
+"""known_issues.yaml: the repo's registry, the bad-registry corpus with exact messages,
+version ranges and scopes, and the in-cell plugin on real pytest runs (xfail with the
+issue's link, loud failure when the issue looks fixed, other failures left alone)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from accelgrid import known_issues, results, runner
+from accelgrid import known_issues_runtime as rt
+from accelgrid.matrix import load_matrix
+from accelgrid.validation import ValidationFailed
+
+TESTS = Path(__file__).resolve().parent
+CORPUS = TESTS / "bad_known_issues"
+EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
+REFERENCE_ISSUES = {"pytorch/pytorch#127929", "pytorch/pytorch#127931", "pytorch/pytorch#127937",
+                    "pytorch/pytorch#127941", "pytorch/pytorch#128478", "pytorch/ao#958"}
+
+
+# --- the repo's registry -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def repo() -> tuple:
+    root = TESTS.parent
+    matrix = load_matrix(root / "matrix.yaml")
+    return matrix, known_issues.load_registry(root / "known_issues.yaml", matrix)
+
+
+def test_repo_registry_covers_reference_issues(repo) -> None:
+    matrix, registry = repo
+    assert set(registry.issues) == REFERENCE_ISSUES
+    for issue in registry.issues.values():
+        repro = matrix.root / known_issues.repro_file(issue.id)
+        # Each reproduction is marked with its own issue, and the registry names it.
+        assert f'pytest.mark.upstream("{issue.id}")' in repro.read_text(), repro
+        assert any(p.startswith(known_issues.repro_file(issue.id)) for p, _ in issue.tests)
+
+
+def test_repo_registry_scopes(repo) -> None:
+    matrix, registry = repo
+    in_scope = {i: {c.name for c in matrix.cells if registry.get(i).in_scope(c)}
+                for i in registry.issues}
+    assert in_scope["pytorch/pytorch#127929"] == {"cpu-2.4", "cuda-2.4", "mps-2.4"}
+    assert {c.name for c in matrix.cells if c.device in ("cpu", "mps")} == in_scope[
+        "pytorch/ao#958"]
+    assert in_scope["pytorch/pytorch#127931"] == {
+        "xpu-2.5", "xpu-2.5-fp64-emulation", "xpu-2.5-fallback-debug"}
+    ao = registry.get("pytorch/ao#958")
+    assert ao.out_of_scope_reason(matrix.cell("cuda-2.13")) == "device cuda is not in cpu, mps"
+    old = registry.get("pytorch/pytorch#127929")
+    assert old.out_of_scope_reason(matrix.cell("cpu-2.5")) == "torch 2.5.1 is outside <2.5"
+    # The narrowed test: _foreach_mul_.Tensor stays in scope on 2.5, the others do not.
+    foreach = registry.get("pytorch/pytorch#127931")
+    base = "suites/repro/test_pytorch_pytorch_127931.py::test_foreach_matches_per_tensor"
+    assert foreach.covers(f"{base}[mul_tensor]", "2.5.1+xpu")
+    assert not foreach.covers(f"{base}[norm]", "2.5.1+xpu")
+    assert foreach.covers(f"{base}[norm]", "2.4.1")
+
+
+def test_unknown_issue_suggests(repo) -> None:
+    _, registry = repo
+    with pytest.raises(KeyError) as info:
+        registry.get("pytorch/ao#959")
+    assert "did you mean 'pytorch/ao#958'?" in info.value.args[0]
+
+
+# --- the corpus ----------------------------------------------------------------------------
+def test_every_corpus_file_has_expectations() -> None:
+    files = sorted(p.name for p in CORPUS.glob("*.yaml") if p.name != "expected.yaml")
+    assert files == sorted(EXPECTED), "add the expected messages of new bad registries"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_registry_exact_messages(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    matrix = load_matrix(TESTS / "base_matrix.yaml")
+    monkeypatch.chdir(CORPUS)
+    with pytest.raises(ValidationFailed) as info:
+        known_issues.load_registry(name, matrix)
+    assert str(info.value).splitlines() == EXPECTED[name]
+
+
+def test_cli_prints_registry_errors_without_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
+                           str(TESTS / "base_matrix.yaml"), "repro", "--registry",
+                           "unknown_key.yaml", "--list"], cwd=CORPUS, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == EXPECTED["unknown_key.yaml"]
+
+
+# --- ranges ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("version,text,inside", [
+    ("2.4.1", "<2.5", True), ("2.5.0", "<2.5", False), ("2.5.1+xpu", "<2.5", False),
+    ("2.5.1+cu124", ">=2.5,<2.6", True), ("2.6.0", ">=2.5,<2.6", False),
+    ("2.5.1", "==2.5.*", True), ("2.50.0", "==2.5.*", False), ("2.5", "==2.5.0", True),
+    ("0.18.0", "!=0.18.*", False), ("2.13.0.dev2026", ">2.12", True), ("2.13.0", None, True),
+])
+def test_in_range(version: str, text: str | None, inside: bool) -> None:
+    assert rt.in_range(version, text) is inside
+
+
+@pytest.mark.parametrize("text,error", [
+    ("2.5", "'2.5' is not a clause like '>=2.4' or '<2.5'"),
+    (">=2.4,", "'' is not a clause"),
+    (">=2.*", "'>=2.*': '.*' only goes with == or !="),
+    ("", "empty range"),
+])
+def test_bad_ranges(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        rt.parse_range(text)
+
+
+@pytest.mark.parametrize("text,empty", [
+    (">=2.6,<2.5", True), ("<2.4,>2.5", True), (">2.5,<2.5.1", False), ("==2.5.*,!=2.5.*", True),
+    ("<0.1", False), (">=2.5,<=2.5", False), (">2.5,<=2.5", True),
+])
+def test_empty_ranges(text: str, empty: bool) -> None:
+    assert rt.range_is_empty(text) is empty
+
+
+def test_pattern_without_test_covers_its_file() -> None:
+    node = "suites/repro/test_a.py::test_x[p1]"
+    assert rt.test_matches(node, "suites/repro/test_a.py")
+    assert rt.test_matches(node, "suites/repro/test_*.py::test_x*")
+    assert not rt.test_matches(node, "suites/repro/test_a.py::test_y")
+    assert not rt.test_matches("suites/repro/test_ab.py::test_x", "suites/repro/test_a.py")
+    assert rt.test_matches(node, "suites/repro/test_a.py::test_x[p1]")  # brackets literal
+    assert not rt.test_matches("suites/repro/test_a.py::test_x[p]", "suites/repro/test_a.py::"
+                               "test_x[p1]")
+
+
+# --- the plugin on real runs -----------------------------------------------------------------
+PAYLOAD = '''
+import pytest
+
+def test_bug():
+    raise AssertionError("widget is broken")
+
+def test_fixed():
+    pass
+
+def test_other_failure():
+    raise ValueError("something unrelated")
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("widget fixture broke")
+
+def test_setup_error(broken):
+    pass
+
+def test_skips():
+    pytest.skip("no widget API in this build")
+
+def test_uncovered():
+    pass
+
+def test_old_torch_only():
+    raise AssertionError("widget is broken")
+
+def test_xpu_only():
+    raise AssertionError("widget is broken")
+'''
+
+REGISTRY = '''
+schema: 1
+issues:
+  "acme/widgets#1":
+    title: widgets break
+    scope: {devices: [cpu], torch: ">=2.13"}
+    tests:
+      - suites/payload/test_w.py::test_bug
+      - suites/payload/test_w.py::test_fixed
+      - suites/payload/test_w.py::test_other_failure
+    expect: failed
+    match: "widget is"
+  "acme/widgets#2":
+    title: widget fixtures break
+    scope: {}
+    tests: ["suites/payload/test_w.py::test_setup*"]
+    expect: error
+  "acme/widgets#3":
+    title: widget API missing
+    url: https://github.com/acme/widgets/issues/3
+    scope: {packages: {torchvision: ">=0.1"}}
+    tests: [suites/payload/test_w.py::test_skips]
+    expect: skipped
+  "acme/widgets#4":
+    title: only old torch
+    scope: {torch: "<2.5"}
+    tests: [suites/payload/test_w.py::test_old_torch_only]
+    expect: failed
+  "acme/widgets#5":
+    title: xpu only
+    scope: {devices: [xpu]}
+    tests: [suites/payload/test_w.py::test_xpu_only]
+    expect: failed
+'''
+
+
+def _run(proj: Path, python: str) -> tuple[int, dict[str, dict], Path]:
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    rc = runner.run_cell(cell, python, proj, proj / "results")
+    folder = proj / "results" / "cpu-2.13"
+    recs, problems = results.read_records(folder / results.TESTS)
+    assert not problems
+    return rc, {r["nodeid"].split("::")[-1]: r for r in recs}, folder
+
+
+def test_registry_applied_in_a_real_cell_run(mini_project, python: str, monkeypatch) -> None:
+    monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_w.py").write_text(PAYLOAD)
+    (proj / "known_issues.yaml").write_text(REGISTRY)
+    # The dev env has no torchvision: acme/widgets#3's package range is checked at runtime.
+    have_tv = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                              "m.version('torchvision')"], capture_output=True).returncode == 0
+    rc, recs, folder = _run(proj, python)
+    got = {name: r["outcome"] for name, r in recs.items()}
+    assert got == {
+        "test_bug": "xfailed", "test_fixed": "xpassed", "test_other_failure": "failed",
+        "test_setup_error": "xfailed", "test_skips": "xfailed" if have_tv else "skipped",
+        "test_uncovered": "passed", "test_old_torch_only": "failed", "test_xpu_only": "failed",
+    }
+    assert rc == 1
+    link = {"id": "acme/widgets#1", "url": "https://github.com/acme/widgets/issues/1",
+            "title": "widgets break"}
+    assert recs["test_bug"]["issue"] == link
+    assert recs["test_bug"]["message"] == (
+        "acme/widgets#1: widgets break (https://github.com/acme/widgets/issues/1)")
+    assert recs["test_setup_error"]["issue"]["id"] == "acme/widgets#2"
+    fixed = recs["test_fixed"]
+    assert fixed["issue"] == link
+    assert fixed["message"].startswith("[XPASS(strict)] acme/widgets#1 looks fixed in torch 2.13")
+    assert "(cell cpu-2.13)" in fixed["message"]
+    assert "narrow the scope of acme/widgets#1 in known_issues.yaml" in fixed["message"]
+    # A failure the entry does not describe stays a failure, without the issue.
+    assert "issue" not in recs["test_other_failure"]
+    assert "known issue" in recs["test_other_failure"]["longrepr"]
+    assert "issue" not in recs["test_uncovered"]
+    # The cell's JSON has the device-matching entries only; the header names the active ones.
+    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    assert [e["id"] for e in data["issues"]] == [
+        "acme/widgets#1", "acme/widgets#2", "acme/widgets#3", "acme/widgets#4"]
+
+
+def test_registry_can_be_switched_off(mini_project, python: str, monkeypatch) -> None:
+    monkeypatch.setenv(known_issues.ENV_DISABLE, "1")
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_w.py").write_text(PAYLOAD)
+    (proj / "known_issues.yaml").write_text(REGISTRY)
+    _, recs, folder = _run(proj, python)
+    assert recs["test_bug"]["outcome"] == "failed" and recs["test_fixed"]["outcome"] == "passed"
+    assert not (folder / known_issues.RUNTIME_JSON).exists()
+
+
+def test_invalid_registry_stops_the_run(mini_project, python: str, monkeypatch) -> None:
+    monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_w.py").write_text(PAYLOAD)
+    (proj / "known_issues.yaml").write_text(REGISTRY.replace("expect: error", "expect: eror"))
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    with pytest.raises(ValidationFailed, match=re.escape(
+            "acme/widgets#2.expect: 'eror' is not one of: failed, error, skipped; "
+            "did you mean 'error'?")):
+        runner.cell_env(cell, proj, proj / "results" / "cpu-2.13")
+
+
+def test_out_of_scope_reason_uses_installed_versions() -> None:
+    entry = {"torch": ">=2.13", "packages": {"torchao": ">=0.7"}}
+    assert rt.out_of_scope_reason(entry, {"torch": "2.13.0", "torchao": "0.18.0"}) is None
+    assert rt.out_of_scope_reason(entry, {"torch": "2.13.0", "torchao": None}) == (
+        "torchao is not installed")
+    assert rt.out_of_scope_reason(entry, {"torch": "2.4.1", "torchao": "0.8.0"}) == (
+        "torch 2.4.1 is outside >=2.13")
+
+
+def test_upstream_marker_is_registered(tmp_path: Path, python: str) -> None:
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["accelgrid.pytest_plugin"]\n')
+    (tmp_path / "test_m.py").write_text(textwrap.dedent('''
+        import pytest
+        @pytest.mark.upstream("acme/widgets#1")
+        def test_a():
+            pass
+    '''))
+    proc = subprocess.run([python, "-m", "pytest", "--strict-markers", "-q", "-p",
+                           "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
