@@ -228,18 +228,38 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch) -> None
     assert by_test["test_sees_all_devices"]["device"] == "xpu:all"
     env = json.loads((proj / "results" / "xpu-2.13" / results.ENV).read_text())
     assert env["passes"] == ["pinned", "all-devices"]
+    left = json.loads((proj / "results" / "xpu-2.13" / results.MULTI_DEVICE).read_text())
+    assert left == ["suites/payload/test_multi.py::test_sees_all_devices"]
 
 
-def test_single_device_host_runs_one_pass(mini_project) -> None:
+def test_single_device_host_runs_one_pass(mini_project, monkeypatch) -> None:
     proj = mini_project()
     cell = _cell(proj, "xpu-2.13")
-    assert [p.name for p in runner.passes(cell, device_ids=["0"])] == ["single"]
+    one = runner.passes(cell, device_ids=["3"])
+    assert [p.name for p in one] == ["single"]
+    assert dict(one[0].env) == {"ZE_AFFINITY_MASK": "3", "ACCELGRID_DEVICE_INDEX": "3"}
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     two = runner.passes(cell, device_ids=["0", "1"])
     assert [p.name for p in two] == ["pinned", "all-devices"]
+    share = max(1, (os.cpu_count() or 1) // 2)
     assert two[0].xdist == (
-        "--dist", "load",
-        "--tx", "popen//env:ZE_AFFINITY_MASK=0//env:ACCELGRID_DEVICE_INDEX=0",
-        "--tx", "popen//env:ZE_AFFINITY_MASK=1//env:ACCELGRID_DEVICE_INDEX=1")
+        "--dist", "worksteal",
+        "--tx", f"popen//env:ZE_AFFINITY_MASK=0//env:ACCELGRID_DEVICE_INDEX=0"
+                f"//env:OMP_NUM_THREADS={share}",
+        "--tx", f"popen//env:ZE_AFFINITY_MASK=1//env:ACCELGRID_DEVICE_INDEX=1"
+                f"//env:OMP_NUM_THREADS={share}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
+    assert "OMP_NUM_THREADS" not in " ".join(runner.passes(cell, device_ids=["0", "1"])[0].xdist)
     # cpu has no visibility variable: never pinned.
-    assert [p.name for p in runner.passes(_cell(proj, "cpu-2.13"), device_ids=["0", "1"])] == [
-        "single"]
+    cpu = runner.passes(_cell(proj, "cpu-2.13"), device_ids=["0", "1"])
+    assert [p.name for p in cpu] == ["single"] and cpu[0].env == ()
+
+
+def test_one_chosen_device_is_pinned(mini_project, python, monkeypatch) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_one.py").write_text(
+        "import os\ndef test_sees_one():\n    assert os.environ['ZE_AFFINITY_MASK'] == '1'\n")
+    monkeypatch.setenv("ACCELGRID_DEVICES", "1")
+    assert runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results") == 0
+    recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
+    assert [(r["outcome"], r["device"]) for r in recs] == [("passed", "xpu:1")]

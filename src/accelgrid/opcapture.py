@@ -97,8 +97,14 @@ def classify(op: str, device_type: str, fallback: set[str], missing: set[str]) -
             return "native"
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"):
             return "decomposed"
-        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        if has(name, "CompositeExplicitAutograd"):
             # Backend-agnostic kernels written in terms of other ops run on any device.
+            return "decomposed"
+        if has(name, "CompositeExplicitAutogradNonFunctional") and not any(
+                has(name, k) for k in ("CPU", "CUDA")):
+            # Structured ops also get such a wrapper, but it needs their backend kernels:
+            # only ops no backend implements (diagonal_copy, ...) are truly composite.
             return "decomposed"
     except RuntimeError:
         return "unknown"
@@ -140,6 +146,7 @@ def _make_mode_class() -> type:
             self.lock = threading.Lock()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            kwargs = kwargs or {}
             if _PHASE.optimizer:
                 phase = "optimizer"
             elif torch._C._current_graph_task_id() != -1:
@@ -147,9 +154,21 @@ def _make_mode_class() -> type:
             else:
                 phase = "forward"
             name = op_name(func)
+            device = _device_of(args, kwargs)
             with self.lock:
-                self.counts[phase][name] += 1
-            return func(*args, **(kwargs or {}))
+                self.counts[(phase, device)][name] += 1
+            return func(*args, **kwargs)
+
+    def _device_of(args: tuple, kwargs: dict) -> str:
+        """Where the op runs: its first tensor's device (a fallback op still gets the
+        device's tensors), else a factory's ``device=``, else the CPU."""
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor):
+                return value.device.type
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+                return value[0].device.type
+        device = kwargs.get("device")
+        return torch.device(device).type if device is not None else "cpu"
 
     return _Counter
 
@@ -176,7 +195,8 @@ class OpCapture:
 
     def __init__(self, device_type: str):
         self.device_type = device_type
-        self.counts: dict[str, Counter] = defaultdict(Counter)
+        # (phase, device type the op ran on) -> op -> calls
+        self.counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
         self.messages: list[str] = []
         self._stack = contextlib.ExitStack()
 
@@ -208,8 +228,16 @@ class OpCapture:
         text = "\n".join(self.messages)
         seen = parse_messages(text)
         ops: dict[str, dict[str, Any]] = {}
-        for phase, counter in self.counts.items():
+        host_calls = 0
+        for (phase, device), counter in self.counts.items():
             for op, n in counter.items():
+                if not op.startswith("aten::"):
+                    continue
+                if device != self.device_type:
+                    # Host-side work of an accelerator cell (CPU references, the offload
+                    # optimizer's CPU step): not what the device runs, so not classified.
+                    host_calls += n
+                    continue
                 entry = ops.setdefault(op, {"count": 0, "phases": {}})
                 entry["count"] += n
                 entry["phases"][phase] = entry["phases"].get(phase, 0) + n
@@ -219,5 +247,6 @@ class OpCapture:
         for op, entry in ops.items():
             entry["status"] = classify(op, self.device_type, seen["fallback"], seen["missing"])
         return {"device_type": self.device_type, "ops": dict(sorted(ops.items())),
+                "host_calls": host_calls,
                 "fallback_seen": sorted(seen["fallback"]), "missing": sorted(seen["missing"]),
                 "generic_fallback_notice": bool(seen["generic_fallback"])}

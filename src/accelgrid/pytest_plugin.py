@@ -96,7 +96,8 @@ class Recorder:
     def _device_of(self, node: Any) -> str:
         """The device a worker was pinned to (``cuda:1``), from its xdist spec's env."""
         spec_env = getattr(getattr(getattr(node, "gateway", None), "spec", None), "env", None)
-        index = (spec_env or {}).get("ACCELGRID_DEVICE_INDEX")
+        index = (spec_env or {}).get("ACCELGRID_DEVICE_INDEX",
+                                     os.environ.get("ACCELGRID_DEVICE_INDEX"))
         if index is not None:
             return f"{self.device}:{index}"
         if os.environ.get("ACCELGRID_PASS") == "all-devices":
@@ -175,12 +176,20 @@ class Recorder:
 
 
 class WorkerMarker:
-    """In each process that runs tests: note the current test (for crash attribution)."""
+    """In each process that runs tests: note the current test (for crash attribution),
+    and, in the pinned pass, which tests were left for the all-devices pass."""
 
     def __init__(self, config: pytest.Config, folder: Path):
         self.folder = folder
         self.worker = _worker_id(config) or "main"
         self.default_timeout = config.getoption("timeout", None)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        if os.environ.get("ACCELGRID_PASS") != "pinned":
+            return
+        left = [i.nodeid for i in items if i.get_closest_marker("multi_device")]
+        # Every worker collects the same items: the file is the same whoever writes last.
+        results.write_json(self.folder / results.MULTI_DEVICE, left)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> None:
@@ -245,9 +254,11 @@ def device(device_type: str) -> str:
 
 def workload_of(nodeid: str) -> str:
     """``suites/hf_examples/test_w.py::test_workload[image-classification]`` ->
-    ``image-classification``; unparametrized tests count as their suite's workload."""
-    if nodeid.endswith("]") and "[" in nodeid:
-        return nodeid[nodeid.rindex("[") + 1: -1]
+    ``image-classification``: tests named ``test_workload*`` are one workload per
+    parameter; every other test counts towards its suite (``offload``, ``smoke``)."""
+    name = nodeid.rsplit("::", 1)[-1]
+    if name.startswith("test_workload") and name.endswith("]") and "[" in name:
+        return name[name.index("[") + 1: -1]
     parts = nodeid.split("::", 1)[0].split("/")
     return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
 

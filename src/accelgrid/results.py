@@ -7,6 +7,7 @@ Files:
   ``env.json``        provenance (:mod:`accelgrid.provenance`), start and end
   ``junit.xml``       pytest's JUnit XML (absent if the run was killed)
   ``summary.json``    counts per outcome, written when the cell ends
+  ``multi_device.json`` multi-device tests deselected by the pinned pass (run next)
 
 Stdlib only: the cell's interpreter writes these through the pytest plugin.
 """
@@ -30,6 +31,7 @@ RUNNING = "running"
 ENV = "env.json"
 JUNIT = "junit.xml"
 SUMMARY = "summary.json"
+MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
 
 
 def write_json(path: Path, data: Any) -> None:

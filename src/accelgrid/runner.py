@@ -105,6 +105,7 @@ class Pass:
     select: tuple[str, ...] = ()    # marker selection
     junit: str = results.JUNIT
     empty_ok: bool = False          # "no tests collected" is fine for this pass
+    env: tuple[tuple[str, str], ...] = ()   # extra env for the whole pass
 
 
 def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = ()
@@ -113,10 +114,21 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
     each device (per-device ``--tx`` specs, so a replacement worker keeps its device),
     then a pass with one worker that sees every device for ``multi_device`` tests."""
     var = detect.VISIBILITY_VAR.get(cell.device)
+    if var and len(device_ids) == 1 and workers is None:
+        # One device (or a one-device subset): pin it, so nothing else on the host is seen
+        # (the HF Trainer, for one, switches to DataParallel when it sees several GPUs).
+        return [Pass("single", ("-n", str(cell.workers)),
+                     env=((var, device_ids[0]), ("ACCELGRID_DEVICE_INDEX", device_ids[0])))]
     if var and len(device_ids) > 1 and workers is None:
-        specs: list[str] = ["--dist", "load"]  # --tx specs are ignored without --dist
+        # worksteal: durations are very uneven (a 20 s test beside 0.1 s ones).
+        specs: list[str] = ["--dist", "worksteal"]  # --tx specs are ignored without --dist
+        # Each worker gets its share of the CPU (unless the user chose): N workers each
+        # running torch's one-thread-per-core pools oversubscribe the host.
+        threads = "" if os.environ.get("OMP_NUM_THREADS") else (
+            f"//env:OMP_NUM_THREADS={max(1, (os.cpu_count() or 1) // len(device_ids))}")
         for dev in device_ids:
-            specs += ["--tx", f"popen//env:{var}={dev}//env:ACCELGRID_DEVICE_INDEX={dev}"]
+            specs += ["--tx", f"popen//env:{var}={dev}//env:ACCELGRID_DEVICE_INDEX={dev}"
+                              + threads]
         return [
             Pass("pinned", tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
             Pass("all-devices", ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
@@ -164,12 +176,21 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     stop_reason: list[str] = []
     rc = 0
     for run_pass in plan:
-        cmd = pytest_command(cell, python, folder, pytest_args, workers, root, run_pass)
+        args = list(pytest_args)
+        if run_pass.name == "all-devices":
+            # Only what the pinned pass left for us: no re-collecting every suite.
+            left, err = results.read_json(folder / results.MULTI_DEVICE)
+            if not err and isinstance(left, list):
+                if not left:
+                    continue
+                args = [*left, *(a for a in pytest_args
+                                 if a.startswith("-") or not (root / a.split("::")[0]).exists())]
+        cmd = pytest_command(cell, python, folder, args, workers, root, run_pass)
         left = deadline - time.monotonic()
         print(f"accelgrid: {cell.name}: pass {run_pass.name}: {' '.join(cmd[1:3])} ... "
               f"(limit {left:.0f} s)", flush=True)
-        pass_rc = _run_pytest(cmd, root, {**env, "ACCELGRID_PASS": run_pass.name}, left,
-                              stop_reason)
+        pass_env = {**env, **dict(run_pass.env), "ACCELGRID_PASS": run_pass.name}
+        pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason)
         if run_pass.empty_ok and pass_rc == 5:  # no multi-device tests selected
             pass_rc = 0
         rc = rc or pass_rc
