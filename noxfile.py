@@ -34,6 +34,27 @@ except ValidationFailed as exc:
 nox.options.sessions = sessions.register(MATRIX) + ["grid"]
 
 
+def _container_session(name: str):
+    def _container(session: nox.Session) -> None:
+        from accelgrid import containers
+
+        argv = ["--matrix", str(ROOT / "matrix.yaml"), "run", name]
+        code = containers.main(argv + (["--", *session.posargs] if session.posargs else []))
+        if code:
+            session.error(f"accelgrid container run {name} exited with {code}")
+
+    _container.__doc__ = f"{name} inside its container image (accelgrid container run)"
+    return _container
+
+
+# container-<cell>: posargs still go to pytest, so the container is a session of its own.
+for _cell in MATRIX.cells:
+    if _cell.container_family:
+        nox.session(name=f"container-{_cell.name}", python=False,
+                    tags=["container", _cell.device], default=False)(
+            _container_session(_cell.name))
+
+
 @nox.session(python=False, tags=["grid"])
 def grid(session: nox.Session) -> None:
     """Grids (Markdown, HTML, JSON) from every cell under results/."""

@@ -39,3 +39,18 @@ def test_plan_prints_everything_without_doing_it() -> None:
     unknown = _cli("plan", "xpu-2.55")
     assert unknown.returncode == 2 and "did you mean 'xpu-2.5'" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+def test_run_takes_options_after_the_cell_and_pytest_args_after_dashes() -> None:
+    proc = _cli("run", "cpu-2.11", "--no-venv", "--", "-k", "matmul")
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "the cell needs torch 2.11.x" in out  # --no-venv reached nox; torch is 2.13 here
+    bad = _cli("cells", "--", "-x")
+    assert bad.returncode == 2 and "only for `run`" in bad.stderr
+
+
+def test_run_container_refuses_a_cell_without_image() -> None:
+    proc = _cli("run", "mps-2.13", "--container")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "mps-2.13" in proc.stderr

@@ -32,7 +32,8 @@ def test_list_has_a_session_per_cell() -> None:
         if line[:2] in ("* ", "- "):
             name, _, desc = line[2:].partition(" -> ")
             listed[name.split(" [")[0].strip()] = (line[0] == "*", desc)
-    assert set(listed) == {c.name for c in cells} | {"grid", "repro"}
+    containers = {f"container-{c.name}" for c in cells if c.container_family}
+    assert set(listed) == {c.name for c in cells} | {"grid", "repro"} | containers
     # A plain `nox` here: the cpu cell at the default torch, then the grid.
     assert {n for n, (selected, _) in listed.items() if selected} == {"cpu-2.13", "grid"}
     assert listed["xpu-2.5"][1].startswith("xpu / torch 2.5.1 / profile default")
@@ -41,7 +42,9 @@ def test_list_has_a_session_per_cell() -> None:
 def test_tags_select_by_device() -> None:
     proc = nox("-l", "--json", "-t", "xpu")
     sessions = json.loads(proc.stdout)
-    assert sessions and all(s["name"].startswith("xpu-") for s in sessions)
+    # Each xpu cell, and its container-<cell> session.
+    assert sessions and all(s["name"].removeprefix("container-").startswith("xpu-")
+                            for s in sessions)
     assert all("xpu" in s["tags"] for s in sessions)
 
 

@@ -95,6 +95,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     matrix = _matrix(args)
     cell = matrix.cell(args.cell)
+    if args.container:
+        from . import containers
+
+        return containers.main([
+            *(["--matrix", args.matrix] if args.matrix != DEFAULT_MATRIX else []),
+            "run", cell.name, *(["--", *args.pytest_args] if args.pytest_args else [])])
     cmd = [sys.executable, "-m", "nox", "-f", str(matrix.root / "noxfile.py"), "-s", cell.name]
     if args.no_venv:
         cmd.append("--no-venv")
@@ -194,9 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cell")
     p.add_argument("--no-venv", action="store_true",
                    help="use the current interpreter and its installed torch; install nothing")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
-                   help="arguments for pytest, after --")
-    p.set_defaults(func=_cmd_run)
+    p.add_argument("--container", action="store_true",
+                   help="run the cell inside its container image (accelgrid container run)")
+    p.set_defaults(func=_cmd_run, pytest_args=[])
+    p.epilog = "Arguments after -- go to pytest: accelgrid run cpu-2.13 --no-venv -- -x"
 
     p = sub.add_parser("grid", help="grids (grid.md/.html/.json) from results folders")
     p.add_argument("results", nargs="+",
@@ -228,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         args, _ = parser.parse_known_args(argv[: split + 1 + (argv[split] == "bench")])
         args.rest = argv[split + 1 + (argv[split] == "bench"):]
     else:
-        args = parser.parse_args(argv)
-    if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
-        args.pytest_args = args.pytest_args[1:]
+        # Everything after the first -- is pytest's (accelgrid run CELL [options] -- ARGS).
+        cut = argv.index("--") if "--" in argv else len(argv)
+        args = parser.parse_args(argv[:cut])
+        if cut < len(argv):
+            if args.command != "run":
+                parser.error(f"`--` arguments are only for `run`, not `{args.command}`")
+            args.pytest_args = argv[cut + 1:]
     try:
         return args.func(args)
     except ValidationFailed as exc:

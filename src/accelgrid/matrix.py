@@ -15,7 +15,7 @@ from . import compat, environment
 from .validation import Problem, SourceMap, ValidationFailed, check_schema, load_yaml, suggest
 
 DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps")
-PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision")
+PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
 CONTAINER_FAMILIES = ("cpu", "cuda", "xpu")
 DEFAULT_MATRIX = "matrix.yaml"
 
@@ -116,7 +116,9 @@ SCHEMA: dict[str, Any] = {
                         "required": ["family", "base"],
                         "properties": {
                             "family": {"enum": list(CONTAINER_FAMILIES)},
-                            "base": {"type": "string"},
+                            "base": {"type": "string", "pattern": r"^[^\s@]+@sha256:[0-9a-f]{64}$",
+                                     "description": "an image pinned by digest: "
+                                                    "name@sha256:<64 hex digits>"},
                         },
                     },
                     "workers": {"type": "integer", "minimum": 1},

@@ -38,12 +38,19 @@ STANDIN_METRICS: dict[str, tuple[str, ...]] = {
     "rouge": ("rouge1", "rouge2", "rougeL", "rougeLsum"),
     "mean_iou": ("mean_iou", "mean_accuracy", "overall_accuracy"),
 }
+# Per-class arrays (length ``num_labels``) a script reads from a metric's result:
+# run_semantic_segmentation.py pops these from mean_iou's and calls ``.tolist()``.
+STANDIN_ARRAYS: dict[str, tuple[str, ...]] = {
+    "mean_iou": ("per_category_accuracy", "per_category_iou"),
+}
 
 _STANDIN = '''"""accelgrid offline stand-in for the Hub metric {name!r} (not the real metric)."""
 import datasets
 import evaluate
+import numpy as np
 
 KEYS = {keys!r}
+ARRAYS = {arrays!r}
 
 
 class StandIn(evaluate.Metric):
@@ -55,13 +62,18 @@ class StandIn(evaluate.Metric):
         )
 
     def compute(self, *, predictions=None, references=None, **kwargs):
+        """Stand-in compute."""
+        # A docstring is required: evaluate.Module.__init__ appends the inputs description
+        # to compute's __doc__ (None + str fails).
         # Exact-match rate where inputs are flat and comparable, else 0.0.
         try:
             pairs = list(zip(list(predictions), list(references)))
             score = sum(bool(p == r) for p, r in pairs) / max(len(pairs), 1)
         except Exception:
             score = 0.0
-        return {{k: float(score) for k in KEYS}}
+        out = {{k: float(score) for k in KEYS}}
+        out.update({{k: np.full(int(kwargs.get("num_labels", 1)), score) for k in ARRAYS}})
+        return out
 
     def _compute(self, predictions=None, references=None):
         return self.compute(predictions=predictions, references=references)
@@ -81,6 +93,9 @@ class ScriptSpec:
     # A reason the script cannot run offline at all (reported as not-run).
     blocker: str | None = None
     extra_saves: Callable[[Path], None] | None = None
+    # The metrics file the final evaluation writes: the detection/segmentation scripts
+    # evaluate with ``metric_key_prefix="test"``.
+    eval_file: str = "eval_results.json"
 
 
 # --------------------------------------------------------------------------- data
@@ -124,12 +139,15 @@ def _image_folder(root: Path, classes: int = 3, per_class: int = 3) -> str:
     return str(root)
 
 
-def _parquet_splits(root: Path, rows: Callable[[int], dict], features: Any) -> str:
+def _parquet_splits(
+    root: Path, rows: Callable[[int], dict], features: Any, splits: tuple[str, ...] = (),
+) -> str:
     """A local dataset folder whose parquet files keep ``features`` (ClassLabel names
-    included), loadable offline as ``load_dataset(folder)``."""
+    included), loadable offline as ``load_dataset(folder)``; ``splits``: extra
+    4-row splits besides train (8 rows) and validation (4)."""
     import datasets
 
-    for split, n in (("train", 8), ("validation", 4)):
+    for split, n in (("train", 8), ("validation", 4), *((x, 4) for x in splits)):
         ds = datasets.Dataset.from_dict(rows(n), features=features)
         (root / "data").mkdir(parents=True, exist_ok=True)
         ds.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
@@ -225,10 +243,12 @@ def data_image_classification(data: Path) -> list[str]:
 
 
 def data_mim(data: Path) -> list[str]:
-    # Model patch 4, image 32: masks are drawn in 8 px patches.
+    # Model patch 4, image 32: masks are drawn in 8 px patches. run_mim.py passes the
+    # folders to load_dataset as data_files, which datasets resolves as file patterns
+    # (a bare folder is "Unable to find"), hence the globs.
     return [
-        "--dataset_name", "imagefolder", "--train_dir", _image_folder(data / "train"),
-        "--validation_dir", _image_folder(data / "validation", per_class=2),
+        "--dataset_name", "imagefolder", "--train_dir", _image_folder(data / "train") + "/**",
+        "--validation_dir", _image_folder(data / "validation", per_class=2) + "/**",
         "--mask_patch_size", "8", "--remove_unused_columns", "False",
         "--label_names", "bool_masked_pos",
     ]
@@ -285,7 +305,8 @@ def data_object_detection(data: Path) -> list[str]:
         return out
 
     return [
-        "--dataset_name", _parquet_splits(data / "detection", rows, features),
+        # The script's final evaluation reads a "test" split (cppe-5 has one).
+        "--dataset_name", _parquet_splits(data / "detection", rows, features, ("test",)),
         "--image_square_size", "64", "--eval_do_concat_batches", "False",
         "--remove_unused_columns", "False",
     ]
@@ -324,6 +345,25 @@ def data_instance_segmentation(data: Path) -> list[str]:
     ]
 
 
+# run_semantic_segmentation.py reads the label names with
+# ``hf_hub_download(repo_id=<--dataset_name>, "id2label.json", repo_type="dataset")``, so
+# the dataset name must be a valid repo id as well as a loadable folder: a relative path
+# "namespace/name" (the script runs with cwd=root) whose id2label.json is put where an
+# earlier download would have cached it, which offline mode resolves without the Hub.
+SEMANTIC_REPO = "data/semantic"
+_CACHE_REVISION = "0" * 40
+
+
+def _seed_hub_cache(hf_home: Path, repo_id: str, filename: str, text: str) -> None:
+    """``filename`` of dataset ``repo_id`` in the huggingface_hub cache layout
+    (``refs/main`` → ``snapshots/<revision>/``), as ``hf_hub_download`` leaves it."""
+    repo = hf_home / "hub" / f"datasets--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(_CACHE_REVISION)
+    (repo / "snapshots" / _CACHE_REVISION).mkdir(parents=True, exist_ok=True)
+    (repo / "snapshots" / _CACHE_REVISION / filename).write_text(text)
+
+
 def data_semantic_segmentation(data: Path) -> list[str]:
     import datasets
     from PIL import Image
@@ -338,10 +378,11 @@ def data_semantic_segmentation(data: Path) -> list[str]:
                       for _ in range(n)],
         }
 
-    return [
-        "--dataset_name", _parquet_splits(data / "semantic", rows, features),
-        "--remove_unused_columns", "False",
-    ]
+    root = data.parent
+    _parquet_splits(root / SEMANTIC_REPO, rows, features)
+    labels = json.dumps({"0": "background", "1": "a", "2": "b"})
+    _seed_hub_cache(root / "hf_home", SEMANTIC_REPO, "id2label.json", labels)
+    return ["--dataset_name", SEMANTIC_REPO, "--remove_unused_columns", "False"]
 
 
 def data_speech(data: Path) -> list[str]:
@@ -384,7 +425,10 @@ SCRIPTS: dict[str, ScriptSpec] = {
     ),
     "run_object_detection": ScriptSpec(
         "object-detection/run_object_detection.py", "object-detection",
-        data_object_detection, needs=("albumentations", "torchmetrics", "pycocotools"),
+        # torchmetrics' MeanAveragePrecision(iou_type="bbox") imports torchvision.
+        data_object_detection,
+        needs=("albumentations", "torchmetrics", "pycocotools", "torchvision"),
+        eval_file="test_results.json",
     ),
     "run_translation": ScriptSpec(
         "translation/run_translation.py", "translation", data_translation,
@@ -397,7 +441,10 @@ SCRIPTS: dict[str, ScriptSpec] = {
     ),
     "run_instance_segmentation": ScriptSpec(
         "instance-segmentation/run_instance_segmentation.py", "instance-segmentation",
-        data_instance_segmentation, needs=("albumentations", "torchmetrics", "pycocotools"),
+        # torchmetrics' MeanAveragePrecision(iou_type="segm") imports torchvision.
+        data_instance_segmentation,
+        needs=("albumentations", "torchmetrics", "pycocotools", "torchvision"),
+        eval_file="test_results.json",
     ),
     "run_swag": ScriptSpec("multiple-choice/run_swag.py", "multiple-choice", data_swag),
     "run_qa": ScriptSpec("question-answering/run_qa.py", "question-answering", data_qa),
@@ -408,8 +455,6 @@ SCRIPTS: dict[str, ScriptSpec] = {
     "run_semantic_segmentation": ScriptSpec(
         "semantic-segmentation/run_semantic_segmentation.py", "semantic-segmentation",
         data_semantic_segmentation, needs=("albumentations",),
-        blocker="reads id2label.json with hf_hub_download(repo_id=<dataset name>), which "
-        "needs the Hub (a local folder is not a valid repo id)",
     ),
     "run_clip": ScriptSpec(
         "contrastive-image-text/run_clip.py", "contrastive-image-text", data_clip,
@@ -428,7 +473,15 @@ def missing_modules(spec: ScriptSpec, *, loading_only: bool = False) -> list[str
     needs = ["datasets"] + [m for m in spec.needs if m in _AUDIO_NEEDS]
     if not loading_only:
         needs = ["datasets", "evaluate", *spec.needs]
-    return [m for m in needs if importlib.util.find_spec(m) is None]
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
+    # torchcodec imports without FFmpeg but fails on the first decode (it dlopens
+    # libavutil.so.56-60, FFmpeg 4-8); the script decodes, the input check does not.
+    if not loading_only and "torchcodec" in needs and "torchcodec" not in missing:
+        import ctypes.util
+
+        if ctypes.util.find_library("avutil") is None:
+            missing.append("FFmpeg shared libraries (libavutil, for torchcodec)")
+    return missing
 
 
 def save_model(spec: ScriptSpec, model_dir: Path) -> None:
@@ -444,7 +497,9 @@ def save_model(spec: ScriptSpec, model_dir: Path) -> None:
 def write_standin_metrics(cwd: Path) -> None:
     for name, keys in STANDIN_METRICS.items():
         (cwd / name).mkdir(parents=True, exist_ok=True)
-        (cwd / name / f"{name}.py").write_text(_STANDIN.format(name=name, keys=keys))
+        (cwd / name / f"{name}.py").write_text(_STANDIN.format(
+            name=name, keys=keys, arrays=STANDIN_ARRAYS.get(name, ()),
+        ))
 
 
 def trainer_flags(device: str) -> list[str]:
@@ -519,8 +574,13 @@ def load_inputs(spec: ScriptSpec, argv: list[str], cache_dir: Path) -> dict[str,
         kwargs["cache_dir"] = str(cache_dir)
         ds = datasets.load_dataset({"txt": "text"}.get(ext, ext), data_files=files, **kwargs)
     elif train := _arg(argv, "--train_dir"):
-        files = {"train": f"{train}/**", "validation": f"{_arg(argv, '--validation_dir')}/**"}
+        files = {
+            "train": train, "validation": _arg(argv, "--validation_dir") or "",
+        }
+        files = {k: v if v.endswith("**") else f"{v}/**" for k, v in files.items()}
         ds = datasets.load_dataset("imagefolder", data_files=files, cache_dir=str(cache_dir))
     else:
-        ds = datasets.load_dataset(_arg(argv, "--dataset_name"), cache_dir=str(cache_dir))
+        # A relative dataset name is a folder under the scripts' working directory (root).
+        ds = datasets.load_dataset(str(model_dir.parent / (_arg(argv, "--dataset_name") or "")),
+                                   cache_dir=str(cache_dir))
     return {split: len(rows) for split, rows in ds.items()}

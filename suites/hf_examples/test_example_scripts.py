@@ -14,7 +14,7 @@ import pytest
 
 from accelgrid.outcomes import not_run
 
-from .scripts import ENV_SRC, SCRIPTS, load_inputs, missing_modules, prepare
+from .scripts import ENV_SRC, MAX_STEPS, SCRIPTS, load_inputs, missing_modules, prepare
 
 SCRIPT_TIMEOUT_S = 480
 TAIL_LINES = 60
@@ -60,9 +60,17 @@ def test_example_script(script: str, device: str, transformers_src: Path, tmp_pa
         pytest.fail(f"{script} exited {proc.returncode}\n{tail}", pytrace=False)
     out = tmp_path / "out"
     if spec.trainer:
-        # Trainer scripts save their train metrics; the loss must be a number.
+        # Trainer scripts save their train metrics and state: a finite loss after exactly
+        # MAX_STEPS optimizer steps, the memory metrics (--skip_memory_metrics False), and
+        # the final evaluation's metrics file.
+        assert (out / "train_results.json").is_file(), f"no train results\n{tail}"
         train = json.loads((out / "train_results.json").read_text())
         assert math.isfinite(train["train_loss"]), train
-        assert (out / "eval_results.json").is_file(), f"no eval results\n{tail}"
+        assert "train_mem_cpu_alloc_delta" in train, train
+        if device in ("cuda", "xpu"):
+            assert "train_mem_gpu_alloc_delta" in train, train
+        state = json.loads((out / "trainer_state.json").read_text())
+        assert state["global_step"] == MAX_STEPS, state["global_step"]
+        assert (out / spec.eval_file).is_file(), f"no {spec.eval_file}\n{tail}"
     else:
         assert (out / "config.json").is_file(), f"no model saved\n{tail}"
