@@ -401,11 +401,15 @@ def test_tox_runs_exactly_the_selected_cell_through_nox(tmp_path) -> None:
         f"-f {tmp_path / 'ci'}/../noxfile.py -s cpu-2.13 --"]
 
 
-def test_tox_without_profile_selects_every_profile_of_that_device_and_torch(tmp_path) -> None:
-    proc = _tox(tmp_path, "l", DEVICE="cpu", TORCH="2.13")
-    assert proc.returncode == 0, proc.stderr
-    assert _default_envs(proc.stdout) == [
-        ci.tox_env_name(c) for c in MATRIX.cells if c.device == "cpu" and c.torch == "2.13"]
+def test_tox_without_profile_selects_exactly_the_default_profile_cell(tmp_path) -> None:
+    # DEVICE=cpu TORCH=2.13 is cpu-2.13, not also cpu-2.13-op-capture.
+    assert len([c for c in MATRIX.cells if c.device == "cpu" and c.torch == "2.13"]) > 1
+    proc = _tox(tmp_path, "run", DEVICE="cpu", TORCH="2.13")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "nox.log").read_text().splitlines() == [
+        f"-f {tmp_path / 'ci'}/../noxfile.py -s cpu-2.13 --"]
+    listed = _tox(tmp_path, "l", DEVICE="cpu", TORCH="2.13", PROFILE="op-capture")
+    assert _default_envs(listed.stdout) == ["cpu-torch2.13-op_capture"]
 
 
 @pytest.mark.parametrize("env", [{"DEVICE": "tpu"}, {"DEVICE": "tpu", "TORCH": "2.13"}])
@@ -432,8 +436,9 @@ def test_without_fail_on_no_env_tox_gh_actions_silently_runs_more(tmp_path) -> N
     shutil.copy(ROOT / ci.TOXFILE, tmp_path / ci.TOXFILE)
     proc = _tox(tmp_path, "l", ini, DEVICE="tpu", TORCH="2.13")
     assert proc.returncode == 0, proc.stderr
+    # The unmapped DEVICE is dropped: every torch 2.13 env (of the default profile) runs.
     assert _default_envs(proc.stdout) == [
-        ci.tox_env_name(c) for c in MATRIX.cells if c.torch == "2.13"]
+        ci.tox_env_name(c) for c in MATRIX.cells if c.torch == "2.13" and c.profile == "default"]
 
 
 def test_each_cells_values_select_exactly_its_env(monkeypatch) -> None:

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import sessions
 from .matrix import DEFAULT_MATRIX, load_matrix
 
 
@@ -59,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cpus": os.cpu_count(), "python": platform.python_version()}
     try:
         print(f"[1/3] preparing {cell.name}'s env (nox --install-only)", flush=True)
-        _timed([*nox, "-s", cell.name, "--install-only"], root, env)
-        venv_python = str(root / ".nox" / cell.name.replace(".", "-") / "bin" / "python")
+        venv_python = sessions.prepared_python(root, cell, env)
         runs: dict[str, list[float]] = {"cell": [], "bare": []}
         for i in range(args.repeat):
             print(f"[2/3] run {i + 1}/{args.repeat}: cell run, then bare pytest", flush=True)

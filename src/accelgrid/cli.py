@@ -213,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare with DIR/<cell>.json; exit 3 on any regression")
     p.set_defaults(func=_cmd_grid)
 
-    p = sub.add_parser("bench", help="benchmarks: overhead (runner vs bare pytest), offload, grid")
-    p.add_argument("what", choices=["overhead", "offload", "grid"])
+    p = sub.add_parser("bench", help="benchmarks: overhead (runner vs bare pytest), "
+                       "offload, grid, ops (capture cost)")
+    p.add_argument("what", choices=["overhead", "offload", "grid", "ops"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
     p.set_defaults(func=_cmd_bench)
 

@@ -88,3 +88,16 @@ def register(matrix: Matrix) -> list[str]:
                                       if d in matrix.devices})
     return [c.name for c in matrix.cells
             if c.device in present and c.is_default_torch and c.profile == matrix.default_profile]
+
+
+def prepared_python(root: Path, cell: Cell, env: dict[str, str] | None = None) -> str:
+    """Create or refresh ``cell``'s nox env (``--install-only``) and return its python."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", cell.name,
+           "--install-only"]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cell.name}: preparing its env failed:\n{proc.stderr[-2000:]}")
+    # nox names env folders after the session, with '.' replaced.
+    return str(root / ".nox" / cell.name.replace(".", "-") / "bin" / "python")

@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from tox.config.sets import ConfigSet
     from tox.session.state import State
 
+# A cell without a profile in its name runs the default profile (cpu-2.13), so an unset
+# PROFILE means "default" rather than "every profile". Set before tox-gh-actions reads
+# the environment (its hook runs after this module is imported).
+if os.environ.get("GITHUB_ACTIONS") == "true" and not os.environ.get("PROFILE") and (
+        os.environ.get("DEVICE") or os.environ.get("TORCH")):
+    os.environ["PROFILE"] = "default"
+
 
 def _fail_on_no_env(state: State) -> bool:
     from tox_gh_actions.plugin import load_config_section
