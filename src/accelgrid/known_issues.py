@@ -23,7 +23,17 @@ from typing import Any
 from . import known_issues_runtime as runtime
 from .cells import Cell
 from .matrix import PIN_NAMES, Matrix
-from .validation import Problem, SourceMap, ValidationFailed, check_schema, load_yaml, suggest
+from .validation import (
+    Problem,
+    SourceMap,
+    ValidationFailed,
+    check_schema,
+    load_yaml,
+    suggest,
+)
+from .validation import (
+    check_known as _known,
+)
 
 DEFAULT_REGISTRY = "known_issues.yaml"
 RUNTIME_JSON = "known_issues.json"     # the cell's entries, in its results folder
@@ -168,13 +178,6 @@ def repro_file(issue_id: str) -> str:
         raise ValueError(f"'{issue_id}' is not {_ID_HINT}")
     slug = re.sub(r"[^a-z0-9]+", "_", f"{m['owner']}_{m['repo']}".lower())
     return f"{REPRO_DIR}/test_{slug}_{m['number']}.py"
-
-
-def _known(kind: str, value: str, known: list[str], smap: SourceMap, path: tuple) -> list[Problem]:
-    if value in known:
-        return []
-    return [smap.problem(path, f"unknown {kind} '{value}' (known: {', '.join(known)})"
-                               f"{suggest(value, known)}")]
 
 
 def _range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:

@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from . import compat, environment
-from .validation import Problem, SourceMap, ValidationFailed, check_schema, load_yaml, suggest
+from .validation import (
+    Problem,
+    SourceMap,
+    ValidationFailed,
+    check_schema,
+    load_yaml,
+    suggest,
+)
+from .validation import (
+    check_known as _known,
+)
 
 DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps")
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
@@ -269,13 +279,6 @@ class Matrix:
 
 def _env(mapping: dict[str, Any] | None) -> dict[str, str]:
     return {k: str(v) for k, v in (mapping or {}).items()}
-
-
-def _known(kind: str, value: str, known: list[str], smap: SourceMap, path: tuple) -> list[Problem]:
-    if value in known:
-        return []
-    return [smap.problem(path, f"unknown {kind} '{value}' (known: {', '.join(known)})"
-                               f"{suggest(value, known)}")]
 
 
 def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]:

@@ -122,6 +122,15 @@ def load_yaml(path: Path) -> tuple[Any, SourceMap]:
     return data, smap
 
 
+def check_known(kind: str, value: str, known: list[str], smap: SourceMap, path: KeyPath
+                ) -> list[Problem]:
+    """A one-problem list if ``value`` is not among ``known`` (with a suggestion)."""
+    if value in known:
+        return []
+    return [smap.problem(path, f"unknown {kind} '{value}' (known: {', '.join(known)})"
+                               f"{suggest(value, known)}")]
+
+
 def _type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
