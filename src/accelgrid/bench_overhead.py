@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             envs: dict[str, dict[str, float]] = {}
             for backend in ("uv", "virtualenv"):
                 envdir = tmp / f"env-{backend}"
-                base = [*nox, "-s", cell.name, "--install-only", "-db", backend,
+                # -fb: the cell sessions name uv explicitly, -db would not override it.
+                base = [*nox, "-s", cell.name, "--install-only", "-fb", backend,
                         "--envdir", str(envdir)]
                 print(f"[3/3] env creation with {backend}: cold", flush=True)
                 cold = _timed([*base, "--reuse-venv", "no"], root, env)

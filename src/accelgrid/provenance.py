@@ -94,15 +94,16 @@ def torch_facts(device_type: str) -> dict[str, Any]:
     return facts
 
 
-def collect(cell: str, device_type: str) -> dict[str, Any]:
-    """Everything env.json records at the start of a run."""
+def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, Any]:
+    """Everything env.json records at the start of a run (``torch`` facts only with
+    ``with_torch``: importing torch takes seconds, callers may add them later)."""
     return {
         "cell": cell,
         "device_type": device_type,
         "start": now(),
         "end": None,
         "status": "running",
-        "torch": torch_facts(device_type),
+        "torch": torch_facts(device_type) if with_torch else {"pending": True},
         "python": {"version": platform.python_version(), "implementation":
                    platform.python_implementation(), "executable": sys.executable},
         "packages": package_versions(),

@@ -10,6 +10,7 @@ attributed to the right test.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,17 +56,33 @@ class Recorder:
         self.started: dict[str, float] = {}
         self.cell = os.environ.get(ENV_CELL, folder.name)
         self.device = os.environ.get(ENV_DEVICE, "cpu")
+        self._env_lock = threading.Lock()
 
     # --- provenance and collection -------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        env = provenance.collect(self.cell, self.device)
+        env = provenance.collect(self.cell, self.device, with_torch=False)
         earlier, _ = results.read_json(self.folder / results.ENV)
         if isinstance(earlier, dict) and earlier.get("cell") == self.cell:
             env["start"] = earlier.get("start", env["start"])  # a later pass of the same run
             env["passes"] = earlier.get("passes", [])
         env.setdefault("passes", []).append(os.environ.get("ACCELGRID_PASS", "single"))
-        results.write_json(self.folder / results.ENV, env)
+        self._update_env(lambda e: e.update(env), replace=True)
+        # torch's facts (import, device query) in the background: the controller itself
+        # never needs torch, and the workers start meanwhile.
+        self._torch_thread = threading.Thread(target=self._add_torch_facts, daemon=True)
+        self._torch_thread.start()
+
+    def _add_torch_facts(self) -> None:
+        facts = provenance.torch_facts(self.device)
+        self._update_env(lambda e: e.__setitem__("torch", facts))
+
+    def _update_env(self, change: Any, replace: bool = False) -> None:
+        with self._env_lock:
+            env, _ = results.read_json(self.folder / results.ENV)
+            env = {} if replace or not isinstance(env, dict) else env
+            change(env)
+            results.write_json(self.folder / results.ENV, env)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Without xdist the controller collects itself; with it, workers do (hook below).
@@ -82,12 +99,11 @@ class Recorder:
             results.write_json(self.folder / results.COLLECTED, known + new)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        env, _ = results.read_json(self.folder / results.ENV)
-        if isinstance(env, dict):
-            env["end"] = provenance.now()
-            env["status"] = "finished"
-            env["exitstatus"] = int(exitstatus)
-            results.write_json(self.folder / results.ENV, env)
+        thread = getattr(self, "_torch_thread", None)
+        if thread is not None:
+            thread.join(timeout=120)
+        self._update_env(lambda e: e.update(end=provenance.now(), status="finished",
+                                            exitstatus=int(exitstatus)))
 
     # --- per-test records ----------------------------------------------------------
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
