@@ -263,3 +263,20 @@ def test_one_chosen_device_is_pinned(mini_project, python, monkeypatch) -> None:
     assert runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results") == 0
     recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
     assert [(r["outcome"], r["device"]) for r in recs] == [("passed", "xpu:1")]
+
+
+def test_torch_provenance_merges_pinned_workers_views() -> None:
+    from accelgrid import provenance
+
+    base = {"version": "2.11.0+cu130", "cuda_runtime": "13.0", "driver": "580"}
+    reports = [  # each pinned worker sees one GPU, as its own index 0
+        {**base, "pinned_index": "1", "devices": [{"index": 0, "name": "H200"}]},
+        {**base, "pinned_index": "0", "devices": [{"index": 0, "name": "H200"}]},
+        {**base, "pinned_index": None, "devices": [{"index": 0, "name": "H200"},
+                                                   {"index": 1, "name": "H200"}]},
+    ]
+    merged = provenance.merge_torch_reports(reports)
+    assert merged["device_count"] == 2
+    assert [str(d["index"]) for d in merged["devices"]] == ["0", "1"]
+    assert merged["version"] == "2.11.0+cu130" and "pinned_index" not in merged
+    assert provenance.merge_torch_reports([]) == {"pending": True}

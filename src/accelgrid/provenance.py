@@ -95,8 +95,9 @@ def torch_facts(device_type: str) -> dict[str, Any]:
 
 
 def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, Any]:
-    """Everything env.json records at the start of a run (``torch`` facts only with
-    ``with_torch``: importing torch takes seconds, callers may add them later)."""
+    """Everything env.json records at the start of a run. Without ``with_torch`` the
+    ``torch`` section is left pending: the test processes, which import torch anyway,
+    report it (:func:`worker_torch_report`) and it is merged at the end."""
     return {
         "cell": cell,
         "device_type": device_type,
@@ -114,3 +115,33 @@ def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, A
         "project": {"commit": os.environ.get("ACCELGRID_COMMIT"),
                     "dirty": os.environ.get("ACCELGRID_DIRTY") == "1"},
     }
+
+
+TORCH_REPORT_GLOB = "torch-*.json"
+
+
+def worker_torch_report(device_type: str) -> dict[str, Any]:
+    """torch facts as one test process sees them; a pinned worker notes its device index
+    (it sees one device, numbered 0 in its own view)."""
+    facts = torch_facts(device_type)
+    facts["pinned_index"] = os.environ.get("ACCELGRID_DEVICE_INDEX")
+    return facts
+
+
+def merge_torch_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``torch`` section from every test process's report: the build facts of the
+    first, and the union of the devices they saw, in the host's numbering."""
+    if not reports:
+        return {"pending": True}
+    merged = {k: v for k, v in reports[0].items() if k not in ("devices", "pinned_index")}
+    devices: dict[Any, dict[str, Any]] = {}
+    for report in reports:
+        pinned = report.get("pinned_index")
+        for dev in report.get("devices") or []:
+            index = pinned if pinned is not None and len(report["devices"]) == 1 else dev.get(
+                "index")
+            devices.setdefault(str(index), {**dev, "index": index})
+        merged["driver"] = merged.get("driver") or report.get("driver")
+    merged["devices"] = sorted(devices.values(), key=lambda d: str(d["index"]))
+    merged["device_count"] = len(merged["devices"])
+    return merged

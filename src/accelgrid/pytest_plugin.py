@@ -10,7 +10,6 @@ attributed to the right test.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,6 @@ class Recorder:
         self.started: dict[str, float] = {}
         self.cell = os.environ.get(ENV_CELL, folder.name)
         self.device = os.environ.get(ENV_DEVICE, "cpu")
-        self._env_lock = threading.Lock()
 
     # --- provenance and collection -------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -67,22 +65,18 @@ class Recorder:
             env["start"] = earlier.get("start", env["start"])  # a later pass of the same run
             env["passes"] = earlier.get("passes", [])
         env.setdefault("passes", []).append(os.environ.get("ACCELGRID_PASS", "single"))
+        # torch's facts come from the test processes (the controller needs no torch and
+        # importing it here would cost seconds): merged at the end.
+        earlier_torch = (earlier or {}).get("torch") if isinstance(earlier, dict) else None
+        if earlier_torch and not earlier_torch.get("pending"):
+            env["torch"] = earlier_torch
         self._update_env(lambda e: e.update(env), replace=True)
-        # torch's facts (import, device query) in the background: the controller itself
-        # never needs torch, and the workers start meanwhile.
-        self._torch_thread = threading.Thread(target=self._add_torch_facts, daemon=True)
-        self._torch_thread.start()
-
-    def _add_torch_facts(self) -> None:
-        facts = provenance.torch_facts(self.device)
-        self._update_env(lambda e: e.__setitem__("torch", facts))
 
     def _update_env(self, change: Any, replace: bool = False) -> None:
-        with self._env_lock:
-            env, _ = results.read_json(self.folder / results.ENV)
-            env = {} if replace or not isinstance(env, dict) else env
-            change(env)
-            results.write_json(self.folder / results.ENV, env)
+        env, _ = results.read_json(self.folder / results.ENV)
+        env = {} if replace or not isinstance(env, dict) else env
+        change(env)
+        results.write_json(self.folder / results.ENV, env)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Without xdist the controller collects itself; with it, workers do (hook below).
@@ -99,11 +93,10 @@ class Recorder:
             results.write_json(self.folder / results.COLLECTED, known + new)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        thread = getattr(self, "_torch_thread", None)
-        if thread is not None:
-            thread.join(timeout=120)
+        torch_facts = results.merged_torch(self.folder)
         self._update_env(lambda e: e.update(end=provenance.now(), status="finished",
-                                            exitstatus=int(exitstatus)))
+                                            exitstatus=int(exitstatus), torch=torch_facts))
+        results.sync(self.folder / results.TESTS)
 
     # --- per-test records ----------------------------------------------------------
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
@@ -199,6 +192,14 @@ class WorkerMarker:
         self.folder = folder
         self.worker = _worker_id(config) or "main"
         self.default_timeout = config.getoption("timeout", None)
+        self.device = os.environ.get(ENV_DEVICE, "cpu")
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.worker == "main" and getattr(session.config.option, "dist", "no") != "no":
+            return  # the xdist controller runs no test and need not import torch
+        # This process imports torch for its tests anyway: its view goes into env.json.
+        results.write_json(self.folder / f"torch-{self.worker}.json",
+                           provenance.worker_torch_report(self.device))
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         if os.environ.get("ACCELGRID_PASS") != "pinned":

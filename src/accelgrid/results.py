@@ -49,15 +49,27 @@ def write_json(path: Path, data: Any) -> None:
         raise
 
 
-def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one test record and make it durable before returning."""
+def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> None:
+    """Append one test record in one write(2): once this returns, killing the process (or
+    the whole session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
     line = json.dumps(record, default=str, sort_keys=False) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode("utf-8"))
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync(path: Path) -> None:
+    """fsync ``path`` if it exists (once per session, not per record)."""
+    if path.exists():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
@@ -98,12 +110,21 @@ def read_json(path: Path) -> tuple[Any, str | None]:
 
 
 def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None) -> None:
-    write_json(results / RUNNING / f"{worker}.json",
-               {"nodeid": nodeid, "start": time.time(), "timeout": timeout})
+    # Once per test: one small write in place, no temp file. A reader that finds it
+    # half-written ignores it (read_json error), which only costs crash attribution.
+    path = results / RUNNING / f"{worker}.json"
+    data = json.dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout})
+    try:
+        path.write_text(data, encoding="utf-8")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data, encoding="utf-8")
 
 
 def clear_running(results: Path, worker: str) -> None:
-    (results / RUNNING / f"{worker}.json").unlink(missing_ok=True)
+    path = results / RUNNING / f"{worker}.json"
+    if path.exists():
+        path.write_text("", encoding="utf-8")
 
 
 def running(results: Path) -> dict[str, dict[str, Any]]:
@@ -126,6 +147,18 @@ def crash_outcome(started: float | None, timeout: float | None, now: float | Non
         if elapsed >= 0.95 * float(timeout):
             return outcomes.TIMEOUT
     return outcomes.CRASHED
+
+
+def merged_torch(results: Path) -> dict[str, Any]:
+    """env.json's ``torch`` section from the test processes' reports (``torch-*.json``)."""
+    from .provenance import TORCH_REPORT_GLOB, merge_torch_reports
+
+    reports = []
+    for f in sorted(results.glob(TORCH_REPORT_GLOB)):
+        data, err = read_json(f)
+        if not err and isinstance(data, dict):
+            reports.append(data)
+    return merge_torch_reports(reports)
 
 
 def finalize(results: Path, reason: str) -> dict[str, Any]:
@@ -152,6 +185,9 @@ def finalize(results: Path, reason: str) -> dict[str, Any]:
                                             "message": reason})
             seen.add(nodeid)
     env, _ = read_json(results / ENV)
+    if isinstance(env, dict) and (env.get("torch") or {}).get("pending"):
+        env["torch"] = merged_torch(results)  # the run died before it merged them
+        write_json(results / ENV, env)
     if isinstance(env, dict) and not env.get("end"):
         from .provenance import now  # local: provenance is the only user of datetime here
         env["end"] = now()
