@@ -94,3 +94,18 @@ def test_no_venv_runs_on_current_interpreter(tmp_path: Path) -> None:
     assert env["python"]["executable"] == sys.executable
     recs = (tmp_path / "cpu-2.13" / "tests.jsonl").read_text().splitlines()
     assert len(recs) == 1 and json.loads(recs[0])["outcome"] == "passed"
+
+
+def test_unreachable_torch_index_fails_in_one_line_before_installing(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    index = f"http://127.0.0.1:{port}/whl/cpu"
+    proc = nox("-s", "cpu-2.13", "--envdir", str(tmp_path / "envs"),
+               env={"ACCELGRID_TORCH_INDEX": index, "ACCELGRID_RESULTS_DIR": str(tmp_path)})
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if "cannot be reached" in ln]
+    assert len(lines) == 1 and f"cpu-2.13: package index {index} cannot be reached" in lines[0]
+    assert "uv pip install" not in proc.stderr  # nothing was installed

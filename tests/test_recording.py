@@ -81,7 +81,9 @@ def _cell(proj: Path, name: str = "cpu-2.13"):
     return load_matrix(proj / "matrix.yaml").cell(name)
 
 
-def test_every_outcome_recorded(mini_project, python) -> None:
+def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_s3cr3t_value")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://user:pa55word@mirror.invalid/simple")
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
     rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
@@ -103,6 +105,11 @@ def test_every_outcome_recorded(mini_project, python) -> None:
     env = json.loads((folder / results.ENV).read_text())
     assert env["cell"] == "cpu-2.13" and env["status"] == "finished" and env["end"]
     assert env["env"]["ACCELGRID_DEVICE"] == "cpu"
+    assert env["env"]["HF_TOKEN"] == "<redacted>"
+    for f in folder.rglob("*"):  # no secret anywhere in what the run left
+        if f.is_file():
+            text = f.read_text(errors="replace")
+            assert "hf_s3cr3t_value" not in text and "pa55word" not in text, f
     assert (folder / results.JUNIT).exists()
     summary = json.loads((folder / results.SUMMARY).read_text())
     assert summary["total"] == 9 and summary["counts"]["passed"] == 3
