@@ -504,3 +504,17 @@ def test_html_filters_in_browser(tmp_path: Path) -> None:
         assert link.get_attribute("href") == ISSUE["url"] and link.text == "#127929"
     finally:
         driver.quit()
+
+
+def test_grid_shows_the_device_a_pinned_worker_ran_on(tmp_path: Path) -> None:
+    cell = tmp_path / "cuda-2.11"
+    cell.mkdir()
+    results.write_json(cell / results.ENV, {"cell": "cuda-2.11", "device_type": "cuda",
+                                            "torch": {"version": "2.11.0"}})
+    for n, dev in enumerate(("cuda:0", "cuda:1")):
+        results.append_record(cell / results.TESTS, {"nodeid": f"suites/s/t.py::t{n}",
+                                                     "outcome": "passed", "device": dev})
+    page = grid.render_html(grid.build([cell]))
+    assert 'title="[cuda:0]"' in page and 'title="[cuda:1]"' in page
+    assert {r["cells"]["cuda-2.11"]["device"] for r in grid.build([cell])["rows"]} == {
+        "cuda:0", "cuda:1"}

@@ -54,3 +54,4 @@ def test_run_container_refuses_a_cell_without_image() -> None:
     proc = _cli("run", "mps-2.13", "--container")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "mps-2.13" in proc.stderr
+

@@ -549,10 +549,12 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
             cls = f"{dclass[j]} {outcome}" + (f" ch-{change}" if change else "")
             title = ""
             msg = rec.get("message")
-            if msg or change:
-                tip = (f"{CHANGE_LABEL[change]} (baseline: {rec.get('expected', '—')}) "
-                       if change else "") + _short(msg, MESSAGE_TITLE_LIMIT)
-                title = f' title="{_attr(tip)}"'
+            device = rec.get("device") or ""
+            on = f"[{device}] " if ":" in device else ""  # a pinned worker's device
+            if msg or change or on:
+                tip = on + (f"{CHANGE_LABEL[change]} (baseline: {rec.get('expected', '—')}) "
+                            if change else "") + _short(msg, MESSAGE_TITLE_LIMIT)
+                title = f' title="{_attr(tip.strip())}"'
             link = ""
             issue = rec.get("issue")
             if issue and issue.get("url"):
@@ -562,7 +564,8 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
             tds.append(f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}</td>')
             if msg or rec.get("longrepr") or issue or change or outcome in outcomes.BAD:
                 info = {k: rec[k] for k in ("outcome", "message", "duration", "worker",
-                                            "issue", "change", "expected") if k in rec}
+                                            "device", "issue", "change", "expected")
+                        if k in rec}
                 if rec.get("longrepr"):
                     lr = str(rec["longrepr"])
                     info["longrepr"] = (lr if len(lr) <= LONGREPR_HTML_LIMIT else
