@@ -18,7 +18,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
 
-from accelgrid import cli, sessions  # noqa: E402
+from accelgrid import cli, results, sessions  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
 from accelgrid.validation import ValidationFailed  # noqa: E402
 
@@ -58,7 +58,7 @@ for _cell in MATRIX.cells:
 @nox.session(python=False, tags=["grid"])
 def grid(session: nox.Session) -> None:
     """Grids (Markdown, HTML, JSON) from every cell under results/."""
-    out = sessions.results_root(MATRIX)
+    out = results.results_root(ROOT)
     args = session.posargs or [str(p) for p in sorted(out.glob("*/")) if p.is_dir()]
     if not args:
         session.error(f"no results in {out} yet: run a cell first, e.g. nox -s cpu-2.13")

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, detect, known_issues
+from . import compat, detect, known_issues, results
 from .cells import Cell
 from .matrix import DEFAULT_MATRIX, load_matrix
-from .repro import ARROW, _short, results_root, run_cell
+from .repro import ARROW, _short, run_cell
 from .validation import ValidationFailed
 
 EXIT_INVALID = 2
@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"accelgrid bisect: {path} does not exist under {matrix.root}", file=sys.stderr)
         return EXIT_INVALID
     slug = re.sub(r"[^A-Za-z0-9]+", "-", args.test).strip("-")[-120:]
-    out = Path(args.results) if args.results else results_root(matrix) / "bisect" / slug
+    out = (Path(args.results) if args.results
+           else results.results_root(matrix.root) / "bisect" / slug)
     if args.raw:
         os.environ[known_issues.ENV_DISABLE] = "1"  # read by the runner in the nox session
     print(f"bisect {args.test} on {args.device} ({profile}) over torch "

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import environment, install, runner
+from . import environment, install, results, runner
 from .cells import Cell
 from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
 from .validation import ValidationFailed
@@ -465,8 +465,7 @@ def run(matrix: Matrix, cell: Cell, engine: Engine, pytest_args: Sequence[str] =
     """Build if needed, then run the cell in its image; returns the cell's exit code."""
     image = build(matrix, cell, engine, base=base)
     if results_root is None:
-        results_root = Path(os.environ.get("ACCELGRID_RESULTS_DIR")
-                            or matrix.root / "results")
+        results_root = results.results_root(matrix.root)
     results_root = results_root.resolve()
     results_root.mkdir(parents=True, exist_ok=True)
     env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}

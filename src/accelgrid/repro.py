@@ -57,10 +57,6 @@ class CellRun:
     error: str | None = None   # why no test ran (device absent, env failed, ...)
 
 
-def results_root(matrix: Matrix) -> Path:
-    return Path(os.environ.get("ACCELGRID_RESULTS_DIR") or matrix.root / "results")
-
-
 def nox_command(matrix: Matrix, cell: Cell, pytest_args: list[str], *,
                 envdir: str | None = None, reuse: bool = False, no_venv: bool = False
                 ) -> list[str]:
@@ -225,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"accelgrid repro: no cell of {matrix.path.name} is in the scope of {issue.id}; "
               "name one with --cell", file=sys.stderr)
         return 1
-    out = Path(args.results) if args.results else results_root(matrix) / "repro" / _slug(
-        issue.id)
+    out = (Path(args.results) if args.results
+           else results.results_root(matrix.root) / "repro" / _slug(issue.id))
     pytest_args = [repro, f"--upstream={issue.id}"]
     print(f"{issue.id}: {issue.title}\n{issue.url}\nreproduction: {repro}; results in {out}/",
           flush=True)

@@ -34,6 +34,14 @@ SUMMARY = "summary.json"
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
 
 
+RESULTS_DIR = "results"
+
+
+def results_root(project_root: Path) -> Path:
+    """Where cells write results: ``results/`` in the project, or $ACCELGRID_RESULTS_DIR."""
+    return Path(os.environ.get("ACCELGRID_RESULTS_DIR") or project_root / RESULTS_DIR)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Atomically replace ``path`` (a crash leaves the old or the new file, never half)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,16 +15,9 @@ from pathlib import Path
 import nox
 from nox.virtualenv import PassthroughEnv
 
-from . import detect, install, runner
+from . import detect, install, results, runner
 from .cells import Cell
 from .matrix import Matrix
-
-RESULTS_DIR = "results"
-
-
-def results_root(matrix: Matrix) -> Path:
-    """Where cells write results: ``results/`` beside the matrix, or $ACCELGRID_RESULTS_DIR."""
-    return Path(os.environ.get("ACCELGRID_RESULTS_DIR") or matrix.root / RESULTS_DIR)
 
 
 def _python_in(session: nox.Session) -> str:
@@ -59,7 +52,7 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     # session.run returns None under --install-only: the env is ready, run nothing.
     if session.run(python, "-c", "pass", silent=True, external=True) is None:
         return
-    out = results_root(matrix)
+    out = results.results_root(matrix.root)
     rc = runner.run_cell(
         cell, python, matrix.root, out, session.posargs,
         workers=int(os.environ["ACCELGRID_WORKERS"]) if os.environ.get("ACCELGRID_WORKERS")
