@@ -161,11 +161,6 @@ def _read(folder: Path) -> CellResults:
 
 # --- rows and columns ------------------------------------------------------------------
 
-def _suite_of(nodeid: str) -> str:
-    parts = nodeid.split("::", 1)[0].split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
-
-
 def split_nodeid(nodeid: str) -> tuple[str, str, str | None]:
     """(file, test function, parametrize id or None) of a pytest node id."""
     path, _, rest = nodeid.partition("::")
@@ -177,7 +172,7 @@ def split_nodeid(nodeid: str) -> tuple[str, str, str | None]:
 
 def _new_row(nodeid: str) -> dict[str, Any]:
     _, func, param = split_nodeid(nodeid)
-    return {"nodeid": nodeid, "suite": _suite_of(nodeid), "workload": param or func,
+    return {"nodeid": nodeid, "suite": results_mod.suite_of(nodeid), "workload": param or func,
             "test": func, "cells": {}}
 
 

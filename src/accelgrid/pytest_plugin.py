@@ -276,8 +276,7 @@ def workload_of(nodeid: str) -> str:
     name = nodeid.rsplit("::", 1)[-1]
     if name.startswith("test_workload") and name.endswith("]") and "[" in name:
         return name[name.index("[") + 1: -1]
-    parts = nodeid.split("::", 1)[0].split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
+    return results.suite_of(nodeid)
 
 
 @pytest.fixture(autouse=True)

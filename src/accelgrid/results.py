@@ -42,6 +42,12 @@ def results_root(project_root: Path) -> Path:
     return Path(os.environ.get("ACCELGRID_RESULTS_DIR") or project_root / RESULTS_DIR)
 
 
+def suite_of(nodeid: str) -> str:
+    """``suites/offload/test_x.py::t`` -> ``offload`` (the folder under suites/)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
+
+
 def write_json(path: Path, data: Any) -> None:
     """Atomically replace ``path`` (a crash leaves the old or the new file, never half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
