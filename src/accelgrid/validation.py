@@ -16,6 +16,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .errors import InvalidInput
+
 KeyPath = tuple[Any, ...]
 
 
@@ -32,7 +34,7 @@ class Problem:
         return f"{where}: {key}: {self.message}" if key else f"{where}: {self.message}"
 
 
-class ValidationFailed(Exception):
+class ValidationFailed(InvalidInput):
     """One or more problems in an input file; ``str()`` is ready to print."""
 
     def __init__(self, problems: Sequence[Problem]):
