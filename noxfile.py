@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
 
 from accelgrid import cli, results, sessions  # noqa: E402
+from accelgrid.errors import AccelgridError  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
 from accelgrid.validation import ValidationFailed  # noqa: E402
 
@@ -38,10 +40,16 @@ def _container_session(name: str):
     def _container(session: nox.Session) -> None:
         from accelgrid import containers
 
-        argv = ["--matrix", str(ROOT / "matrix.yaml"), "run", name]
-        code = containers.main(argv + (["--", *session.posargs] if session.posargs else []))
+        try:
+            cell = containers.cell_for(MATRIX, name)
+            engine = containers.probe_engine(os.environ.get("ACCELGRID_CONTAINER_ENGINE") or None,
+                                             isolation=os.environ.get("BUILDAH_ISOLATION") or None)
+            code = containers.run(MATRIX, cell, engine, session.posargs,
+                                  base=os.environ.get("ACCELGRID_CONTAINER_BASE") or None)
+        except AccelgridError as exc:
+            session.error(str(exc))
         if code:
-            session.error(f"accelgrid container run {name} exited with {code}")
+            session.error(f"the cell {name} in its container exited with {code}")
 
     _container.__doc__ = f"{name} inside its container image (accelgrid container run)"
     return _container
@@ -70,11 +78,10 @@ def grid(session: nox.Session) -> None:
 @nox.session(python=False, default=False, tags=["repro"])
 def repro(session: nox.Session) -> None:
     """Reproduce a known upstream issue in its cells: nox -s repro -- pytorch/ao#958"""
-    from accelgrid import repro as repro_mod
-
     if not session.posargs:
         session.error("name the issue after --, e.g. nox -s repro -- pytorch/ao#958 "
                       "(--list shows the registry)")
-    code = repro_mod.main(["--matrix", str(ROOT / "matrix.yaml"), *session.posargs])
+    # posargs are `accelgrid repro`'s own command line (issue id and options).
+    code = cli.main(["--matrix", str(ROOT / "matrix.yaml"), "repro", *session.posargs])
     if code:
         session.error(f"accelgrid repro exited with {code}")

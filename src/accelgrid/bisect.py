@@ -16,22 +16,18 @@ verdict; results go to ``<results>/bisect/<test>/<cell>/``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import compat, detect, known_issues, results
 from .cells import Cell
-from .matrix import DEFAULT_MATRIX, load_matrix
+from .errors import AccelgridError, InvalidInput
+from .matrix import Matrix
 from .repro import ARROW, _short, run_cell
-from .validation import ValidationFailed
-
-EXIT_INVALID = 2
 
 
 @dataclass(frozen=True)
@@ -124,85 +120,52 @@ def table(cells: list[Cell], seen: dict[str, Outcome]) -> list[str]:
     return ["  ".join(f"{r[i]:<{widths[i]}}" for i in range(4)) + "  " + r[4] for r in rows]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="accelgrid bisect",
-        description="Run one test across the matrix's torch versions for a device, reusing "
-                    "each cell's environment, and report the first version where its outcome "
-                    "changes.")
-    p.add_argument("test", help="pytest node id, e.g. suites/smoke/test_device_api.py::test_x")
-    p.add_argument("--device", required=True, help="cpu, cuda, xpu or mps")
-    p.add_argument("--profile", help="env profile (default: the matrix's default profile)")
-    p.add_argument("--torch", action="append", help="only these torch series (repeatable)")
-    p.add_argument("--all", action="store_true", help="run every version (no bisection)")
-    p.add_argument("--raw", action="store_true",
-                   help="without known_issues.yaml (bare outcomes instead of xfailed)")
-    p.add_argument("--matrix", default=DEFAULT_MATRIX, help="matrix file (%(default)s)")
-    p.add_argument("--envdir", help="nox --envdir (where cell environments live)")
-    p.add_argument("--fresh", action="store_true",
-                   help="let nox re-install into existing environments (no -R)")
-    p.add_argument("--no-venv", action="store_true",
-                   help="run on the current interpreter (only its torch's cell can run)")
-    p.add_argument("--results", help="results folder (default: <results>/bisect/<test>/)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show nox's output")
-    p.add_argument("--timeout", type=float, help="seconds per cell run")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        matrix = load_matrix(args.matrix)
-    except ValidationFailed as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_INVALID
-    if args.device not in matrix.devices:
-        print(f"accelgrid bisect: unknown device '{args.device}' (known: "
-              f"{', '.join(matrix.devices)})", file=sys.stderr)
-        return EXIT_INVALID
-    profile = args.profile or matrix.default_profile
-    cells = sorted((c for c in matrix.cells if c.device == args.device and c.profile == profile
-                    and (not args.torch or c.torch in args.torch)),
+def bisect(matrix: Matrix, test: str, device: str, *, profile: str | None = None,
+           torch: Sequence[str] | None = None, run_all: bool = False, raw: bool = False,
+           envdir: str | None = None, fresh: bool = False, no_venv: bool = False,
+           results_dir: Path | None = None, verbose: bool = False,
+           timeout: float | None = None) -> int:
+    """Run ``test`` over ``device``'s torch series (bisecting unless ``run_all``); print
+    version → outcome and the verdict; 0 when every version it needed ran."""
+    if device not in matrix.devices:
+        raise InvalidInput(f"unknown device '{device}' (known: {', '.join(matrix.devices)})")
+    profile = profile or matrix.default_profile
+    cells = sorted((c for c in matrix.cells if c.device == device and c.profile == profile
+                    and (not torch or c.torch in torch)),
                    key=lambda c: compat.version_tuple(c.pins["torch"]))
-    if args.torch:
-        missing = sorted(set(args.torch) - {c.torch for c in cells})
+    if torch:
+        missing = sorted(set(torch) - {c.torch for c in cells})
         if missing:
-            print(f"accelgrid bisect: no {args.device} cell with profile {profile} for torch "
-                  f"{', '.join(missing)}", file=sys.stderr)
-            return EXIT_INVALID
+            raise InvalidInput(f"no {device} cell with profile {profile} for torch "
+                               f"{', '.join(missing)}")
     if len(cells) < 2:
-        print(f"accelgrid bisect: {len(cells)} {args.device} cell(s) with profile {profile}: "
-              "nothing to compare", file=sys.stderr)
-        return EXIT_INVALID
-    absent = detect.absent_reason(args.device, matrix.devices[args.device].detect)
+        raise InvalidInput(f"{len(cells)} {device} cell(s) with profile {profile}: "
+                           "nothing to compare")
+    absent = detect.absent_reason(device, matrix.devices[device].detect)
     if absent and not os.environ.get("ACCELGRID_SKIP_DETECT"):
-        print(f"accelgrid bisect: {absent}", file=sys.stderr)
-        return 1
-    path = args.test.split("::", 1)[0]
+        raise AccelgridError(absent)
+    path = test.split("::", 1)[0]
     if not (matrix.root / path).exists():
-        print(f"accelgrid bisect: {path} does not exist under {matrix.root}", file=sys.stderr)
-        return EXIT_INVALID
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", args.test).strip("-")[-120:]
-    out = (Path(args.results) if args.results
-           else results.results_root(matrix.root) / "bisect" / slug)
-    if args.raw:
+        raise InvalidInput(f"{path} does not exist under {matrix.root}")
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", test).strip("-")[-120:]
+    out = results_dir or results.results_root(matrix.root) / "bisect" / slug
+    if raw:
         os.environ[known_issues.ENV_DISABLE] = "1"  # read by the runner in the nox session
-    print(f"bisect {args.test} on {args.device} ({profile}) over torch "
+    print(f"bisect {test} on {device} ({profile}) over torch "
           f"{', '.join(_v(c) for c in cells)}; results in {out}/", flush=True)
 
     def outcome_of(cell: Cell) -> Outcome:
-        run = run_cell(matrix, cell, [args.test], out, envdir=args.envdir,
-                       reuse=not args.fresh, no_venv=args.no_venv, verbose=args.verbose,
-                       timeout=args.timeout)
+        run = run_cell(matrix, cell, [test], out, envdir=envdir, reuse=not fresh,
+                       no_venv=no_venv, verbose=verbose, timeout=timeout)
         if run.error:
             o = Outcome("not run", run.error, ran=False, seconds=run.seconds)
         else:
-            o = Outcome(*summarize(run.records, args.test), seconds=run.seconds)
+            o = Outcome(*summarize(run.records, test), seconds=run.seconds)
         print(f"  torch {_v(cell)} ({cell.name}) {ARROW} {o.outcome if o.ran else 'not run'} "
               f"[{run.seconds:.0f} s]", flush=True)
         return o
 
-    seen, verdict, _ = search(cells, outcome_of, run_all=args.all)
+    seen, verdict, _ = search(cells, outcome_of, run_all=run_all)
     print()
     print("\n".join(table(cells, seen)))
     print(f"verdict: {verdict}")

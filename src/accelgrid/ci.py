@@ -9,11 +9,9 @@ ci/README.md explains the workflow's design (plan job, triggers, security, grid)
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +19,8 @@ from pathlib import Path
 import jinja2
 
 from .cells import Cell
-from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
-from .validation import ValidationFailed
+from .errors import InvalidInput
+from .matrix import Matrix
 
 WORKFLOW = ".github/workflows/accelgrid.yml"
 ACTIONLINT = ".github/actionlint.yaml"
@@ -44,8 +42,6 @@ ACTIONS = {
 MAX_MATRIX_JOBS = 256             # GitHub: one job matrix generates at most 256 jobs
 MAX_WORKFLOW_BYTES = 500 * 1024   # GitHub: a workflow file over 500 KB starts no runs
 HOSTED_RUNNER = "ubuntu-24.04"    # the plan and grid jobs (no device needed)
-EXIT_STALE = 1
-EXIT_ERROR = 2
 
 # Labels actionlint already knows for self-hosted runners; only the others need declaring.
 _ACTIONLINT_KNOWN = {"self-hosted", "linux", "macos", "windows", "x64", "x86", "arm", "arm64"}
@@ -53,7 +49,7 @@ _ACTIONLINT_KNOWN = {"self-hosted", "linux", "macos", "windows", "x64", "x86", "
 _PY_FACTOR = re.compile(r"^((py|pypy|cpython|jython|graalpy|rustpython|ironpython)\d|[23]\.\d)")
 
 
-class CIError(Exception):
+class CIError(InvalidInput):
     """The matrix cannot be turned into CI configuration; the message is one line."""
 
 
@@ -219,51 +215,3 @@ def stale(files: dict[str, str], root: Path) -> dict[str, str]:
             fromfile=f"{rel} (committed)" if current is not None else f"{rel} (missing)",
             tofile=f"{rel} (rendered)"))
     return diffs
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="accelgrid ci",
-        description="The GitHub Actions workflow and the tox configuration, rendered from the "
-                    f"matrix: {', '.join(OUTPUTS)}.")
-    parser.add_argument("--matrix", default=DEFAULT_MATRIX,
-                        help="the matrix file (default: %(default)s)")
-    parser.add_argument("--root", type=Path,
-                        help="where the files live (default: the matrix file's folder)")
-    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    sub.add_parser("render", help="write the files")
-    sub.add_parser("check", help="exit 1 with a diff when the files differ from the matrix")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        matrix = load_matrix(args.matrix)
-        files = render(matrix)
-    except ValidationFailed as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_ERROR
-    except CIError as exc:
-        print(f"accelgrid ci: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    root = args.root or matrix.root
-    if args.action == "render":
-        changed = write(files, root)
-        for rel in files:
-            state = "written" if root / rel in changed else "unchanged"
-            print(f"{rel}: {state}")
-        return 0
-    diffs = stale(files, root)
-    if not diffs:
-        print(f"{', '.join(files)}: up to date with {args.matrix}")
-        return 0
-    for diff in diffs.values():
-        sys.stdout.write(diff)
-    print(f"accelgrid ci: {', '.join(diffs)} out of date with {args.matrix}; "
-          "run `accelgrid ci render`", file=sys.stderr)
-    return EXIT_STALE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,7 +17,6 @@ base, e.g. made with debootstrap). docs/containers.md has the details and timing
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -25,7 +24,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -36,15 +34,14 @@ import jinja2
 
 from . import environment, install, results, runner
 from .cells import Cell
-from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
-from .validation import ValidationFailed
+from .errors import InvalidInput
+from .matrix import Matrix
 
 TEMPLATES_DIR = "containers"
 IMAGE_REPOSITORY = "accelgrid"
 VENV = "/opt/accelgrid-venv"
 PROJECT = "/accelgrid"                    # the project's copy inside the image (WORKDIR)
 ENGINES = ("docker", "podman", "buildah")   # probe order
-EXIT_ERROR = 2
 HASH_LENGTH = 12
 
 # A base pinned by digest: a tag alone can be moved to other content upstream.
@@ -67,7 +64,7 @@ _PIP_NOT_HASHED = ("cert", "trusted-host")   # how to reach an index, not what i
 FORWARDED_ENV = ("ACCELGRID_WORKERS", "ACCELGRID_SKIP_DETECT")
 
 
-class ContainerError(Exception):
+class ContainerError(InvalidInput):
     """A problem the user must fix; the message is one line."""
 
 
@@ -490,67 +487,3 @@ def run(matrix: Matrix, cell: Cell, engine: Engine, pytest_args: Sequence[str] =
 
 
 # --- command line ---------------------------------------------------------------------------
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="accelgrid container",
-        description="Build a cell's container image and run the cell inside it.")
-    parser.add_argument("--matrix", default=DEFAULT_MATRIX, help="the matrix file")
-    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    helps = {
-        "render": "print the cell's Containerfile",
-        "tag": "print the image tag (accelgrid/<cell>:<hash12>)",
-        "build": "build the cell's image (nothing to do when up to date)",
-        "run": "build if needed, then run the cell in its image (pytest args after --)",
-    }
-    for action, text in helps.items():
-        p = sub.add_parser(action, help=text)
-        p.add_argument("cell")
-        # Defaults from the environment so nox sessions and CI can set them once.
-        p.add_argument("--base", metavar="IMAGE",
-                       default=os.environ.get("ACCELGRID_CONTAINER_BASE") or None,
-                       help="build on IMAGE instead of the matrix's digest-pinned base "
-                            "(offline: a local image; default $ACCELGRID_CONTAINER_BASE)")
-        if action in ("build", "run"):
-            p.add_argument("--engine", choices=ENGINES,
-                           default=os.environ.get("ACCELGRID_CONTAINER_ENGINE") or None,
-                           help="use this engine (default: $ACCELGRID_CONTAINER_ENGINE, else "
-                                "the first of docker, podman, buildah that answers)")
-            p.add_argument("--isolation", choices=("chroot", "oci", "rootless"),
-                           default=os.environ.get("BUILDAH_ISOLATION") or None,
-                           help="podman/buildah build isolation (default: $BUILDAH_ISOLATION "
-                                "or the engine's)")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Everything after `--` is pytest's (a REMAINDER positional would swallow our options).
-    pytest_args: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, pytest_args = argv[:cut], argv[cut + 1:]
-    args = _parser().parse_args(argv)
-    if pytest_args and args.action != "run":
-        print(f"accelgrid container {args.action}: takes no pytest arguments", file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        matrix = load_matrix(args.matrix)
-        cell = cell_for(matrix, args.cell)
-        if args.action == "render":
-            sys.stdout.write(spec(matrix, cell, base=args.base).containerfile)
-            return 0
-        if args.action == "tag":
-            print(spec(matrix, cell, base=args.base).tag)
-            return 0
-        engine = probe_engine(args.engine, isolation=args.isolation)
-        if args.action == "build":
-            build(matrix, cell, engine, base=args.base)
-            return 0
-        return run(matrix, cell, engine, pytest_args, base=args.base)
-    except ValidationFailed as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_ERROR
-    except (ContainerError, jinja2.TemplateError, OSError) as exc:
-        print(f"accelgrid container: {exc}", file=sys.stderr)
-        return EXIT_ERROR

@@ -43,3 +43,10 @@ class StaleFiles(AccelgridError):
     """Generated files differ from what the matrix renders."""
 
     return_code = EXIT_STALE
+
+
+class UnknownName(InvalidInput, KeyError):
+    """A cell, device or issue name that does not exist (still a KeyError for lookups)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import compat, environment
+from .errors import UnknownName
 from .validation import (
     Problem,
     SourceMap,
@@ -273,7 +274,7 @@ class Matrix:
             if cell.name == name:
                 return cell
         names = [c.name for c in self.cells]
-        raise KeyError(f"unknown cell '{name}'{suggest(name, names)} "
+        raise UnknownName(f"unknown cell '{name}'{suggest(name, names)} "
                        f"(`accelgrid cells` lists all {len(names)})")
 
 

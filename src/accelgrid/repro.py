@@ -15,23 +15,22 @@ environment, flags and the registry like any run; results go to
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import detect, known_issues, outcomes, results
 from .cells import Cell
-from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
-from .validation import ValidationFailed
+from .errors import AccelgridError, InvalidInput
+from .matrix import Matrix
 
-EXIT_INVALID = 2
 REPRODUCES = "reproduces"
 FIXED = "fixed"
 NOT_RUN = "not run"
@@ -151,7 +150,7 @@ def _present(matrix: Matrix, device: str) -> bool:
     return detect.absent_reason(device, matrix.devices[device].detect) is None
 
 
-def _list(matrix: Matrix, registry: known_issues.Registry) -> int:
+def list_registry(matrix: Matrix, registry: known_issues.Registry) -> int:
     for issue in registry.issues.values():
         cells = [c for c in matrix.cells if issue.in_scope(c)]
         here = [c.name for c in cells if _present(matrix, c.device)]
@@ -163,90 +162,53 @@ def _list(matrix: Matrix, registry: known_issues.Registry) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="accelgrid repro",
-        description="Run an upstream issue's reproduction (suites/repro/) in every cell of "
-                    "its scope whose device is on this host, or in the cells named; print "
-                    "'cell → reproduces / fixed / not run (why)'.")
-    p.add_argument("issue", nargs="?", help="owner/repo#N as in known_issues.yaml")
-    p.add_argument("--matrix", default=DEFAULT_MATRIX, help="matrix file (%(default)s)")
-    p.add_argument("--registry", help="registry file (default: known_issues.yaml beside it)")
-    p.add_argument("--cell", action="append", help="run in this cell (repeatable)")
-    p.add_argument("--torch", action="append", help="only cells of this torch series")
-    p.add_argument("--list", action="store_true", help="list the registry and its cells")
-    p.add_argument("--envdir", help="nox --envdir (where cell environments live)")
-    p.add_argument("-R", "--reuse", action="store_true",
-                   help="reuse existing cell environments without installing (nox -R)")
-    p.add_argument("--no-venv", action="store_true",
-                   help="run on the current interpreter (its torch must match the cell)")
-    p.add_argument("--results", help="results folder (default: <results>/repro/<issue>/)")
-    p.add_argument("--expect", choices=[REPRODUCES, FIXED],
-                   help="exit 1 unless every cell that ran gives this verdict")
-    p.add_argument("--dry-run", action="store_true", help="print the nox commands only")
-    p.add_argument("-v", "--verbose", action="store_true", help="show nox's output")
-    p.add_argument("--timeout", type=float, help="seconds per cell run")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def reproduce(matrix: Matrix, registry: known_issues.Registry, issue_id: str, *,
+              cells: Sequence[str] | None = None, torch: Sequence[str] | None = None,
+              envdir: str | None = None, reuse: bool = False, no_venv: bool = False,
+              results_dir: Path | None = None, expect: str | None = None,
+              dry_run: bool = False, verbose: bool = False,
+              timeout: float | None = None) -> int:
+    """Run ``issue_id``'s reproduction in the named cells (default: every cell in its
+    scope), one line per cell; 0 when every cell ran (and gave ``expect``, if set)."""
     try:
-        matrix = load_matrix(args.matrix)
-        registry = known_issues.load_registry(
-            args.registry or known_issues.registry_path(matrix.root), matrix)
-    except ValidationFailed as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_INVALID
-    if args.list:
-        return _list(matrix, registry)
-    if not args.issue:
-        print("accelgrid repro: name an issue (owner/repo#N) or use --list", file=sys.stderr)
-        return EXIT_INVALID
-    try:
-        issue = registry.get(args.issue)
-        cells = ([matrix.cell(name) for name in args.cell] if args.cell
-                 else [c for c in matrix.cells if issue.in_scope(c)])
+        issue = registry.get(issue_id)
+        picked = ([matrix.cell(name) for name in cells] if cells
+                  else [c for c in matrix.cells if issue.in_scope(c)])
     except KeyError as exc:
-        print(f"accelgrid repro: {exc.args[0]}", file=sys.stderr)
-        return EXIT_INVALID
-    if args.torch:
-        cells = [c for c in cells if c.torch in args.torch]
+        raise InvalidInput(exc.args[0]) from None
+    if torch:
+        picked = [c for c in picked if c.torch in torch]
     repro = known_issues.repro_file(issue.id)
     if not (matrix.root / repro).exists():
-        print(f"accelgrid repro: {issue.id} has no reproduction: {repro} is missing",
-              file=sys.stderr)
-        return EXIT_INVALID
-    if not cells:
-        print(f"accelgrid repro: no cell of {matrix.path.name} is in the scope of {issue.id}; "
-              "name one with --cell", file=sys.stderr)
-        return 1
-    out = (Path(args.results) if args.results
-           else results.results_root(matrix.root) / "repro" / _slug(issue.id))
+        raise InvalidInput(f"{issue.id} has no reproduction: {repro} is missing")
+    if not picked:
+        raise AccelgridError(f"no cell of {matrix.path.name} is in the scope of {issue.id}; "
+                             "name one with --cell")
+    out = results_dir or results.results_root(matrix.root) / "repro" / _slug(issue.id)
     pytest_args = [repro, f"--upstream={issue.id}"]
     print(f"{issue.id}: {issue.title}\n{issue.url}\nreproduction: {repro}; results in {out}/",
           flush=True)
-    width = max(len(c.name) for c in cells)
+    width = max(len(c.name) for c in picked)
     ran, failed_runs, unexpected = 0, 0, 0
-    for cell in cells:
+    for cell in picked:
         note = "" if issue.in_scope(cell) else "  [outside the registry's scope]"
-        if args.dry_run:
-            cmd = nox_command(matrix, cell, pytest_args, envdir=args.envdir, reuse=args.reuse,
-                              no_venv=args.no_venv)
+        if dry_run:
+            cmd = nox_command(matrix, cell, pytest_args, envdir=envdir, reuse=reuse,
+                              no_venv=no_venv)
             print(f"{cell.name:<{width}} {ARROW} would run: {' '.join(cmd[1:])}{note}")
             continue
-        run = run_cell(matrix, cell, pytest_args, out, envdir=args.envdir, reuse=args.reuse,
-                       no_venv=args.no_venv, verbose=args.verbose, timeout=args.timeout)
+        run = run_cell(matrix, cell, pytest_args, out, envdir=envdir, reuse=reuse,
+                       no_venv=no_venv, verbose=verbose, timeout=timeout)
         if run.error:
             word, detail = NOT_RUN, run.error
             failed_runs += run.log is not None   # an absent device is not a failure
         else:
             word, detail = verdict(run.records)
             ran += word in (REPRODUCES, FIXED)
-            if args.expect and word != args.expect:
+            if expect and word != expect:
                 unexpected += 1
         took = f" [{run.seconds:.0f} s]" if run.log else ""
         print(f"{cell.name:<{width}} {ARROW} {word} ({detail}){took}{note}", flush=True)
-    if args.dry_run:
+    if dry_run:
         return 0
     return 0 if ran and not failed_runs and not unexpected else 1

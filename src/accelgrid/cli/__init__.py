@@ -1,0 +1,96 @@
+"""The ``accelgrid`` command line (also ``python -m accelgrid``): one argparse tree.
+
+Each command group is a module of this package with ``register(sub, common)``, which adds
+its subcommands and sets ``func`` (a handler ``(args) -> int``) on each. Handlers call
+library functions; library code raises :class:`~accelgrid.errors.AccelgridError`, caught
+once in :func:`main`, whose ``return_code`` is the exit code.
+
+Arguments after the first ``--`` belong to the chosen command when it declares a
+``passthrough`` (``accelgrid run CELL -- -k ops`` hands ``-k ops`` to pytest); they are
+never scanned for command words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from .. import __version__
+from ..errors import AccelgridError
+from ._common import DEFAULT_MATRIX, common_parser
+
+# Command groups, in the order `accelgrid --help` lists them.
+GROUPS = ("matrix", "run", "report", "issues", "ci", "container", "bench")
+
+DESCRIPTION = """\
+accelgrid: a reproducible test matrix for PyTorch device backends.
+
+matrix.yaml declares devices (cpu, cuda, xpu, mps), torch versions with their package
+pins, env-flag profiles and include/exclude rules; each combination is a cell
+(`cpu-2.13`, `xpu-2.5-fallback-debug`). Cells run as nox sessions (`nox -s cpu-2.13`)
+and leave results under results/<cell>/, which `accelgrid grid` turns into grids.
+"""
+
+EPILOG = """\
+examples:
+  accelgrid validate                     check matrix.yaml
+  accelgrid cells --device xpu           list the xpu cells
+  accelgrid plan xpu-2.5                 what that cell installs, sets and runs
+  accelgrid run cpu-2.13 -- -k smoke     run a cell (via nox), pytest args after --
+  accelgrid grid results/*               grids from results folders
+
+exit codes: 0 ok, 1 failed run / stale generated files / nothing found,
+            2 invalid input, 3 regression against a baseline
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree."""
+    parser = argparse.ArgumentParser(prog="accelgrid", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"accelgrid {__version__}")
+    parser.add_argument("--matrix", default=DEFAULT_MATRIX,
+                        help="the matrix file (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = common_parser()
+    for group in GROUPS:
+        importlib.import_module(f"{__name__}.{group}").register(sub, common)
+    return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv``; what follows the first ``--`` goes to the command's passthrough."""
+    parser = build_parser()
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    passthrough = getattr(args, "passthrough", None)
+    if cut < len(argv):
+        if passthrough is None:
+            parser.error(f"`--` arguments are not taken by `accelgrid {args.command}`")
+        setattr(args, passthrough, argv[cut + 1:])
+    elif passthrough is not None and getattr(args, passthrough, None) is None:
+        setattr(args, passthrough, [])
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit code (see ``accelgrid --help``)."""
+    args = parse(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return int(args.func(args) or 0)
+    except AccelgridError as exc:
+        if str(exc):
+            # Validation errors start with FILE:LINE already; others get the command's name.
+            located = hasattr(exc, "problems")
+            print(str(exc) if located else f"accelgrid {args.command}: {exc}", file=sys.stderr)
+        return exc.return_code
+    except BrokenPipeError:
+        # `accelgrid cells | head`: the reader left; say nothing more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(f"accelgrid {args.command}: interrupted", file=sys.stderr)
+        return 130

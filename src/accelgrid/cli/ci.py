@@ -1,0 +1,50 @@
+"""``accelgrid ci render|check``: the workflow and tox configuration, from the matrix."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import ci
+from ..errors import StaleFiles
+from ._common import matrix_of
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    group = sub.add_parser(
+        "ci", parents=[common],
+        help="render the GitHub Actions workflow and tox config from the matrix",
+        description="The GitHub Actions workflow and the tox configuration, rendered from "
+                    f"the matrix: {', '.join(ci.OUTPUTS)}.")
+    group.add_argument("--root", type=Path,
+                       help="where the files live (default: the matrix file's folder)")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser("render", parents=[common], help="write the files")
+    p.set_defaults(func=_render)
+    p = actions.add_parser("check", parents=[common],
+                           help="exit 1 with a diff when the files differ from the matrix")
+    p.set_defaults(func=_check)
+
+
+def _render(args: argparse.Namespace) -> int:
+    matrix = matrix_of(args)
+    files = ci.render(matrix)
+    root = args.root or matrix.root
+    changed = ci.write(files, root)
+    for rel in files:
+        print(f"{rel}: {'written' if root / rel in changed else 'unchanged'}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    matrix = matrix_of(args)
+    files = ci.render(matrix)
+    diffs = ci.stale(files, args.root or matrix.root)
+    if not diffs:
+        print(f"{', '.join(files)}: up to date with {args.matrix}")
+        return 0
+    for diff in diffs.values():
+        sys.stdout.write(diff)
+    raise StaleFiles(f"{', '.join(diffs)} out of date with {args.matrix}; "
+                     "run `accelgrid ci render`")

@@ -1,0 +1,86 @@
+"""Commands that read the matrix: ``validate``, ``cells``, ``plan``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import cells as cells_mod
+from .. import install
+from ..matrix import load_matrix
+from ._common import matrix_of
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("validate", parents=[common],
+                       help="check a matrix file; errors name file, line and key")
+    p.add_argument("path", nargs="?", help="matrix file (default: --matrix)")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("cells", parents=[common],
+                       help="list cells (filter with --device/--torch/--profile)")
+    p.add_argument("--device", action="append", help="only this device (repeatable)")
+    p.add_argument("--torch", action="append", help="only this torch series, e.g. 2.13")
+    p.add_argument("--profile", action="append", help="only this env profile")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cells)
+
+    p = sub.add_parser("plan", parents=[common],
+                       help="print what a cell will do, without doing it")
+    p.add_argument("cell")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_plan)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    path = args.path or args.matrix
+    matrix = load_matrix(path)
+    print(f"{path}: valid, {len(matrix.cells)} cells")
+    return 0
+
+
+def _cells(args: argparse.Namespace) -> int:
+    matrix = matrix_of(args)
+    picked = cells_mod.select(matrix.cells, device=args.device, torch=args.torch,
+                              profile=args.profile)
+    if args.json:
+        print(json.dumps([c.as_dict() for c in picked], indent=2))
+        return 0
+    if not picked:
+        print("no cell matches those filters", file=sys.stderr)
+        return 1
+    width = max(len(c.name) for c in picked)
+    for c in picked:
+        print(f"{c.name:<{width}}  {c.device:<4} torch {c.pins['torch']:<7} "
+              f"{c.profile:<15} {','.join(c.suites)}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    matrix = matrix_of(args)
+    cell = matrix.cell(args.cell)
+    plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
+    data = {**cell.as_dict(), "install": plan.as_dict()}
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"cell        {cell.name}")
+    print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
+    print(f"python      {cell.python}")
+    print(f"torch       {cell.torch_requirement} from "
+          f"{'the default index' if plan.index == 'default' else plan.index}")
+    for n, step in enumerate(plan.steps, 1):
+        print(f"install {n}   {step.description}: {' '.join(step.args)}")
+    if plan.env:
+        print("uv env      " + " ".join(f"{k}={v}" for k, v in plan.as_dict()["env"].items()))
+    print("env         " + (" ".join(f"{k}={v}" for k, v in cell.env.items()) or "(none)"))
+    pairs = zip(cell.suites, cell.suite_paths, strict=True)
+    print(f"suites      {', '.join(f'{s} ({p})' for s, p in pairs)}")
+    print(f"pytest      -n {cell.workers} --timeout={cell.test_seconds} --timeout-method=thread")
+    print(f"timeout     {cell.cell_minutes} min for the cell, {cell.test_seconds} s per test")
+    print(f"results     results/{cell.name}/")
+    if cell.container_base:
+        print(f"container   {cell.container_family} on {cell.container_base}")
+    return 0
