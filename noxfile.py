@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -41,11 +40,7 @@ def _container_session(name: str):
         from accelgrid import containers
 
         try:
-            cell = containers.cell_for(MATRIX, name)
-            engine = containers.probe_engine(os.environ.get("ACCELGRID_CONTAINER_ENGINE") or None,
-                                             isolation=os.environ.get("BUILDAH_ISOLATION") or None)
-            code = containers.run(MATRIX, cell, engine, session.posargs,
-                                  base=os.environ.get("ACCELGRID_CONTAINER_BASE") or None)
+            code = containers.run_named(MATRIX, name, session.posargs)
         except AccelgridError as exc:
             session.error(str(exc))
         if code:

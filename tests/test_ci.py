@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelgrid import ci, cli
+from accelgrid import ci, cli, errors
 from accelgrid.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,26 +61,26 @@ def test_check_fails_when_the_matrix_changes_without_rerendering(tmp_path, capsy
     for rel in ci.OUTPUTS:  # the committed files, as a checkout would have them
         (proj / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, proj / rel)
-    args = ["--matrix", str(proj / "matrix.yaml")]
-    assert ci.main([*args, "check"]) == 0
+    args = ["--matrix", str(proj / "matrix.yaml"), "ci"]
+    assert cli.main([*args, "check"]) == 0
 
     changed = text.replace("cell_minutes: 60", "cell_minutes: 75", 1)
     assert changed != text
     (proj / "matrix.yaml").write_text(changed)
     capsys.readouterr()
-    assert ci.main([*args, "check"]) == ci.EXIT_STALE
+    assert cli.main([*args, "check"]) == errors.EXIT_STALE
     out, err = capsys.readouterr()
     assert '"timeout": 75' in out and f"+++ {ci.WORKFLOW} (rendered)" in out
     assert "run `accelgrid ci render`" in err and len(err.strip().splitlines()) == 1
 
-    assert ci.main([*args, "render"]) == 0
-    assert ci.main([*args, "check"]) == 0
+    assert cli.main([*args, "render"]) == 0
+    assert cli.main([*args, "check"]) == 0
     assert '"timeout": 75' in (proj / ci.WORKFLOW).read_text()
 
 
 def test_check_reports_a_missing_file(tmp_path, capsys) -> None:
     proj = _project(tmp_path, (ROOT / "tests" / "base_matrix.yaml").read_text())
-    assert ci.main(["--matrix", str(proj / "matrix.yaml"), "check"]) == ci.EXIT_STALE
+    assert cli.main(["--matrix", str(proj / "matrix.yaml"), "ci", "check"]) == errors.EXIT_STALE
     assert f"--- {ci.TOX_INI} (missing)" in capsys.readouterr().out
 
 
@@ -351,7 +351,7 @@ def test_a_profile_named_like_a_device_is_refused(tmp_path, capsys) -> None:
     text = text.replace("  fallback-debug:", "  cpu:").replace("profile: fallback-debug",
                                                               "profile: cpu")
     proj = _project(tmp_path, text)
-    assert ci.main(["--matrix", str(proj / "matrix.yaml"), "render"]) == ci.EXIT_ERROR
+    assert cli.main(["--matrix", str(proj / "matrix.yaml"), "ci", "render"]) == errors.EXIT_INVALID
     err = capsys.readouterr().err
     assert err.startswith("accelgrid ci: profile 'cpu' has a device's name")
     assert not (proj / ci.WORKFLOW).exists()

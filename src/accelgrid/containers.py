@@ -32,7 +32,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import environment, install, results, runner
+from . import contract, environment, install, results, runner
 from .cells import Cell
 from .errors import InvalidInput
 from .matrix import Matrix
@@ -61,7 +61,7 @@ _PIP_PATHS = ("constraint", "cert")
 _PIP_NOT_HASHED = ("cert", "trusted-host")   # how to reach an index, not what it serves
 
 # Host variables a containerised cell run still honours.
-FORWARDED_ENV = ("ACCELGRID_WORKERS", "ACCELGRID_SKIP_DETECT")
+FORWARDED_ENV = (contract.WORKERS, contract.SKIP_DETECT)
 
 
 class ContainerError(InvalidInput):
@@ -281,7 +281,7 @@ def spec(matrix: Matrix, cell: Cell, *, base: str | None = None,
          settings: Mapping[str, str] | None = None, can_mount: bool = True) -> ImageSpec:
     """Everything about the cell's image short of building it."""
     base = resolve_base(cell, base)
-    torch_index = os.environ.get("ACCELGRID_TORCH_INDEX")
+    torch_index = os.environ.get(contract.TORCH_INDEX)
     unlabelled = render(matrix, cell, base=base, torch_index=torch_index)
     files = project_files(matrix)
     if settings is None:
@@ -362,7 +362,7 @@ class Engine:
                      env: Mapping[str, str]) -> list[list[str]]:
         """The commands that run ``cell`` in ``tag``; results land in ``results``."""
         inside = f"{PROJECT}/results"
-        env = {**env, "ACCELGRID_RESULTS_DIR": inside, "ACCELGRID_IMAGE": tag}
+        env = {**env, contract.RESULTS_DIR: inside, contract.IMAGE: tag}
         env_args = [a for k, v in env.items() for a in ("--env", f"{k}={v}")]
         command = ["nox", "--no-venv", "-s", cell.name, *(["--", *pytest_args]
                                                           if pytest_args else [])]
@@ -470,8 +470,8 @@ def run(matrix: Matrix, cell: Cell, engine: Engine, pytest_args: Sequence[str] =
     # ACCELGRID_* variables).
     commit, dirty = runner.project_commit(matrix.root)
     if commit:
-        env.update({"ACCELGRID_SOURCE_COMMIT": commit,
-                    "ACCELGRID_SOURCE_DIRTY": "1" if dirty else "0"})
+        env.update({contract.SOURCE_COMMIT: commit,
+                    contract.SOURCE_DIRTY: "1" if dirty else "0"})
     commands = engine.run_commands(cell, image.tag, results_root, pytest_args, env)
     _say(f"running {cell.name} in {image.tag}; results in {results_root / cell.name}")
     if engine.name != "buildah":
@@ -487,3 +487,16 @@ def run(matrix: Matrix, cell: Cell, engine: Engine, pytest_args: Sequence[str] =
 
 
 # --- command line ---------------------------------------------------------------------------
+
+
+def run_named(matrix: Matrix, name: str, pytest_args: Sequence[str] = (), *,
+              engine: str | None = None, isolation: str | None = None,
+              base: str | None = None) -> int:
+    """``accelgrid container run NAME``: check the cell has an image, find an engine, build
+    if needed and run the cell inside; engine, isolation and base default to
+    $ACCELGRID_CONTAINER_ENGINE, $BUILDAH_ISOLATION and $ACCELGRID_CONTAINER_BASE."""
+    cell = cell_for(matrix, name)
+    found = probe_engine(engine or os.environ.get(contract.CONTAINER_ENGINE) or None,
+                         isolation=isolation or os.environ.get("BUILDAH_ISOLATION") or None)
+    return run(matrix, cell, found, pytest_args,
+               base=base or os.environ.get(contract.CONTAINER_BASE) or None)

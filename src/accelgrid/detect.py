@@ -15,6 +15,8 @@ import shutil
 import subprocess
 from typing import Any
 
+from . import contract
+
 
 def _command_works(command: str) -> bool:
     exe = shutil.which(command)
@@ -93,7 +95,7 @@ def device_ids(device: str, env: dict[str, str] | None = None) -> list[str]:
     variable uses. ``ACCELGRID_DEVICES=0,2`` picks a subset; an already-set
     ``CUDA_VISIBLE_DEVICES`` / ``ZE_AFFINITY_MASK`` limits the choice to those."""
     env = dict(os.environ if env is None else env)
-    chosen = env.get("ACCELGRID_DEVICES")
+    chosen = env.get(contract.DEVICES)
     if chosen:
         return [x.strip() for x in chosen.split(",") if x.strip()]
     var = VISIBILITY_VAR.get(device)

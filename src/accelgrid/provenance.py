@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from . import environment
+from . import contract, environment
 
 PACKAGES = (
     "torch", "torchao", "transformers", "accelerate", "torchvision", "triton",
@@ -112,8 +112,8 @@ def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, A
         "host": {"name": socket.gethostname(), "system": platform.system(),
                  "release": platform.release(), "machine": platform.machine(),
                  "cpus": os.cpu_count()},
-        "project": {"commit": os.environ.get("ACCELGRID_COMMIT"),
-                    "dirty": os.environ.get("ACCELGRID_DIRTY") == "1"},
+        "project": {"commit": os.environ.get(contract.COMMIT),
+                    "dirty": os.environ.get(contract.DIRTY) == "1"},
     }
 
 
@@ -124,7 +124,7 @@ def worker_torch_report(device_type: str) -> dict[str, Any]:
     """torch facts as one test process sees them; a pinned worker notes its device index
     (it sees one device, numbered 0 in its own view)."""
     facts = torch_facts(device_type)
-    facts["pinned_index"] = os.environ.get("ACCELGRID_DEVICE_INDEX")
+    facts["pinned_index"] = os.environ.get(contract.DEVICE_INDEX)
     return facts
 
 

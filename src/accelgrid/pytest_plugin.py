@@ -16,12 +16,7 @@ from typing import Any
 
 import pytest
 
-from . import known_issues_runtime, outcomes, provenance, results
-
-ENV_RESULTS = "ACCELGRID_RESULTS"
-ENV_CELL = "ACCELGRID_CELL"
-ENV_DEVICE = "ACCELGRID_DEVICE"
-ENV_TORCH = "ACCELGRID_TORCH"
+from . import contract, known_issues_runtime, outcomes, provenance, results
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -53,8 +48,8 @@ class Recorder:
         self.folder = folder
         self.pending: dict[str, dict[str, Any]] = {}
         self.started: dict[str, float] = {}
-        self.cell = os.environ.get(ENV_CELL, folder.name)
-        self.device = os.environ.get(ENV_DEVICE, "cpu")
+        self.cell = os.environ.get(contract.CELL, folder.name)
+        self.device = os.environ.get(contract.DEVICE, "cpu")
 
     # --- provenance and collection -------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -64,7 +59,7 @@ class Recorder:
         if isinstance(earlier, dict) and earlier.get("cell") == self.cell:
             env["start"] = earlier.get("start", env["start"])  # a later pass of the same run
             env["passes"] = earlier.get("passes", [])
-        env.setdefault("passes", []).append(os.environ.get("ACCELGRID_PASS", "single"))
+        env.setdefault("passes", []).append(os.environ.get(contract.PASS, contract.PASS_SINGLE))
         # torch's facts come from the test processes (the controller needs no torch and
         # importing it here would cost seconds): merged at the end.
         earlier_torch = (earlier or {}).get("torch") if isinstance(earlier, dict) else None
@@ -105,11 +100,11 @@ class Recorder:
     def _device_of(self, node: Any) -> str:
         """The device a worker was pinned to (``cuda:1``), from its xdist spec's env."""
         spec_env = getattr(getattr(getattr(node, "gateway", None), "spec", None), "env", None)
-        index = (spec_env or {}).get("ACCELGRID_DEVICE_INDEX",
-                                     os.environ.get("ACCELGRID_DEVICE_INDEX"))
+        index = (spec_env or {}).get(contract.DEVICE_INDEX,
+                                     os.environ.get(contract.DEVICE_INDEX))
         if index is not None:
             return f"{self.device}:{index}"
-        if os.environ.get("ACCELGRID_PASS") == "all-devices":
+        if os.environ.get(contract.PASS) == contract.PASS_ALL_DEVICES:
             return f"{self.device}:all"
         return self.device
 
@@ -192,7 +187,7 @@ class WorkerMarker:
         self.folder = folder
         self.worker = _worker_id(config) or "main"
         self.default_timeout = config.getoption("timeout", None)
-        self.device = os.environ.get(ENV_DEVICE, "cpu")
+        self.device = os.environ.get(contract.DEVICE, "cpu")
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.worker == "main" and getattr(session.config.option, "dist", "no") != "no":
@@ -202,7 +197,7 @@ class WorkerMarker:
                            provenance.worker_torch_report(self.device))
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        if os.environ.get("ACCELGRID_PASS") != "pinned":
+        if os.environ.get(contract.PASS) != contract.PASS_PINNED:
             return
         left = [i.nodeid for i in items if i.get_closest_marker("multi_device")]
         # Every worker collects the same items: the file is the same whoever writes last.
@@ -225,7 +220,7 @@ class OpCaptureHook:
     def __init__(self, config: pytest.Config, folder: Path):
         self.raw = folder / "ops-raw"
         self.worker = _worker_id(config) or "main"
-        self.device = os.environ.get(ENV_DEVICE, "cpu")
+        self.device = os.environ.get(contract.DEVICE, "cpu")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
@@ -246,12 +241,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
     known_issues_runtime.configure(config)  # upstream marker; registry xfails (issue 7)
-    folder = os.environ.get(ENV_RESULTS)
+    folder = os.environ.get(contract.RESULTS)
     if not folder:
         return
     path = Path(folder)
     config.pluginmanager.register(WorkerMarker(config, path), "accelgrid-worker-marker")
-    if os.environ.get("ACCELGRID_CAPTURE_OPS") == "1":
+    if os.environ.get(contract.CAPTURE_OPS) == "1":
         config.pluginmanager.register(OpCaptureHook(config, path), "accelgrid-op-capture")
     if _worker_id(config) is None:
         config.pluginmanager.register(Recorder(config, path), "accelgrid-recorder")
@@ -260,7 +255,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def device_type() -> str:
     """The cell's device type: ``cpu``, ``cuda``, ``xpu`` or ``mps`` (``ACCELGRID_DEVICE``)."""
-    return os.environ.get(ENV_DEVICE, "cpu")
+    return os.environ.get(contract.DEVICE, "cpu")
 
 
 @pytest.fixture(scope="session")

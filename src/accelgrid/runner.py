@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, detect, known_issues, ops, results
+from . import compat, contract, detect, known_issues, ops, results
 from .cells import Cell
 
 EXIT_CELL_TIMEOUT = 124
@@ -71,13 +71,13 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     commit, dirty = project_commit(root)
     src = str(root / "src")
     env.update({
-        "ACCELGRID_CELL": cell.name,
-        "ACCELGRID_DEVICE": cell.device,
-        "ACCELGRID_TORCH": cell.torch,
-        "ACCELGRID_PROFILE": cell.profile,
-        "ACCELGRID_RESULTS": str(folder),
-        "ACCELGRID_COMMIT": commit or "",
-        "ACCELGRID_DIRTY": "1" if dirty else "0",
+        contract.CELL: cell.name,
+        contract.DEVICE: cell.device,
+        contract.TORCH: cell.torch,
+        contract.PROFILE: cell.profile,
+        contract.RESULTS: str(folder),
+        contract.COMMIT: commit or "",
+        contract.DIRTY: "1" if dirty else "0",
         # The plugin and the suites' helpers come from this checkout, not an install.
         "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
         "PYTHONUNBUFFERED": "1",
@@ -117,8 +117,8 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
     if var and len(device_ids) == 1 and workers is None:
         # One device (or a one-device subset): pin it, so nothing else on the host is seen
         # (the HF Trainer, for one, switches to DataParallel when it sees several GPUs).
-        return [Pass("single", ("-n", str(cell.workers)),
-                     env=((var, device_ids[0]), ("ACCELGRID_DEVICE_INDEX", device_ids[0])))]
+        return [Pass(contract.PASS_SINGLE, ("-n", str(cell.workers)),
+                     env=((var, device_ids[0]), (contract.DEVICE_INDEX, device_ids[0])))]
     if var and len(device_ids) > 1 and workers is None:
         # worksteal: durations are very uneven (a 20 s test beside 0.1 s ones).
         specs: list[str] = ["--dist", "worksteal"]  # --tx specs are ignored without --dist
@@ -127,14 +127,14 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         threads = "" if os.environ.get("OMP_NUM_THREADS") else (
             f"//env:OMP_NUM_THREADS={max(1, (os.cpu_count() or 1) // len(device_ids))}")
         for dev in device_ids:
-            specs += ["--tx", f"popen//env:{var}={dev}//env:ACCELGRID_DEVICE_INDEX={dev}"
+            specs += ["--tx", f"popen//env:{var}={dev}//env:{contract.DEVICE_INDEX}={dev}"
                               + threads]
         return [
-            Pass("pinned", tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
-            Pass("all-devices", ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
+            Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
+            Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True),
         ]
-    return [Pass("single", ("-n", str(workers or cell.workers)))]
+    return [Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)))]
 
 
 def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = (),
@@ -177,7 +177,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     rc = 0
     for run_pass in plan:
         args = list(pytest_args)
-        if run_pass.name == "all-devices":
+        if run_pass.name == contract.PASS_ALL_DEVICES:
             # Only what the pinned pass left for us: no re-collecting every suite.
             left, err = results.read_json(folder / results.MULTI_DEVICE)
             if not err and isinstance(left, list):
@@ -189,7 +189,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
         left = deadline - time.monotonic()
         print(f"accelgrid: {cell.name}: pass {run_pass.name}: {' '.join(cmd[1:3])} ... "
               f"(limit {left:.0f} s)", flush=True)
-        pass_env = {**env, **dict(run_pass.env), "ACCELGRID_PASS": run_pass.name}
+        pass_env = {**env, **dict(run_pass.env), contract.PASS: run_pass.name}
         pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason)
         if run_pass.empty_ok and pass_rc == 5:  # no multi-device tests selected
             pass_rc = 0

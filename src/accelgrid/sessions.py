@@ -15,7 +15,7 @@ from pathlib import Path
 import nox
 from nox.virtualenv import PassthroughEnv
 
-from . import detect, install, results, runner
+from . import contract, detect, install, results, runner
 from .cells import Cell
 from .matrix import Matrix
 
@@ -32,7 +32,7 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     """The body of every cell session."""
     device = matrix.devices[cell.device]
     reason = detect.absent_reason(cell.device, device.detect)
-    if reason and not os.environ.get("ACCELGRID_SKIP_DETECT"):
+    if reason and not os.environ.get(contract.SKIP_DETECT):
         session.error(f"{cell.name}: {reason}")
     python = _python_in(session)
     if isinstance(session.virtualenv, PassthroughEnv):
@@ -41,7 +41,7 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
             session.error(mismatch + " (--no-venv runs on the current interpreter)")
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
-        plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
+        plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
         problem = install.index_problem(plan.index)
         if problem:
             session.error(f"{cell.name}: {problem}")
@@ -55,7 +55,7 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     out = results.results_root(matrix.root)
     rc = runner.run_cell(
         cell, python, matrix.root, out, session.posargs,
-        workers=int(os.environ["ACCELGRID_WORKERS"]) if os.environ.get("ACCELGRID_WORKERS")
+        workers=int(os.environ[contract.WORKERS]) if os.environ.get(contract.WORKERS)
         else None,
     )
     if rc != 0:

@@ -8,7 +8,7 @@ import sys
 
 import jinja2
 
-from .. import containers
+from .. import containers, contract
 from ..errors import InvalidInput
 from ._common import matrix_of
 
@@ -30,12 +30,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         p.add_argument("cell")
         # Defaults from the environment so nox sessions and CI can set them once.
         p.add_argument("--base", metavar="IMAGE",
-                       default=os.environ.get("ACCELGRID_CONTAINER_BASE") or None,
+                       default=os.environ.get(contract.CONTAINER_BASE) or None,
                        help="build on IMAGE instead of the matrix's digest-pinned base "
                             "(offline: a local image; default $ACCELGRID_CONTAINER_BASE)")
         if action in ("build", "run"):
             p.add_argument("--engine", choices=containers.ENGINES,
-                           default=os.environ.get("ACCELGRID_CONTAINER_ENGINE") or None,
+                           default=os.environ.get(contract.CONTAINER_ENGINE) or None,
                            help="use this engine (default: $ACCELGRID_CONTAINER_ENGINE, else "
                                 "the first of docker, podman, buildah that answers)")
             p.add_argument("--isolation", choices=("chroot", "oci", "rootless"),
@@ -57,10 +57,11 @@ def _container(args: argparse.Namespace) -> int:
         if args.action == "tag":
             print(containers.spec(matrix, cell, base=args.base).tag)
             return 0
+        if args.action == "run":
+            return containers.run_named(matrix, cell.name, args.pytest_args, engine=args.engine,
+                                        isolation=args.isolation, base=args.base)
         engine = containers.probe_engine(args.engine, isolation=args.isolation)
-        if args.action == "build":
-            containers.build(matrix, cell, engine, base=args.base)
-            return 0
-        return containers.run(matrix, cell, engine, args.pytest_args, base=args.base)
+        containers.build(matrix, cell, engine, base=args.base)
+        return 0
     except (jinja2.TemplateError, OSError) as exc:
         raise InvalidInput(str(exc)) from exc

@@ -32,7 +32,7 @@ def _legacy(args: argparse.Namespace) -> int:
     import importlib
 
     module = importlib.import_module(f"accelgrid.{args.command}")
-    return module.main(args.rest)
+    return module.main(["--matrix", args.matrix, *args.rest])
 
 
 def _grid(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 
@@ -24,15 +23,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def _run(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
-    cell = matrix.cell(args.cell)
     if args.container:
         from .. import containers
 
-        engine = containers.probe_engine(
-            os.environ.get("ACCELGRID_CONTAINER_ENGINE") or None,
-            isolation=os.environ.get("BUILDAH_ISOLATION") or None)
-        return containers.run(matrix, cell, engine, args.pytest_args,
-                              base=os.environ.get("ACCELGRID_CONTAINER_BASE") or None)
+        return containers.run_named(matrix, args.cell, args.pytest_args)
+    cell = matrix.cell(args.cell)
     cmd = [sys.executable, "-m", "nox", "-f", str(matrix.root / "noxfile.py"), "-s", cell.name]
     if args.no_venv:
         cmd.append("--no-venv")

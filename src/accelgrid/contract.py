@@ -1,0 +1,46 @@
+"""The contract between the runner (outside a cell) and what runs inside it.
+
+The runner starts pytest in the cell's interpreter and talks to the in-cell plugin
+(:mod:`accelgrid.pytest_plugin`, :mod:`accelgrid.known_issues_runtime`,
+:mod:`accelgrid.provenance`) only through environment variables; every name either side
+reads or writes is defined here, once. Standard library only: this module is imported
+inside the cell.
+"""
+
+from __future__ import annotations
+
+# --- set by the runner for each pytest it starts ---------------------------------------
+CELL = "ACCELGRID_CELL"                # cell name; the plugin is inert without it
+DEVICE = "ACCELGRID_DEVICE"            # cpu | cuda | xpu | mps
+TORCH = "ACCELGRID_TORCH"              # the cell's torch series, e.g. "2.13"
+PROFILE = "ACCELGRID_PROFILE"          # the cell's env profile
+RESULTS = "ACCELGRID_RESULTS"          # the cell's results folder (recording is on)
+COMMIT = "ACCELGRID_COMMIT"            # the project's git commit, for provenance
+DIRTY = "ACCELGRID_DIRTY"              # "1" when the checkout had local changes
+PASS = "ACCELGRID_PASS"                # which pass of the cell this pytest is (PASSES)
+DEVICE_INDEX = "ACCELGRID_DEVICE_INDEX"  # host index of the device a worker is pinned to
+KNOWN_ISSUES = "ACCELGRID_KNOWN_ISSUES"  # JSON file of the registry entries for the cell
+CAPTURE_OPS = "ACCELGRID_CAPTURE_OPS"  # "1": record aten ops per test (op-capture profile)
+
+# Passes of a cell run (runner.passes): one xdist run on the host's device(s), or one
+# worker pinned per device plus a serial pass for tests that need every device.
+PASS_SINGLE = "single"
+PASS_PINNED = "pinned"
+PASS_ALL_DEVICES = "all-devices"
+PASSES = (PASS_SINGLE, PASS_PINNED, PASS_ALL_DEVICES)
+
+# --- set by the user (or CI) -----------------------------------------------------------
+RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go
+WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
+TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
+SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected
+DEVICES = "ACCELGRID_DEVICES"          # a subset of the host's devices, e.g. "0,2"
+NO_KNOWN_ISSUES = "ACCELGRID_NO_KNOWN_ISSUES"  # "1": raw outcomes, registry off
+TRANSFORMERS_SRC = "ACCELGRID_TRANSFORMERS_SRC"  # transformers checkout for example scripts
+CONTAINER_ENGINE = "ACCELGRID_CONTAINER_ENGINE"  # docker | podman | buildah
+CONTAINER_BASE = "ACCELGRID_CONTAINER_BASE"      # base image instead of the matrix's
+SOURCE_COMMIT = "ACCELGRID_SOURCE_COMMIT"  # inside an image: the commit it was built from
+SOURCE_DIRTY = "ACCELGRID_SOURCE_DIRTY"
+IMAGE = "ACCELGRID_IMAGE"                  # inside an image: its tag
+
+PREFIX = "ACCELGRID_"  # every variable above; recorded in env.json

@@ -1,0 +1,136 @@
+"""The command tree (accelgrid.cli): parsing, `--` passthrough, exit codes, help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelgrid import cli
+from accelgrid.cli import run as cli_run
+
+ROOT = Path(__file__).resolve().parents[1]
+# Every command word: none of them may be taken for a command when it follows `--`.
+WORDS = sorted({*cli.build_parser()._subparsers._group_actions[0].choices,
+                "ci", "baseline", "repro", "bisect", "container", "ops", "bench", "grid"})
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "accelgrid", *args], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def test_help_explains_commands() -> None:
+    proc = _cli("--help")
+    assert proc.returncode == 0
+    for word in ("validate", "cells", "plan", "run", "grid", "bench", "matrix.yaml"):
+        assert word in proc.stdout
+
+
+def test_cells_json_and_filters() -> None:
+    proc = _cli("cells", "--json", "--device", "cuda", "--torch", "2.11", "--profile", "default")
+    data = json.loads(proc.stdout)
+    assert [c["name"] for c in data] == ["cuda-2.11"]
+    assert data[0]["pins"]["torchao"] == "0.17.0"
+    assert _cli("cells", "--device", "tpu").returncode == 1
+
+
+def test_plan_prints_everything_without_doing_it() -> None:
+    proc = _cli("plan", "xpu-2.5-fallback-debug")
+    assert proc.returncode == 0
+    out = proc.stdout
+    assert "torch==2.5.1+xpu from https://download.pytorch.org/whl/xpu" in out
+    assert "PYTORCH_DEBUG_XPU_FALLBACK=1" in out
+    assert "self-hosted, linux, x64, intel-gpu" in out
+    assert "60 min for the cell" in out
+    unknown = _cli("plan", "xpu-2.55")
+    assert unknown.returncode == 2 and "did you mean 'xpu-2.5'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+
+
+def test_run_takes_options_after_the_cell_and_pytest_args_after_dashes() -> None:
+    proc = _cli("run", "cpu-2.11", "--no-venv", "--", "-k", "matmul")
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "the cell needs torch 2.11.x" in out  # --no-venv reached nox; torch is 2.13 here
+    bad = _cli("cells", "--", "-x")
+    assert bad.returncode == 2 and "not taken by `accelgrid cells`" in bad.stderr
+
+
+def test_run_container_refuses_a_cell_without_image() -> None:
+    proc = _cli("run", "mps-2.13", "--container")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "mps-2.13" in proc.stderr
+
+
+
+@pytest.mark.parametrize("word", WORDS)
+def test_every_argument_after_dashes_reaches_pytest(word, monkeypatch) -> None:
+    # Before the command tree, `accelgrid run cpu-2.13 -- -k ops` silently dropped `-k ops`.
+    calls: list[list[str]] = []
+    monkeypatch.setattr(cli_run.subprocess, "call", lambda cmd, cwd: calls.append(cmd) or 0)
+    assert cli.main(["--matrix", str(ROOT / "matrix.yaml"), "run", "cpu-2.13", "--", "-k",
+                     word, word, "--", "-x"]) == 0
+    (cmd,) = calls
+    assert cmd[cmd.index("--") + 1:] == ["-k", word, word, "--", "-x"]
+    assert cmd[cmd.index("-s") + 1] == "cpu-2.13"
+
+
+def test_container_run_takes_pytest_args_and_render_does_not() -> None:
+    args = cli.parse(["container", "run", "cpu-2.13", "--", "-k", "ops"])
+    assert args.pytest_args == ["-k", "ops"] and args.func.__module__ == "accelgrid.cli.container"
+    with pytest.raises(SystemExit) as exc:
+        cli.parse(["container", "render", "cpu-2.13", "--", "-k", "ops"])
+    assert exc.value.code == 2
+
+
+def test_matrix_option_is_taken_before_and_after_the_command(tmp_path) -> None:
+    other = tmp_path / "m.yaml"
+    assert cli.parse(["--matrix", str(other), "cells"]).matrix == str(other)
+    assert cli.parse(["cells", "--matrix", str(other)]).matrix == str(other)
+    assert cli.parse(["ci", "check", "--matrix", str(other)]).matrix == str(other)
+    assert cli.parse(["cells"]).matrix == "matrix.yaml"
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["validate"], ["cells"], ["plan"], ["run"], ["grid"], ["baseline"], ["ops"],
+    ["repro"], ["bisect"], ["ci"], ["ci", "check"], ["container"], ["container", "run"],
+    ["bench"],
+])
+def test_every_command_has_help(argv) -> None:
+    proc = _cli(*argv, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: accelgrid")
+
+
+def test_version() -> None:
+    from accelgrid import __version__
+
+    proc = _cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"accelgrid {__version__}"
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["plan", "nope"], 2, "accelgrid plan: unknown cell 'nope'"),
+    (["run", "nope"], 2, "accelgrid run: unknown cell 'nope'"),
+    (["repro", "--cell", "cpu-2.13"], 2, "accelgrid repro: name an issue"),
+    (["repro", "pytorch/ao#1"], 2, "accelgrid repro: "),
+    (["bisect", "x::y", "--device", "tpu"], 2, "accelgrid bisect: unknown device 'tpu'"),
+    (["container", "render", "mps-2.13"], 2, "accelgrid container: cell mps-2.13"),
+    (["--matrix", "/nonexistent/m.yaml", "cells"], 2, "/nonexistent/m.yaml"),
+    (["cells", "--device", "tpu"], 1, "no cell matches"),
+])
+def test_errors_are_one_line_with_their_exit_code(argv, code, message) -> None:
+    proc = _cli(*argv)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    proc = subprocess.run(f"{sys.executable} -m accelgrid cells --json | head -c 10",
+                          shell=True, capture_output=True, text=True, cwd=ROOT)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
