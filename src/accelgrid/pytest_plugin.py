@@ -240,7 +240,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
-    known_issues_runtime.configure(config)  # upstream marker; registry xfails (issue 7)
+    known_issues_runtime.configure(config)  # upstream marker; registry xfails
     folder = os.environ.get(contract.RESULTS)
     if not folder:
         return

@@ -82,7 +82,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
         "PYTHONUNBUFFERED": "1",
     })
-    # The cell's known_issues.yaml entries, as JSON for the in-cell plugin (issue 7).
+    # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
     env.pop(known_issues.runtime.ENV_KNOWN_ISSUES, None)
     env.update(known_issues.cell_env(cell, root, folder))
     return env

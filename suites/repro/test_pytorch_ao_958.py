@@ -24,7 +24,7 @@ pytestmark = pytest.mark.upstream("pytorch/ao#958")
 def _offload_class() -> type:
     if importlib.util.find_spec("torchao") is None:
         not_run("torchao is not installed")
-    # torchao >= 0.10, then 0.5-0.9 (REFERENCE §3).
+    # torchao.optim from torchao 0.10; torchao.prototype.low_bit_optim in 0.5-0.9.
     for name in ("torchao.optim", "torchao.prototype.low_bit_optim"):
         try:
             cls = getattr(importlib.import_module(name), "CPUOffloadOptimizer", None)
