@@ -245,6 +245,14 @@ def test_data_files_ship_with_the_package() -> None:
         assert e["sources"]
 
 
+def test_doc_is_generated_from_the_data() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "xpu_prediction_doc.py"),
+                           "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = (ROOT / "docs" / "xpu-prediction.md").read_text()
+    assert "Agreement with the seed's table: 26 of 26 rows (100 %)" in text
+
+
 @pytest.mark.skipif(not os.environ.get("TORCH_XPU_OPS_REPO"),
                     reason="set TORCH_XPU_OPS_REPO to a torch-xpu-ops clone to re-extract")
 def test_packaged_data_matches_a_fresh_extraction(tmp_path: Path) -> None:
