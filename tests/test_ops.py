@@ -170,3 +170,84 @@ def test_recorded_run_builds_ops_json_and_grids(mini_project, python, tmp_path: 
     assert view["cells"] == ["cpu-2.4", "cpu-2.13"]
     assert view["stopped_falling_back"]["aten::addmm.default"] == {"cpu": data["torch"]}
     assert "| `aten::addmm.default` | fallback | native |" in ops.cross_markdown(view)
+
+
+# Verbatim fallback lines as torch-xpu-ops prints them with PYTORCH_DEBUG_XPU_FALLBACK=1
+# (XPUFallback.template line 17 on release/2.5; kernel names from its fallback lists), next
+# to the names a dispatch mode captures for the same calls (docs/cuda/ops-cuda-2.11.json).
+def _xpu_line(kernel: str) -> str:
+    return (f"[W0612 10:00:00.000000000 XPUFallback.template:17] Warning: The operator "
+            f"'aten::{kernel} on the XPU backend is falling back to run on the CPU. "
+            "(function operator())")
+
+
+FALLBACK_VS_CAPTURED = [
+    ("linspace.out", "aten::linspace.default"),  # forward
+    ("topk.values", "aten::topk.default"),
+    ("sigmoid.out", "aten::sigmoid.default"),
+    ("all.all_out", "aten::all.default"),
+    ("upsample_bilinear2d_backward.grad_input",  # backward
+     "aten::upsample_bilinear2d_backward.default"),
+    ("sigmoid_backward.grad_input", "aten::sigmoid_backward.default"),
+    ("lerp.Scalar_out", "aten::lerp_.Scalar"),  # optimizer (single-tensor Adam's lerp_)
+]
+
+
+@pytest.mark.parametrize(("kernel", "captured"), FALLBACK_VS_CAPTURED)
+def test_fallback_message_matches_captured_call_by_base_op(kernel: str, captured: str) -> None:
+    seen = ops_parse(_xpu_line(kernel))
+    assert seen["fallback"] == {f"aten::{kernel}"}
+    # The exact names differ: a name-for-name comparison can never match these.
+    assert captured not in seen["fallback"]
+    assert opcapture.classify(captured, "xpu", seen["fallback"], set()) == "fallback"
+
+
+def test_base_op_forms() -> None:
+    assert opcapture.base_op("aten::linspace.out") == "linspace"
+    assert opcapture.base_op("aten::upsample_bilinear2d_backward.grad_input") == \
+        "upsample_bilinear2d_backward"
+    assert opcapture.base_op("aten::lerp.Scalar_out") == opcapture.base_op("lerp_.Scalar")
+    assert opcapture.base_op("aten::_foreach_mul_.Scalar") == "_foreach_mul"
+    assert opcapture.base_op("_foreach_mul") == "_foreach_mul"  # leading "_" is not in-place
+    assert opcapture.base_op("aten::__rshift__.Scalar") == "__rshift__"
+    assert opcapture.base_op("cauchy_") == opcapture.base_op("aten::cauchy_.default") == "cauchy"
+    assert opcapture.overload_family("aten::lerp.Scalar_out") == "Scalar"
+    assert opcapture.overload_family("aten::lerp_.Scalar") == "Scalar"
+    assert opcapture.overload_family("aten::linspace.out") == "default"
+    assert opcapture.overload_family("aten::_foreach_mul_.Tensor") == "Tensor"
+
+
+def test_optimizer_fallback_does_not_leak_to_foreach_ops() -> None:
+    fallback = ops_parse(_xpu_line("lerp.Scalar_out"))["fallback"]
+    missing = ops_parse(XPU_NOT_IMPLEMENTED.replace("nll_loss2d_forward", "_foreach_lerp_.Scalar"))
+    missing = missing["missing"]
+    assert missing == {"aten::_foreach_lerp_.Scalar"}
+    assert opcapture.classify("aten::_foreach_lerp_.Scalar", "xpu", fallback, missing) == "missing"
+    assert opcapture.classify("aten::lerp_.Scalar", "xpu", fallback, missing) == "fallback"
+    # An unrelated op keeps the dispatcher's answer.
+    assert opcapture.classify("aten::addmm.default", "cpu", fallback, missing) == "native"
+
+
+def test_xpu_fallback_beats_the_dispatcher() -> None:
+    # On this CPU build roll has a CPU kernel; on XPU the dispatcher says True for ops on
+    # torch-xpu-ops' list too. A fallback message must win over "native" either way.
+    nothing: set[str] = set()
+    assert opcapture.classify("aten::roll.default", "cpu", nothing, nothing) == "native"
+    assert opcapture.classify("aten::roll.default", "cpu", {"aten::roll"}, nothing) == "fallback"
+    assert opcapture.classify("aten::sigmoid.default", "xpu",
+                              {"aten::sigmoid.out"}, nothing) == "fallback"
+
+
+def test_report_keeps_one_row_per_called_op() -> None:
+    with opcapture.OpCapture("cpu") as cap:
+        torch.linspace(0, 1, 5)
+        torch.topk(torch.arange(5.0), 2)
+        os.write(2, (_xpu_line("linspace.out") + "\n").encode())
+        cap.note_exception(NotImplementedError(
+            XPU_NOT_IMPLEMENTED.split(": ", 1)[1].replace("nll_loss2d_forward", "topk.values")))
+    report = cap.report()
+    assert report["ops"]["aten::linspace.default"]["status"] == "fallback"
+    assert report["ops"]["aten::topk.default"]["status"] == "missing"
+    # The kernels the messages name are not extra rows: the program called the op above.
+    assert "aten::linspace.out" not in report["ops"]
+    assert "aten::topk.values" not in report["ops"]

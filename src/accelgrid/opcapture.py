@@ -13,6 +13,12 @@ parsed, so each op can be classified for the device:
   fallback    seen falling back to the CPU at run time
   missing     the workload hit "not currently implemented" for it
   unknown     none of the above could be decided
+
+Messages and captured names are matched by base op (:func:`base_op`): a fallback message
+names the kernel that fell back (``aten::linspace.out``, ``aten::topk.values``) while the
+mode sees the op the program called (``linspace.default``, ``topk.default``). On XPU the
+messages also beat the dispatcher: torch-xpu-ops registers its fallback list per op on the
+XPU key, so the dispatcher reports a kernel for ops that in fact run on the CPU.
 """
 
 from __future__ import annotations
@@ -47,6 +53,40 @@ _NOT_IMPLEMENTED = re.compile(
 
 DISPATCH_KEY = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
 STATUSES = ("native", "decomposed", "fallback", "missing", "unknown")
+
+
+def base_op(name: str) -> str:
+    """The op a name belongs to, whatever form it comes in: ``aten::`` and the overload
+    (``.out``, ``.values``, ``.grad_input``, ``.Scalar_out``, ``.default`` ...) stripped,
+    an in-place ``foo_`` mapped to ``foo``.
+
+    Fallback messages name kernels (``aten::lerp.Scalar_out``), a dispatch mode names calls
+    (``lerp_.Scalar``), upstream lists name either: comparing base ops makes them meet.
+    Only a trailing underscore is in-place (``_foreach_mul`` keeps its leading one, dunders
+    like ``__rshift__`` stay). Ops that exist only in place (``cauchy_``, ``normal_``,
+    ``uniform_``, ``bernoulli_``) map to ``cauchy`` etc. too: harmless, since every side
+    is mapped the same way. Namespaces other than ``aten`` are kept.
+    """
+    name = name.strip()
+    if name.startswith("aten::"):
+        name = name[len("aten::"):]
+    base = name.split(".", 1)[0]
+    if base.endswith("_") and not base.endswith("__") and base.strip("_"):
+        base = base[:-1]
+    return base
+
+
+def overload_family(name: str) -> str:
+    """The overload a name calls, with its out-variant spelling folded in: ``default``,
+    ``out`` and no overload are ``"default"``; ``Scalar_out`` is ``"Scalar"``.
+
+    Needed only where one base op has several overloads with different fates
+    (``_foreach_mul.Scalar`` has an XPU kernel in 2.5, ``_foreach_mul.Tensor`` not)."""
+    rest = name.strip().split("::", 1)[-1]
+    overload = rest.split(".", 1)[1] if "." in rest else ""
+    if overload in ("", "default", "out"):
+        return "default"
+    return overload[: -len("_out")] if overload.endswith("_out") else overload
 
 
 def _canonical(op: str) -> str:
@@ -85,10 +125,12 @@ def classify(op: str, device_type: str, fallback: set[str], missing: set[str]) -
     """The op's status on ``device_type`` (see the module docstring)."""
     import torch
 
-    base = op.split(".", 1)[0]
-    if op in missing or base in missing:
+    # By base op on both sides (see the module docstring); checked before the dispatcher,
+    # which on XPU also answers True for ops on torch-xpu-ops' fallback list.
+    base = base_op(op)
+    if base in {base_op(m) for m in missing}:
         return "missing"
-    if op in fallback or base in fallback or _dispatcher_name(op) in fallback:
+    if base in {base_op(f) for f in fallback}:
         return "fallback"
     key = DISPATCH_KEY.get(device_type)
     name = _dispatcher_name(op)
@@ -241,7 +283,10 @@ class OpCapture:
                 entry = ops.setdefault(op, {"count": 0, "phases": {}})
                 entry["count"] += n
                 entry["phases"][phase] = entry["phases"].get(phase, 0) + n
+        captured_bases = {base_op(op) for op in ops}
         for op in seen["missing"]:  # never dispatched successfully, still worth a row
+            if base_op(op) in captured_bases:
+                continue  # the call the program made already has a row
             ops.setdefault(_dispatcher_name(op) if "." in op else f"{op}.default",
                            {"count": 0, "phases": {}})
         for op, entry in ops.items():
