@@ -27,8 +27,9 @@ OPS = {
     "upsample_nearest2d": "F.interpolate(torch.rand(1, 2, 4, 4, device=d), scale_factor=2, "
                           "mode='nearest')",
 }
-# torch-xpu-ops (src/ATen/native/xpu/XPUFallback.template): "The operator 'aten::<op>[.<overload>] on the XPU backend is falling back
-# to run on the CPU." (no closing quote after the op), and the once-per-process notice.
+# torch-xpu-ops' XPUFallback.template: "The operator 'aten::<op>[.<overload>] on the XPU
+# backend is falling back to run on the CPU." (no closing quote after the op), and the
+# once-per-process notice.
 FALLBACK = re.compile(r"The operator '(aten::\S+?)'? on the XPU backend is falling back"
                       r"|Aten Op fallback from XPU to CPU happ")
 
