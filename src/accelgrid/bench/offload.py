@@ -95,7 +95,7 @@ def suite_dir(matrix: Matrix) -> Path:
 
 def suite_helpers(folder: Path) -> ModuleType:
     """``offload_helpers`` of the suite in ``folder``, imported by path (suites/ is not a
-    package; the module imports torch). Loaded once per path."""
+    package; the module imports torch); loaded again only for another folder."""
     path = (Path(folder) / HELPERS).resolve()
     loaded = sys.modules.get(_HELPERS_MODULE)
     if loaded is not None and Path(loaded.__file__ or "") == path:
