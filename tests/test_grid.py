@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import baseline, bench_grid, grid, results
+from accelgrid import baseline, grid, results
+from accelgrid.bench import grid as bench_grid
 from accelgrid.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

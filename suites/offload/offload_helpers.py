@@ -1,4 +1,5 @@
-"""Shared pieces of the CPU-offload suite, also imported by the resume subprocess.
+"""Shared pieces of the CPU-offload suite, also imported by the resume subprocess and,
+by path, by ``accelgrid bench offload`` (its model and its torchao import).
 
 Imports only torch (never accelgrid or torchao at import time) so that the fresh
 interpreter started by the cross-process test can use it as-is.
@@ -130,6 +131,20 @@ def mlp(
         for i in range(depth)
     ]
     return nn.Sequential(*layers)
+
+
+def bench_mlp(
+    width: int, depth: int, device: str, dtype: torch.dtype = torch.float32
+) -> nn.Sequential:
+    """The model of ``accelgrid bench offload``: :func:`mlp` (``depth`` bias-free
+    ``width x width`` layers) with weights drawn with std ``width**-0.5``, so activations
+    neither vanish nor blow up through a deep linear stack (Linear's default init shrinks
+    them by about sqrt(3) per layer)."""
+    model = mlp(width, depth, device, dtype)
+    with torch.no_grad():
+        for layer in model:
+            layer.weight.normal_(0.0, width**-0.5)
+    return model
 
 
 def train(

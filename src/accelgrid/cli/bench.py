@@ -1,19 +1,141 @@
-"""``accelgrid bench``: benchmarks (runner overhead, offload, grid, op capture)."""
+"""``accelgrid bench overhead|offload|grid|ops``: the benchmarks' options.
+
+The benchmarks are :mod:`accelgrid.bench`'s modules. overhead, ops and offload import
+their heavy parts (nox, torch) only when they run, so they are imported here for their
+descriptions and defaults; grid imports the grid renderer (~0.1 s), so it is imported when
+it runs and its description is kept here.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
+from pathlib import Path
+
+from ..bench import offload as offload_bench
+from ..bench import ops as ops_bench
+from ..bench import overhead
+from ._common import matrix_of
+
+OFFLOAD = (
+    "Peak device memory and median step time of torchao's CPUOffloadOptimizer "
+    "(modes: none = plain fused AdamW on the device, offload, offload_grad = "
+    "offload_gradients=True) on MLP stacks of about the given sizes, against the floor "
+    "set by the bytes moved per step over the measured pinned copy bandwidth. Writes "
+    "bench_offload.json, bench_offload.md and bench_offload.png (with matplotlib) to "
+    "--out. Exits 2 without a CUDA/XPU device or torchao, 1 if a run failed (e.g. out "
+    "of memory; the other runs are still reported). The model and the torchao import "
+    "come from the offload suite's offload_helpers.py, found beside the matrix."
+)
+
+# accelgrid.bench.grid's docstring, and a word on --matrix (the module is imported only
+# when it runs).
+GRID = """\
+``accelgrid bench grid``: how long grids take for a large matrix (aim: 50 cells x 2,000
+tests aggregated and rendered in under 10 s).
+
+Synthesizes results folders (realistic mix: mostly passes, failures with messages and
+tracebacks, skips, known-issue xfails with links, a crash, a timeout, one errored cell),
+a baseline per cell, then times ``grid.build`` (reading every folder, comparing with the
+baselines) and ``grid.write`` (grid.json, grid.md, grid.html), ``--repeat`` times.
+Prints the figures and writes them to ``docs/bench-grid.md``. (--matrix is ignored.)
+"""
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    # TEMPORARY: each benchmark still parses its own options (being moved here).
-    p = sub.add_parser("bench", help="benchmarks: overhead (runner vs bare pytest), "
-                       "offload, grid, ops (capture cost)")
-    p.add_argument("what", choices=["overhead", "offload", "grid", "ops"])
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
-    p.set_defaults(func=_bench)
+    group = sub.add_parser(
+        "bench", parents=[common],
+        help="benchmarks: overhead (runner vs bare pytest), offload, grid, ops (capture cost)",
+        description="Benchmarks: overhead (a cell run vs bare pytest, env creation), offload "
+                    "(torchao's CPUOffloadOptimizer on a CUDA/XPU device), grid (grids for a "
+                    "large synthetic matrix), ops (the cost of op capture).")
+    what = group.add_subparsers(dest="what", required=True, metavar="BENCHMARK")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    p = what.add_parser("overhead", parents=[common], formatter_class=raw,
+                        description=overhead.__doc__,
+                        help="a warm cell run vs bare pytest, and env creation (uv, virtualenv)")
+    p.add_argument("--cell", default=overhead.DEFAULT_CELL)
+    p.add_argument("--suites", default=None,
+                   help="comma-separated suite paths (default: the cell's suites)")
+    p.add_argument("--repeat", type=int, default=overhead.DEFAULT_REPEAT)
+    p.add_argument("--skip-env", action="store_true", help="skip the env creation part")
+    p.add_argument("--out", default=overhead.DEFAULT_OUT,
+                   help="folder for bench-overhead.{json,md}")
+    p.set_defaults(func=_overhead)
+
+    p = what.add_parser("offload", parents=[common], description=OFFLOAD,
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        help="torchao's CPUOffloadOptimizer: peak memory and step time")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=offload_bench.DEVICES,
+        help="device to benchmark; auto picks cuda, else xpu (what torchao itself picks)",
+    )
+    p.add_argument("--sizes", default=offload_bench.DEFAULT_SIZES,
+                   help="model sizes in billions of parameters, comma-separated")
+    p.add_argument("--dtypes", default=",".join(offload_bench.DTYPES),
+                   help=f"from {','.join(offload_bench.DTYPES)}")
+    p.add_argument("--modes", default=",".join(offload_bench.MODES),
+                   help=f"from {','.join(offload_bench.MODES)}")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per run (median kept)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
+    p.add_argument("--width", type=int, default=4096, help="width of the square layers")
+    p.add_argument("--tokens", type=int, default=1024, help="batch rows per step")
+    p.add_argument("--copy-mib", type=int, default=1024,
+                   help="size of the pinned copies timed for bandwidth")
+    p.add_argument("--out", type=Path, default=offload_bench.DEFAULT_OUT,
+                   help="output directory")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.set_defaults(func=_offload)
+
+    p = what.add_parser("grid", parents=[common], formatter_class=raw, description=GRID,
+                        help="grid build + write time for a large synthetic matrix")
+    p.add_argument("--cells", type=int, default=50)
+    p.add_argument("--tests", type=int, default=2000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--budget", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--out", default="docs", help="folder for bench-grid.md ('' for none)")
+    p.set_defaults(func=_grid)
+
+    p = what.add_parser("ops", parents=[common], formatter_class=raw,
+                        description=ops_bench.__doc__,
+                        help="runner wall time with and without op capture")
+    p.add_argument("--cell", default=ops_bench.DEFAULT_CELL)
+    p.add_argument("--suites", default=",".join(ops_bench.DEFAULT_SUITES),
+                   help="comma-separated test paths (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=ops_bench.DEFAULT_REPEAT)
+    p.add_argument("--out", default=ops_bench.DEFAULT_OUT, help="folder for bench-ops.{json,md}")
+    p.set_defaults(func=_ops)
 
 
-def _bench(args: argparse.Namespace) -> int:
-    return importlib.import_module(f"accelgrid.bench_{args.what}").main(args.rest)
+def _overhead(args: argparse.Namespace) -> int:
+    overhead.run(matrix_of(args), args.cell,
+                 suites=args.suites.split(",") if args.suites else None,
+                 repeat=args.repeat, skip_env=args.skip_env, out=args.out)
+    return 0
+
+
+def _offload(args: argparse.Namespace) -> int:
+    sizes = offload_bench.parse_sizes(args.sizes)
+    dtypes = offload_bench.split_list(args.dtypes, tuple(offload_bench.DTYPES), "dtypes")
+    modes = offload_bench.split_list(args.modes, offload_bench.MODES, "modes")
+    report = offload_bench.run(
+        sizes, dtypes, modes, suite=offload_bench.suite_dir(matrix_of(args)),
+        device=args.device, steps=args.steps, warmup=args.warmup, width=args.width,
+        tokens=args.tokens, copy_mib=args.copy_mib, out=args.out, plot_png=not args.no_plot)
+    return 1 if offload_bench.failed(report) else 0
+
+
+def _grid(args: argparse.Namespace) -> int:
+    from ..bench import grid
+
+    report = grid.run(args.cells, args.tests, repeat=args.repeat, budget=args.budget,
+                      out=args.out)
+    return 0 if report["ok"] else 1
+
+
+def _ops(args: argparse.Namespace) -> int:
+    ops_bench.run(matrix_of(args), args.cell, suites=[p for p in args.suites.split(",") if p],
+            repeat=args.repeat, out=args.out)
+    return 0

@@ -8,16 +8,25 @@ moves per step (gradients device->host, parameters host->device) over the measur
 copy bandwidth. Writes ``bench_offload.json``, ``bench_offload.md`` and, with matplotlib,
 ``bench_offload.png``.
 
-torch and torchao are imported inside :func:`main`, so importing this module is cheap and
-works on any host; without a CUDA or XPU device :func:`main` returns 2.
+The model (:func:`offload_helpers.bench_mlp`) and the torchao import
+(:func:`offload_helpers.import_cpu_offload`: ``torchao.optim`` or
+``torchao.prototype.low_bit_optim``) come from the offload suite's own helper module,
+``suites/offload/offload_helpers.py``, loaded by path (:func:`suite_helpers`): the
+benchmark measures what the suite tests, and there is one copy of each. That module stays
+in the suite because it runs inside cell envs and in a bare subprocess (it imports torch
+only, never accelgrid).
+
+torch, torchao and the helpers are imported inside :func:`run`, so importing this module
+is cheap and works on any host; without a CUDA or XPU device (or without torch or torchao)
+:func:`run` raises :class:`NotRunnable`, exit code 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import gc
 import importlib
+import importlib.util
 import inspect
 import json
 import math
@@ -25,102 +34,108 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from accelgrid.backends import dispatch
+from ..backends import dispatch
+from ..errors import EXIT_INVALID, AccelgridError, InvalidInput
+
+if TYPE_CHECKING:  # an annotation only: running the benchmark loads no matrix
+    from ..matrix import Matrix
 
 MODES = ("none", "offload", "offload_grad")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+DEVICES = ("auto", "cuda", "xpu")
 GiB = 2**30
-AO_958 = "https://github.com/pytorch/ao/issues/958"
+DEFAULT_SIZES = "0.1,0.5,1"
+DEFAULT_OUT = Path("results/bench-offload")
+SUITE = "offload"
+HELPERS = "offload_helpers.py"
+_HELPERS_MODULE = "accelgrid_offload_suite_helpers"  # its name in sys.modules
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="accelgrid bench offload",
-        description=(
-            "Peak device memory and median step time of torchao's CPUOffloadOptimizer "
-            "(modes: none = plain fused AdamW on the device, offload, offload_grad = "
-            "offload_gradients=True) on MLP stacks of about the given sizes, against the floor "
-            "set by the bytes moved per step over the measured pinned copy bandwidth. Writes "
-            "bench_offload.json, bench_offload.md and bench_offload.png (with matplotlib) to "
-            "--out. Exits 2 without a CUDA/XPU device or torchao, 1 if a run failed (e.g. out "
-            "of memory; the other runs are still reported)."
-        ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        choices=("auto", "cuda", "xpu"),
-        help="device to benchmark; auto picks cuda, else xpu (what torchao itself picks)",
-    )
-    parser.add_argument(
-        "--sizes",
-        default="0.1,0.5,1",
-        help="model sizes in billions of parameters, comma-separated",
-    )
-    parser.add_argument("--dtypes", default="fp32,bf16", help=f"from {','.join(DTYPES)}")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"from {','.join(MODES)}")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per run (median kept)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
-    parser.add_argument("--width", type=int, default=4096, help="width of the square layers")
-    parser.add_argument("--tokens", type=int, default=1024, help="batch rows per step")
-    parser.add_argument(
-        "--copy-mib", type=int, default=1024, help="size of the pinned copies timed for bandwidth"
-    )
-    parser.add_argument(
-        "--out", type=Path, default=Path("results/bench-offload"), help="output directory"
-    )
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    return parser
+class NotRunnable(AccelgridError):
+    """This host cannot run the benchmark: no CUDA/XPU device, no torch or no torchao."""
+
+    return_code = EXIT_INVALID
 
 
-def _split(value: str, allowed: tuple[str, ...] | None, what: str) -> list[str]:
+def split_list(value: str, allowed: Sequence[str] | None, what: str) -> list[str]:
+    """The items of a comma-separated option; InvalidInput when empty or not in ``allowed``."""
     items = [v.strip() for v in value.split(",") if v.strip()]
-    bad = [v for v in items if allowed is not None and v not in allowed]
-    if not items or bad:
-        raise ValueError(f"bad --{what} {value!r}; choose from {', '.join(allowed or ())}")
+    _check(items, allowed, what, value)
     return items
+
+
+def _check(items: Sequence[str], allowed: Sequence[str] | None, what: str, shown: str) -> None:
+    if not items or any(allowed is not None and v not in allowed for v in items):
+        choose = f"; choose from {', '.join(allowed)}" if allowed is not None else ""
+        raise InvalidInput(f"bad --{what} {shown!r}{choose}")
+
+
+def parse_sizes(value: str) -> list[float]:
+    """``--sizes``: positive, finite numbers of billions of parameters."""
+    try:
+        sizes = [float(s) for s in split_list(value, None, "sizes")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(not math.isfinite(s) or s <= 0 for s in sizes):
+        raise InvalidInput(f"bad --sizes {value!r}: positive numbers (billions of "
+                           "parameters), comma-separated")
+    return sizes
+
+
+def suite_dir(matrix: Matrix) -> Path:
+    """The offload suite's folder: its path in the matrix, else ``suites/offload``."""
+    suite = matrix.suites.get(SUITE)
+    return matrix.root / (suite.path if suite is not None else f"suites/{SUITE}")
+
+
+def suite_helpers(folder: Path) -> ModuleType:
+    """``offload_helpers`` of the suite in ``folder``, imported by path (suites/ is not a
+    package; the module imports torch); loaded again only for another folder."""
+    path = (Path(folder) / HELPERS).resolve()
+    loaded = sys.modules.get(_HELPERS_MODULE)
+    if loaded is not None and Path(loaded.__file__ or "") == path:
+        return loaded
+    if not path.is_file():
+        raise InvalidInput(f"{path}: no such file (the offload suite's helpers, where "
+                           "bench offload gets its model and torchao import)")
+    spec = importlib.util.spec_from_file_location(_HELPERS_MODULE, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_HELPERS_MODULE] = module  # dataclasses look their module up while loading
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_HELPERS_MODULE]
+        raise
+    return module
 
 
 def _log(msg: str) -> None:
     print(f"[bench offload] {msg}", flush=True)
 
 
-def _pick_device(torch: Any, wanted: str) -> tuple[str | None, str]:
-    """(device, "") or (None, why not)."""
+def pick_device(torch: Any, wanted: str, helpers: ModuleType) -> tuple[str | None, str]:
+    """(device, "") or (None, why not); ``auto`` picks cuda, else xpu, as torchao does."""
     has = {
         "cuda": torch.cuda.is_available(),
         "xpu": hasattr(torch, "xpu") and torch.xpu.is_available(),
     }
     if wanted == "auto":
-        for name in ("cuda", "xpu"):
+        for name in helpers.SUPPORTED_DEVICES:
             if has[name]:
                 return name, ""
         return None, (
-            f"no CUDA or XPU device; CPUOffloadOptimizer supports only CUDA and XPU ({AO_958})"
+            "no CUDA or XPU device; CPUOffloadOptimizer supports only CUDA and XPU "
+            f"({helpers.AO_958})"
         )
     if not has[wanted]:
         return None, f"--device {wanted} requested but torch {torch.__version__} sees none"
     return wanted, ""
-
-
-def _import_offload() -> tuple[type, str]:
-    """CPUOffloadOptimizer (torchao.optim from 0.10, prototype.low_bit_optim before)."""
-    errors = []
-    for name in ("torchao.optim", "torchao.prototype.low_bit_optim"):
-        try:
-            cls = getattr(importlib.import_module(name), "CPUOffloadOptimizer", None)
-        except ModuleNotFoundError as exc:
-            errors.append(str(exc))
-            continue
-        if cls is not None:
-            version = getattr(importlib.import_module("torchao"), "__version__", "?")
-            return cls, version
-        errors.append(f"{name} has no CPUOffloadOptimizer")
-    raise ImportError("; ".join(errors))
 
 
 def measure_bandwidth(torch: Any, device: str, nbytes: int, repeats: int = 5) -> dict[str, float]:
@@ -153,18 +168,6 @@ def _free(torch: Any, device: str) -> None:
         host_empty()
 
 
-def _build_model(torch: Any, device: str, dtype: Any, width: int, depth: int) -> Any:
-    """``depth`` bias-free ``width x width`` Linear layers, initialised with std width**-0.5
-    so activations neither vanish nor blow up through a deep linear stack."""
-    layers = [
-        torch.nn.Linear(width, width, bias=False, device=device, dtype=dtype) for _ in range(depth)
-    ]
-    with torch.no_grad():
-        for layer in layers:
-            layer.weight.normal_(0.0, width**-0.5)
-    return torch.nn.Sequential(*layers)
-
-
 def _offloaded_numel(model: Any, offload_cls: type) -> int:
     """Elements CPUOffloadOptimizer moves each way per step: trainable params of at least
     ``minimal_size`` elements (all trainable params in torchao versions without it)."""
@@ -175,25 +178,29 @@ def _offloaded_numel(model: Any, offload_cls: type) -> int:
 
 def run_one(
     torch: Any,
+    helpers: ModuleType,
     offload_cls: type,
     device: str,
     *,
     size_b: float,
     dtype_name: str,
     mode: str,
-    args: argparse.Namespace,
+    width: int,
+    tokens: int,
+    steps: int,
+    warmup: int,
     bandwidth: dict[str, float],
 ) -> dict[str, Any]:
     """One (size, dtype, mode) measurement; errors (e.g. out of memory) are recorded."""
     dtype = getattr(torch, DTYPES[dtype_name])
-    depth = max(1, round(size_b * 1e9 / (args.width * args.width)))
+    depth = max(1, round(size_b * 1e9 / (width * width)))
     row: dict[str, Any] = {"size_b": size_b, "dtype": dtype_name, "mode": mode, "layers": depth}
     _free(torch, device)
     base = dispatch("memory_allocated", device)
     model = optimizer = x = None
     try:
         torch.manual_seed(0)
-        model = _build_model(torch, device, dtype, args.width, depth)
+        model = helpers.bench_mlp(width, depth, device, dtype)
         row["params"] = sum(p.numel() for p in model.parameters())
         if mode == "none":
             # fused: the fastest stock on-device AdamW, and what the offload runs on the CPU;
@@ -211,18 +218,18 @@ def run_one(
                 model.parameters(), torch.optim.AdamW, offload_gradients=mode == "offload_grad"
             )
             moved = _offloaded_numel(model, offload_cls) * model[0].weight.element_size()
-        x = torch.randn(args.tokens, args.width, device=device, dtype=dtype)
+        x = torch.randn(tokens, width, device=device, dtype=dtype)
         dispatch("synchronize", device)
         dispatch("reset_peak_memory_stats", device)
         times = []
-        for i in range(args.warmup + args.steps):
+        for i in range(warmup + steps):
             dispatch("synchronize", device)
             t0 = time.perf_counter()
             model(x).sum().backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             dispatch("synchronize", device)
-            if i >= args.warmup:
+            if i >= warmup:
                 times.append(time.perf_counter() - t0)
         peak = dispatch("max_memory_allocated", device) - base
         floor_s = moved / (bandwidth["d2h_gbps"] * 1e9) + moved / (bandwidth["h2d_gbps"] * 1e9)
@@ -312,39 +319,57 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; 0 on success, 2 when it cannot run here (reason on stderr)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        sizes = [float(s) for s in _split(args.sizes, None, "sizes")]
-        dtypes = _split(args.dtypes, tuple(DTYPES), "dtypes")
-        modes = _split(args.modes, MODES, "modes")
-    except ValueError as exc:
-        parser.error(str(exc))  # exits 2
-    if any(not math.isfinite(s) or s <= 0 for s in sizes) or args.steps < 1 or args.warmup < 0:
-        parser.error("--sizes must be positive, --steps >= 1, --warmup >= 0")
+def run(
+    sizes: Sequence[float],
+    dtypes: Sequence[str],
+    modes: Sequence[str],
+    *,
+    suite: Path,
+    device: str = "auto",
+    steps: int = 10,
+    warmup: int = 2,
+    width: int = 4096,
+    tokens: int = 1024,
+    copy_mib: int = 1024,
+    out: str | Path = DEFAULT_OUT,
+    plot_png: bool = True,
+) -> dict[str, Any]:
+    """Run the benchmark; write ``bench_offload.{json,md,png}`` to ``out`` and return the
+    report (``meta``, ``bandwidth``, ``results``: one row per run, with ``error`` where a
+    run failed, e.g. out of memory; the other runs still go on).
+
+    ``suite``: the offload suite's folder (:func:`suite_dir`). Raises InvalidInput for bad
+    arguments, NotRunnable (exit 2) without torch, a CUDA/XPU device or torchao's
+    CPUOffloadOptimizer.
+    """
+    _check(dtypes, tuple(DTYPES), "dtypes", ",".join(dtypes))
+    _check(modes, MODES, "modes", ",".join(modes))
+    _check([device], DEVICES, "device", device)
+    problems = [f"--{name} must be >= {least}, not {value}" for name, value, least in (
+        ("steps", steps, 1), ("warmup", warmup, 0), ("width", width, 1), ("tokens", tokens, 1),
+        ("copy-mib", copy_mib, 1)) if value < least]
+    if not sizes or any(not math.isfinite(s) or s <= 0 for s in sizes):
+        problems.insert(0, f"--sizes must be positive numbers, not {list(sizes)}")
+    if problems:
+        raise InvalidInput("; ".join(problems))
 
     try:
         import torch
-    except ImportError:
-        print("bench offload: torch is not installed", file=sys.stderr)
-        return 2
-    device, why = _pick_device(torch, args.device)
-    if device is None:
-        print(f"bench offload: {why}", file=sys.stderr)
-        return 2
-    try:
-        offload_cls, ao_version = _import_offload()
     except ImportError as exc:
-        print(
-            f"bench offload: torchao's CPUOffloadOptimizer is unavailable ({exc})", file=sys.stderr
-        )
-        return 2
+        raise NotRunnable("torch is not installed") from exc
+    helpers = suite_helpers(suite)
+    picked, why = pick_device(torch, device, helpers)
+    if picked is None:
+        raise NotRunnable(why)
+    try:
+        offload_cls = helpers.import_cpu_offload()
+    except helpers.OffloadUnavailable as exc:
+        raise NotRunnable(f"torchao's CPUOffloadOptimizer is unavailable ({exc})") from exc
+    ao_version = getattr(importlib.import_module("torchao"), "__version__", "?")
 
-    name = dispatch("device_name", device)
-    _log(f"torch {torch.__version__}, torchao {ao_version}, {device}: {name}")
-    bandwidth = measure_bandwidth(torch, device, args.copy_mib * 2**20)
+    name = dispatch("device_name", picked)
+    _log(f"torch {torch.__version__}, torchao {ao_version}, {picked}: {name}")
+    bandwidth = measure_bandwidth(torch, picked, copy_mib * 2**20)
     _log(
         f"pinned copies: host->device {bandwidth['h2d_gbps']:.1f} GB/s, "
         f"device->host {bandwidth['d2h_gbps']:.1f} GB/s"
@@ -356,12 +381,16 @@ def main(argv: list[str] | None = None) -> int:
     for n, (size_b, dtype_name, mode) in enumerate(plan, 1):
         row = run_one(
             torch,
+            helpers,
             offload_cls,
-            device,
+            picked,
             size_b=size_b,
             dtype_name=dtype_name,
             mode=mode,
-            args=args,
+            width=width,
+            tokens=tokens,
+            steps=steps,
+            warmup=warmup,
             bandwidth=bandwidth,
         )
         rows.append(row)
@@ -375,35 +404,37 @@ def main(argv: list[str] | None = None) -> int:
                 f"[{time.perf_counter() - started:.0f} s]"
             )
 
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     meta = {
         "torch": torch.__version__,
         "torchao": ao_version,
-        "device": device,
+        "device": picked,
         "device_name": name,
         "host": platform.node(),
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "width": args.width,
-        "tokens": args.tokens,
-        "steps": args.steps,
-        "warmup": args.warmup,
+        "width": width,
+        "tokens": tokens,
+        "steps": steps,
+        "warmup": warmup,
     }
     report = {"meta": meta, "bandwidth": bandwidth, "results": rows}
-    (args.out / "bench_offload.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "bench_offload.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown_table(rows)
     header = (
         f"torch {meta['torch']}, torchao {meta['torchao']}, {name}; pinned copies "
         f"H2D {bandwidth['h2d_gbps']:.1f} GB/s, D2H {bandwidth['d2h_gbps']:.1f} GB/s; "
-        f"{args.tokens} x {args.width} batch, median of {args.steps} steps.\n\n"
+        f"{tokens} x {width} batch, median of {steps} steps.\n\n"
     )
-    (args.out / "bench_offload.md").write_text(header + table)
+    (out / "bench_offload.md").write_text(header + table)
     print(table, flush=True)
-    if not args.no_plot and plot(rows, args.out / "bench_offload.png"):
-        _log(f"wrote {args.out / 'bench_offload.png'}")
-    _log(f"wrote {args.out / 'bench_offload.json'} and {args.out / 'bench_offload.md'}")
-    return 1 if any("error" in r for r in rows) else 0
+    if plot_png and plot(rows, out / "bench_offload.png"):
+        _log(f"wrote {out / 'bench_offload.png'}")
+    _log(f"wrote {out / 'bench_offload.json'} and {out / 'bench_offload.md'}")
+    return report
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def failed(report: dict[str, Any]) -> bool:
+    """Whether a run of the report failed (``accelgrid bench offload`` then exits 1)."""
+    return any("error" in r for r in report["results"])

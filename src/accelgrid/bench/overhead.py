@@ -11,7 +11,6 @@ Prints progress, writes JSON and a Markdown table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -21,10 +20,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from . import sessions
-from .matrix import DEFAULT_MATRIX, load_matrix
+from ..errors import AccelgridError, InvalidInput
+from ..matrix import Matrix
+
+DEFAULT_CELL = "cpu-2.13"
+DEFAULT_REPEAT = 3
+DEFAULT_OUT = "docs"
+ENV_BACKENDS = ("uv", "virtualenv")
 
 
 def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -32,53 +38,55 @@ def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - t0
     if proc.returncode not in (0, 1):  # test failures still time the run
-        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
-                         f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        raise AccelgridError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
+                             f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return elapsed
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="accelgrid bench overhead", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--matrix", default=DEFAULT_MATRIX)
-    parser.add_argument("--cell", default="cpu-2.13")
-    parser.add_argument("--suites", default=None,
-                        help="comma-separated suite paths (default: the cell's suites)")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--skip-env", action="store_true", help="skip the env creation part")
-    parser.add_argument("--out", default="docs", help="folder for bench-overhead.{json,md}")
-    args = parser.parse_args(argv)
+def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | None = None,
+        repeat: int = DEFAULT_REPEAT, skip_env: bool = False,
+        out: str | Path | None = DEFAULT_OUT) -> dict[str, Any]:
+    """Time ``cell``'s warm runs against bare pytest (and env creation unless ``skip_env``);
+    write ``bench-overhead.{json,md}`` to ``out`` (None: write nothing) and return the report.
 
-    matrix = load_matrix(args.matrix)
-    cell = matrix.cell(args.cell)
+    ``suites``: test paths relative to the matrix root (default: the cell's suites).
+    Raises UnknownName for an unknown cell, InvalidInput for ``repeat < 1``, AccelgridError
+    when a timed command fails (exit status other than 0 or 1).
+    """
+    if repeat < 1:
+        raise InvalidInput(f"--repeat must be >= 1, not {repeat}")
+    from .. import sessions  # imports nox: only when a benchmark runs
+
+    the_cell = matrix.cell(cell)
     root = matrix.root
-    paths = args.suites.split(",") if args.suites else list(cell.suite_paths)
+    paths = list(suites) if suites else list(the_cell.suite_paths)
     nox = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py")]
     tmp = Path(tempfile.mkdtemp(prefix="accelgrid-bench-"))
     env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(tmp / "results")}
-    report: dict = {"cell": cell.name, "suites": paths, "host": platform.node(),
-                    "cpus": os.cpu_count(), "python": platform.python_version()}
+    report: dict[str, Any] = {"cell": the_cell.name, "suites": paths, "host": platform.node(),
+                              "cpus": os.cpu_count(), "python": platform.python_version()}
     try:
-        print(f"[1/3] preparing {cell.name}'s env (nox --install-only)", flush=True)
-        venv_python = sessions.prepared_python(root, cell, env)
+        print(f"[1/3] preparing {the_cell.name}'s env (nox --install-only)", flush=True)
+        venv_python = sessions.prepared_python(root, the_cell, env)
         runs: dict[str, list[float]] = {"cell": [], "bare": []}
-        for i in range(args.repeat):
-            print(f"[2/3] run {i + 1}/{args.repeat}: cell run, then bare pytest", flush=True)
-            runs["cell"].append(_timed([*nox, "-R", "-s", cell.name, "--", *paths], root, env))
-            bare = {**os.environ, "PYTHONPATH": str(root / "src"), **cell.env,
-                    "ACCELGRID_DEVICE": cell.device}
+        for i in range(repeat):
+            print(f"[2/3] run {i + 1}/{repeat}: cell run, then bare pytest", flush=True)
+            runs["cell"].append(_timed([*nox, "-R", "-s", the_cell.name, "--", *paths],
+                                       root, env))
+            bare = {**os.environ, "PYTHONPATH": str(root / "src"), **the_cell.env,
+                    "ACCELGRID_DEVICE": the_cell.device}
             runs["bare"].append(_timed([venv_python, "-m", "pytest", "-q", *paths,
                                         "-p", "no:cacheprovider"], root, bare))
         ratios = [c / b for c, b in zip(runs["cell"], runs["bare"], strict=True)]
         report["runs"] = runs
         report["ratio_median"] = statistics.median(ratios)
         print(f"      ratio cell/bare: median {report['ratio_median']:.3f}", flush=True)
-        if not args.skip_env:
+        if not skip_env:
             envs: dict[str, dict[str, float]] = {}
-            for backend in ("uv", "virtualenv"):
+            for backend in ENV_BACKENDS:
                 envdir = tmp / f"env-{backend}"
                 # -fb: the cell sessions name uv explicitly, -db would not override it.
-                base = [*nox, "-s", cell.name, "--install-only", "-fb", backend,
+                base = [*nox, "-s", the_cell.name, "--install-only", "-fb", backend,
                         "--envdir", str(envdir)]
                 print(f"[3/3] env creation with {backend}: cold", flush=True)
                 cold = _timed([*base, "--reuse-venv", "no"], root, env)
@@ -90,14 +98,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench-overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+    md = render_markdown(report)
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench-overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "bench-overhead.md").write_text(md)
+    print(md, end="")
+    return report
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """bench-overhead.md from a report as :func:`run` returns it."""
+    runs = report["runs"]
+    repeat = len(runs["cell"])
     lines = [
-        f"# Runner overhead: {cell.name} on {report['host']} ({report['cpus']} CPUs)", "",
-        f"Suites: {', '.join(paths)}; {args.repeat} alternating runs each.", "",
-        "| run | " + " | ".join(f"#{i + 1}" for i in range(args.repeat)) + " | median |",
-        "|" + " --- |" * (args.repeat + 2),
+        f"# Runner overhead: {report['cell']} on {report['host']} ({report['cpus']} CPUs)", "",
+        f"Suites: {', '.join(report['suites'])}; {repeat} alternating runs each.", "",
+        "| run | " + " | ".join(f"#{i + 1}" for i in range(repeat)) + " | median |",
+        "|" + " --- |" * (repeat + 2),
     ]
     for key, label in (("cell", "cell run (nox -R, xdist, recording)"), ("bare", "bare pytest")):
         vals = runs[key]
@@ -108,6 +127,4 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["| env backend | cold | warm (reused) |", "| --- | --- | --- |"]
         for backend, t in report["env_creation"].items():
             lines.append(f"| {backend} | {t['cold_s']:.1f} s | {t['warm_s']:.1f} s |")
-    (out / "bench-overhead.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return "\n".join(lines) + "\n"

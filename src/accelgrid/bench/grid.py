@@ -10,24 +10,29 @@ Prints the figures and writes them to ``docs/bench-grid.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from . import baseline, grid, outcomes, results
+from .. import baseline, grid, outcomes, results
+from ..errors import InvalidInput
 
 DEVICES = ("cpu", "cuda", "xpu", "mps")
 SERIES = ("2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13")
 PROFILES = ("default", "fp64-emulation", "fallback-debug")
 SUITES = ("smoke", "offload", "hf_examples", "ops", "dist")
+DEFAULT_CELLS = 50
+DEFAULT_TESTS = 2000
+DEFAULT_REPEAT = 3
+DEFAULT_BUDGET = 10.0
+DEFAULT_OUT = "docs"
 TRACEBACK = "".join(f"  File \"suites/x/helpers.py\", line {n}, in step\n    y = f(x)\n"
                     for n in range(20)) + "AssertionError: tensors are not close"
 
@@ -107,28 +112,33 @@ def _baselines(folders: list[Path], out: Path, seed: int) -> None:
         path.write_text(json.dumps(doc), encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="accelgrid bench grid", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--matrix", help="ignored (accepted like every accelgrid command)")
-    parser.add_argument("--cells", type=int, default=50)
-    parser.add_argument("--tests", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--budget", type=float, default=10.0, help="seconds (default 10)")
-    parser.add_argument("--out", default="docs", help="folder for bench-grid.md ('' for none)")
-    args = parser.parse_args(argv)
-    if args.cells > len(_cell_names(10**6)):
-        parser.error(f"at most {len(_cell_names(10**6))} synthetic cells")
+def max_cells() -> int:
+    """How many distinct synthetic cell names there are."""
+    return len(_cell_names(10**6))
+
+
+def run(cells: int = DEFAULT_CELLS, tests: int = DEFAULT_TESTS, *, repeat: int = DEFAULT_REPEAT,
+        budget: float = DEFAULT_BUDGET, out: str | Path | None = DEFAULT_OUT) -> dict[str, Any]:
+    """Synthesize ``cells`` x ``tests`` results with baselines in a temporary folder, time
+    ``grid.build`` + ``grid.write`` ``repeat`` times, write ``bench-grid.md`` to ``out``
+    (None or "": write nothing) and return the figures; ``report["ok"]``: the worst run
+    stayed within ``budget`` seconds. Raises InvalidInput for counts out of range.
+    """
+    if not 1 <= cells <= max_cells():
+        raise InvalidInput(f"--cells must be between 1 and {max_cells()} "
+                           f"(the synthetic cells), not {cells}")
+    if tests < 1 or repeat < 1:
+        raise InvalidInput(f"--tests and --repeat must be >= 1, not {tests} and {repeat}")
 
     tmp = Path(tempfile.mkdtemp(prefix="accelgrid-bench-grid-"))
     try:
         t0 = time.perf_counter()
-        folders = synthesize(tmp / "artifacts", args.cells, args.tests)
+        folders = synthesize(tmp / "artifacts", cells, tests)
         _baselines(folders, tmp / "baselines", 0)
-        print(f"synthesized {args.cells} cells x {args.tests} tests in "
+        print(f"synthesized {cells} cells x {tests} tests in "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
         runs = []
-        for n in range(args.repeat):
+        for n in range(repeat):
             t0 = time.perf_counter()
             # The artifacts folder, not the cell list: discovery is part of the work.
             model = grid.build([tmp / "artifacts"], baseline_dir=tmp / "baselines")
@@ -143,40 +153,43 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     median = {k: statistics.median(r[k] for r in runs) for k in ("build", "write", "total")}
     worst = max(r["total"] for r in runs)
-    ok = worst < args.budget
+    report = {"cells": cells, "tests": tests, "budget": budget, "runs": runs,
+              "median": median, "worst": worst, "ok": worst < budget, "sizes": sizes}
     print(f"median {median['total']:.2f} s (build {median['build']:.2f}, write "
           f"{median['write']:.2f}), worst {worst:.2f} s: "
-          f"{'within' if ok else 'OVER'} the {args.budget:g} s budget")
+          f"{'within' if report['ok'] else 'OVER'} the {budget:g} s budget")
     print("sizes: " + ", ".join(f"grid.{k} {v / 1e6:.2f} MB" for k, v in sizes.items()))
-    if args.out:
-        out = Path(args.out)
+    if out:
+        out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        lines = [
-            "# Grid benchmark", "",
-            "`accelgrid bench grid` (src/accelgrid/bench_grid.py): synthetic results of "
-            f"{args.cells} cells × {args.tests} tests (≈3% failed with tracebacks, 5% skipped, "
-            "2% known-issue xfails, a crash and a timeout in most cells, one errored cell), "
-            "a baseline per cell; timed: `grid.build` over the artifacts folder (discovery, "
-            "reading, baseline comparison) and `grid.write` (grid.json, grid.md, grid.html).",
-            "",
-            f"Host: {platform.node()}, {os.cpu_count()} CPUs, Python "
-            f"{platform.python_version()}, {platform.machine()}; {args.repeat} runs.", "",
-            "| run | build (s) | write (s) | total (s) |", "| --- | --- | --- | --- |",
-            *[f"| {i + 1} | {r['build']:.2f} | {r['write']:.2f} | {r['total']:.2f} |"
-              for i, r in enumerate(runs)],
-            f"| median | {median['build']:.2f} | {median['write']:.2f} | "
-            f"{median['total']:.2f} |", "",
-            f"Worst run {worst:.2f} s against a {args.budget:g} s budget: "
-            f"{'met' if ok else 'NOT met'}.", "",
-            "Output sizes: " + ", ".join(f"grid.{k} {v / 1e6:.2f} MB"
-                                          for k, v in sizes.items())
-            + f" (grid.md stays under its {grid.GITHUB_SUMMARY_LIMIT // 2048} KiB budget "
-            "by keeping only rows with a bad result or a change).", "",
-        ]
-        (out / "bench-grid.md").write_text("\n".join(lines), encoding="utf-8")
+        (out / "bench-grid.md").write_text(render_markdown(report), encoding="utf-8")
         print(f"wrote {out / 'bench-grid.md'}")
-    return 0 if ok else 1
+    return report
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def render_markdown(report: dict[str, Any]) -> str:
+    """bench-grid.md from a report as :func:`run` returns it."""
+    runs, median, sizes = report["runs"], report["median"], report["sizes"]
+    lines = [
+        "# Grid benchmark", "",
+        "`accelgrid bench grid` (src/accelgrid/bench/grid.py): synthetic results of "
+        f"{report['cells']} cells × {report['tests']} tests (≈3% failed with tracebacks, 5% "
+        "skipped, 2% known-issue xfails, a crash and a timeout in most cells, one errored "
+        "cell), a baseline per cell; timed: `grid.build` over the artifacts folder (discovery, "
+        "reading, baseline comparison) and `grid.write` (grid.json, grid.md, grid.html).",
+        "",
+        f"Host: {platform.node()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, {platform.machine()}; {len(runs)} runs.", "",
+        "| run | build (s) | write (s) | total (s) |", "| --- | --- | --- | --- |",
+        *[f"| {i + 1} | {r['build']:.2f} | {r['write']:.2f} | {r['total']:.2f} |"
+          for i, r in enumerate(runs)],
+        f"| median | {median['build']:.2f} | {median['write']:.2f} | "
+        f"{median['total']:.2f} |", "",
+        f"Worst run {report['worst']:.2f} s against a {report['budget']:g} s budget: "
+        f"{'met' if report['ok'] else 'NOT met'}.", "",
+        "Output sizes: " + ", ".join(f"grid.{k} {v / 1e6:.2f} MB"
+                                      for k, v in sizes.items())
+        + f" (grid.md stays under its {grid.GITHUB_SUMMARY_LIMIT // 2048} KiB budget "
+        "by keeping only rows with a bad result or a change).", "",
+    ]
+    return "\n".join(lines)
