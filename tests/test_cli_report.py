@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,25 +203,34 @@ def test_ops_exit_codes(tmp_path: Path, capsys) -> None:
 
 # --- help ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv", [
-    ["--help"], ["baseline", "--help"], ["baseline", "update", "--help"],
-    ["baseline", "show", "--help"], ["baseline", "list", "--help"], ["ops", "--help"],
-    ["ops", "build", "--help"], ["ops", "grid", "--help"], ["grid", "--help"]])
-def test_help(argv: list[str], capsys) -> None:
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--help"], ["grid", "baseline", "ops"]),
+    (["grid", "--help"], ["--out", "--baseline"]),
+    (["baseline", "--help"], ["update", "show", "list", "exits 3"]),
+    (["baseline", "update", "--help"],
+     ["--dir", "--cell", "--keep-missing", "--allow-partial", "--matrix"]),
+    (["baseline", "show", "--help"], ["--json", "--dir"]),
+    (["baseline", "list", "--help"], ["--dir"]),
+    (["ops", "--help"], ["build", "grid", "ACCELGRID_CAPTURE_OPS"]),
+    (["ops", "build", "--help"], ["results"]),
+    (["ops", "grid", "--help"], ["--out"]),
+])
+def test_help(argv: list[str], words: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"usage: accelgrid {' '.join(argv[:-1])}".rstrip())
-    words = {"--help": ["baseline", "ops", "grid"],
-             "baseline": ["update", "show", "list", "exits 3"],
-             "update": ["--dir", "--cell", "--keep-missing", "--allow-partial", "--matrix"],
-             "show": ["--json", "--dir"], "list": ["--dir"], "ops": ["build", "grid"],
-             "build": ["results"], "grid": ["--out"]}[argv[-2] if len(argv) > 1 else "--help"]
-    if argv == ["grid", "--help"]:
-        words = ["--out", "--baseline"]
+    assert out.startswith(" ".join(["usage: accelgrid", *argv[:-1]]))
     for word in words:
         assert word in out
+
+
+def test_help_through_the_entry_point() -> None:
+    for argv in (["baseline", "--help"], ["baseline", "update", "--help"],
+                 ["ops", "build", "--help"]):
+        proc = subprocess.run([sys.executable, "-m", "accelgrid", *argv], capture_output=True,
+                              text=True)
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: accelgrid "), proc.stderr
 
 
 @pytest.mark.parametrize("argv", [["baseline"], ["baseline", "prune"], ["ops"],
