@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
 
-from accelgrid import cli, results, sessions  # noqa: E402
+from accelgrid import cli, report, results, sessions  # noqa: E402
 from accelgrid.errors import AccelgridError  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
 from accelgrid.validation import ValidationFailed  # noqa: E402
@@ -65,9 +66,16 @@ def grid(session: nox.Session) -> None:
     args = session.posargs or [str(p) for p in sorted(out.glob("*/")) if p.is_dir()]
     if not args:
         session.error(f"no results in {out} yet: run a cell first, e.g. nox -s cpu-2.13")
-    code = cli.main(["grid", *args, "--out", str(out)])
-    if code:
-        session.error(f"accelgrid grid exited with {code}")
+    try:
+        made = report.grid([Path(a) for a in args], out,
+                           step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        for note in made.model["notes"]:
+            session.warn(f"note: {note}")
+        for line in made.lines():
+            session.log(line)
+        made.check()
+    except AccelgridError as exc:
+        session.error(str(exc))
 
 
 @nox.session(python=False, default=False, tags=["repro"])

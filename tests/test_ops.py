@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from accelgrid import opcapture, ops, runner  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
+from accelgrid.report import ops_pages  # noqa: E402
 
 # Verbatim upstream texts (REFERENCE.md §2), in the forms they reach us.
 XPU_DEBUG_WARNING = (
@@ -169,7 +170,7 @@ def test_recorded_run_builds_ops_json_and_grids(mini_project, python, tmp_path: 
     view = ops.cross_cell([older, data])
     assert view["cells"] == ["cpu-2.4", "cpu-2.13"]
     assert view["stopped_falling_back"]["aten::addmm.default"] == {"cpu": data["torch"]}
-    assert "| `aten::addmm.default` | fallback | native |" in ops.cross_markdown(view)
+    assert "| `aten::addmm.default` | fallback | native |" in ops_pages.cross_markdown(view)
 
 
 # Verbatim fallback lines as torch-xpu-ops prints them with PYTORCH_DEBUG_XPU_FALLBACK=1

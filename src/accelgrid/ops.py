@@ -1,9 +1,11 @@
-"""Op coverage: per-cell ``ops.json`` and op x workload grids, and the op x cell view.
+"""Op coverage: a cell's ops (``ops.json``'s content) and the op x cell view.
 
 Input: ``results/<cell>/ops-raw/*.jsonl``, written by the recording plugin when a run
 captures ops (``ACCELGRID_CAPTURE_OPS=1``, e.g. the ``op-capture`` and
 ``fallback-debug`` profiles). Each line is one test's ops with their status on the
 cell's device (classified in the cell's own interpreter by accelgrid.opcapture).
+:func:`aggregate` merges one cell's, :func:`cross_cell` compares cells; the pages
+(ops.md/.html, ops-grid.*) are rendered by :mod:`accelgrid.report.ops_pages`:
 
     accelgrid ops build results/cpu-2.13          # ops.json, ops.md, ops.html in the folder
     accelgrid ops grid results/* --out results    # ops-grid.md/.html: op x cell, and when
@@ -12,14 +14,11 @@ cell's device (classified in the cell's own interpreter by accelgrid.opcapture).
 
 from __future__ import annotations
 
-import argparse
-import html
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .compat import version_tuple
-from .results import read_json, read_jsonl, write_json
+from .results import read_json, read_jsonl
 
 SCHEMA_VERSION = 1
 # When tests disagree about an op, the worst status wins.
@@ -72,61 +71,6 @@ def aggregate(folder: Path) -> dict[str, Any] | None:
     }
 
 
-def cell_markdown(data: dict[str, Any]) -> str:
-    """Laid out like the seed's hand-made table: op, status, then one column per workload."""
-    wls = data["workloads"]
-    lines = [f"# Op coverage: {data['cell']} ({data['device_type']}, torch {data['torch']})", "",
-             ", ".join(f"{n} {s}" for s, n in data["counts"].items() if n), ""]
-    if data.get("generic_fallback_notice"):
-        lines += ["XPU printed its once-per-process fallback notice: run the `fallback-debug` "
-                  "profile to name every op.", ""]
-    lines.append("| op | status | " + " | ".join(wls) + " |")
-    lines.append("|" + " --- |" * (2 + len(wls)))
-    for op, e in data["ops"].items():
-        cells = [str(e["workloads"].get(w, "")) for w in wls]
-        lines.append(f"| `{op}` | {e['status']} | " + " | ".join(cells) + " |")
-    for m in data["missing"]:
-        lines.append(f"\nMissing: `{m['op']}` (hit by {', '.join(m['workloads'])})")
-    return "\n".join(lines) + "\n"
-
-
-_STYLE = ("body{font:13px system-ui,sans-serif}table{border-collapse:collapse}"
-          "td,th{border:1px solid #ccc;padding:2px 6px}th{background:#f4f4f4;position:sticky;top:0}"
-          ".native{background:#d7f5dd}.decomposed{background:#e6f0fa}.fallback{background:#f8c9c9}"
-          ".missing{background:#f3a5a5}.unknown{background:#eee}td.op{font-family:monospace}")
-
-
-def _html_table(title: str, header: list[str], rows: Iterable[tuple[str, list[tuple[str, str]]]]
-                ) -> str:
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-           f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><table>",
-           "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
-    for op, cells in rows:
-        out.append(f"<tr><td class='op'>{html.escape(op)}</td>" + "".join(
-            f"<td class='{html.escape(cls)}'>{html.escape(text)}</td>" for cls, text in cells)
-            + "</tr>")
-    out.append("</table></body></html>\n")
-    return "\n".join(out)
-
-
-def cell_html(data: dict[str, Any]) -> str:
-    wls = data["workloads"]
-    rows = [(op, [(e["status"], e["status"])] + [("", str(e["workloads"].get(w, "")))
-                                                for w in wls]) for op, e in data["ops"].items()]
-    return _html_table(f"Op coverage: {data['cell']}", ["op", "status", *wls], rows)
-
-
-def build(folder: Path) -> dict[str, Any] | None:
-    """Write ops.json / ops.md / ops.html into a cell's results folder."""
-    data = aggregate(folder)
-    if data is None:
-        return None
-    write_json(folder / "ops.json", data)
-    (folder / "ops.md").write_text(cell_markdown(data), encoding="utf-8")
-    (folder / "ops.html").write_text(cell_html(data), encoding="utf-8")
-    return data
-
-
 def _series(cell: dict[str, Any]) -> tuple[int, ...]:
     return version_tuple(cell.get("torch") or "0")
 
@@ -146,55 +90,3 @@ def cross_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
                     fixed_in.setdefault(op, {})[device] = after["torch"]
     return {"schema": SCHEMA_VERSION, "cells": [c["cell"] for c in cells], "ops": table,
             "stopped_falling_back": fixed_in}
-
-
-def cross_markdown(view: dict[str, Any]) -> str:
-    cells = view["cells"]
-    lines = ["# Op coverage across cells", "",
-             "| op | " + " | ".join(cells) + " | stopped falling back in |",
-             "|" + " --- |" * (len(cells) + 2)]
-    for op, row in view["ops"].items():
-        fixed = ", ".join(f"{d}: torch {v}" for d, v in view["stopped_falling_back"].get(
-            op, {}).items())
-        lines.append(f"| `{op}` | " + " | ".join(row.get(c) or "" for c in cells)
-                     + f" | {fixed} |")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="accelgrid ops", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--matrix", help=argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="what", required=True)
-    b = sub.add_parser("build", help="ops.json/.md/.html for each results/<cell>/ given")
-    b.add_argument("results", nargs="+")
-    g = sub.add_parser("grid", help="op x cell view from results folders")
-    g.add_argument("results", nargs="+")
-    g.add_argument("--out", default="results")
-    args = parser.parse_args(argv)
-    found = []
-    for path in map(Path, args.results):
-        data = build(path) if path.is_dir() else None
-        if data is None:
-            print(f"{path}: no captured ops (run with ACCELGRID_CAPTURE_OPS=1 or the "
-                  "op-capture profile)")
-            continue
-        found.append(data)
-        print(f"{data['cell']}: " + ", ".join(f"{n} {s}" for s, n in data["counts"].items() if n))
-    if args.what == "grid":
-        if not found:
-            return 1
-        view = cross_cell(found)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "ops-grid.json", view)
-        (out / "ops-grid.md").write_text(cross_markdown(view), encoding="utf-8")
-        rows = [(op, [(s or "", s or "") for s in (row.get(c) for c in view["cells"])]
-                 + [("", ", ".join(f"{d}: {v}" for d, v in
-                                   view["stopped_falling_back"].get(op, {}).items()))])
-                for op, row in view["ops"].items()]
-        (out / "ops-grid.html").write_text(
-            _html_table("Op coverage across cells", ["op", *view["cells"],
-                                                     "stopped falling back in"], rows))
-        print(f"wrote {out / 'ops-grid.md'}, {out / 'ops-grid.html'}, {out / 'ops-grid.json'}")
-    return 0 if found else 1

@@ -9,6 +9,9 @@ Files:
   ``summary.json``    counts per outcome, written when the cell ends
   ``multi_device.json`` multi-device tests deselected by the pinned pass (run next)
 
+Reading them back: :func:`discover` finds cell folders under any paths (a cell's folder,
+``results/`` or a CI artifacts download), :func:`read_cell` reads one for reports.
+
 Stdlib only: the cell's interpreter writes these through the pytest plugin.
 """
 
@@ -19,6 +22,7 @@ import os
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,11 @@ ENV = "env.json"
 JUNIT = "junit.xml"
 SUMMARY = "summary.json"
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
+# Any of these makes a folder a cell's results folder.
+CELL_FILES = (TESTS, ENV, COLLECTED, SUMMARY)
+# Folders never searched for cells: tool state, and a cell's own per-worker folder.
+SKIP_DIRS = {".git", ".nox", ".venv", "venv", "node_modules", "__pycache__", RUNNING}
+MAX_DEPTH = 6
 
 
 RESULTS_DIR = "results"
@@ -263,4 +272,88 @@ def load_cell(path: Path) -> CellResults:
     cell.tests = last_outcomes(records)
     if cell.env and cell.env.get("status") == "running" and not cell.env.get("end"):
         cell.problems.append("the run never finished (killed?): results are partial")
+    return cell
+
+
+# --- finding and reading results folders ------------------------------------------------
+
+def is_cell(folder: Path) -> bool:
+    """Whether ``folder`` holds a cell's results (any of :data:`CELL_FILES`)."""
+    return any((folder / name).is_file() for name in CELL_FILES)
+
+
+def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
+    """Cell folders given or found under ``paths``, and a note per path that was ignored.
+
+    A path holding tests.jsonl/env.json/collected.json/summary.json is a cell; another
+    folder is searched (depth <= 6) for such folders, e.g. an artifacts download; a folder
+    with none, or a path that does not exist, is kept so it shows as an errored cell.
+    A file is ignored (``results/*`` also matches the grids themselves) unless it is one of
+    a cell's files, which stands for its folder.
+    """
+    found: list[Path] = []
+    notes: list[str] = []
+    for path in map(Path, paths):
+        if path.is_file():
+            if path.name in CELL_FILES:
+                found.append(path.parent)
+            else:
+                notes.append(f"{path}: a file, not a results folder; ignored")
+        elif not path.is_dir() or is_cell(path):
+            found.append(path)
+        else:
+            inner = _search(path)
+            found += inner or [path]
+    unique: dict[Path, Path] = {}
+    for folder in found:
+        unique.setdefault(folder.resolve(), folder)
+    return list(unique.values()), notes
+
+
+def _search(top: Path) -> list[Path]:
+    cells = []
+    base = len(top.parts)
+    for dirpath, dirnames, _ in os.walk(top):
+        here = Path(dirpath)
+        if here != top and is_cell(here):
+            cells.append(here)
+            dirnames[:] = []  # a cell's subfolders are its own (running/)
+            continue
+        if len(here.parts) - base >= MAX_DEPTH:
+            dirnames[:] = []
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+    return cells
+
+
+def fill_cell_name(cell: CellResults) -> None:
+    """Without env.json, take the cell's name from its records (an artifact's folder is
+    often named after the artifact, not the cell)."""
+    if cell.env.get("cell"):
+        return
+    for rec in cell.tests.values():
+        if isinstance(rec.get("cell"), str) and rec["cell"]:
+            cell.name = rec["cell"]
+            return
+
+
+def read_cell(folder: Path) -> CellResults:
+    """A cell's results for a report: :func:`load_cell`, named by its records when
+    env.json lacks the name, with outcomes this version does not know turned into errors
+    (with the reason). A folder that does not exist is an errored cell; nothing raises."""
+    if not folder.exists():
+        cell = CellResults(name=folder.name, path=folder)
+        cell.error = f"results folder {folder} does not exist"
+        return cell
+    cell = load_cell(folder)
+    fill_cell_name(cell)
+    # Records written by another version (or by hand) may carry outcomes or ids this
+    # version does not know; they become errors with the reason rather than crash a grid.
+    for nodeid, rec in list(cell.tests.items()):
+        if rec["outcome"] not in outcomes.ALL:
+            cell.problems.append(f"{nodeid}: unknown outcome {rec['outcome']!r}")
+            cell.tests[nodeid] = {**rec, "outcome": outcomes.ERROR,
+                                  "message": f"unknown outcome {rec['outcome']!r} recorded; "
+                                             f"{rec.get('message') or ''}".strip("; ")}
+        if not isinstance(nodeid, str):
+            cell.tests[str(nodeid)] = cell.tests.pop(nodeid)
     return cell

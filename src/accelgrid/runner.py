@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, contract, detect, known_issues, ops, results
+from . import compat, contract, detect, known_issues, results
 from .cells import Cell
+from .report import ops_pages
 
 EXIT_CELL_TIMEOUT = 124
 
@@ -198,7 +199,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             break
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
     summary = results.finalize(folder, reason)
-    if ops.build(folder) is not None:
+    if ops_pages.write_cell(folder) is not None:
         print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
     counts = ", ".join(f"{n} {o}" for o, n in summary["counts"].items() if n)
     print(f"accelgrid: {cell.name}: {summary['total']} tests: {counts or 'none'} "

@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import baseline, grid, outcomes, results
+from .. import outcomes, results
+from .. import report as grid
 from ..errors import InvalidInput
+from ..report import compare as baseline
 
 DEVICES = ("cpu", "cuda", "xpu", "mps")
 SERIES = ("2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13")

@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
-from ..errors import AccelgridError, Regression
+from .. import ops as ops_model
+from .. import outcomes, report
+from ..errors import AccelgridError
+from ..report import compare, ops_pages
+
+BASELINE_DESCRIPTION = """\
+Baselines: the expected outcome of every test per cell, kept in baselines/<cell>.json.
+`accelgrid grid --baseline baselines RESULTS...` compares each cell that has one with it
+and exits 3 on any regression, so CI can gate on it.
+"""
+
+OPS_DESCRIPTION = """\
+Op coverage from results/<cell>/ops-raw/ (runs with ACCELGRID_CAPTURE_OPS=1, e.g. the
+op-capture and fallback-debug profiles).
+
+  accelgrid ops build results/cpu-2.13          ops.json, ops.md, ops.html in the folder
+  accelgrid ops grid results/* --out results    ops-grid.md/.html/.json: op x cell, and
+                                                when each op stopped falling back
+"""
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -19,50 +39,156 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--baseline", metavar="DIR",
                    help="compare with DIR/<cell>.json; exit 3 on any regression")
     p.set_defaults(func=_grid)
-
-    # TEMPORARY: baseline and ops still parse their own options (being moved here).
-    for name, text in (("baseline", "update or show the expected outcomes per cell"),
-                       ("ops", "op coverage: capture, classify and grid aten ops per cell")):
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_legacy)
+    _register_baseline(sub, common)
+    _register_ops(sub, common)
 
 
-def _legacy(args: argparse.Namespace) -> int:
-    import importlib
+def _register_baseline(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
+                       ) -> None:
+    group = sub.add_parser("baseline", parents=[common],
+                           help="update or show the expected outcomes per cell",
+                           description=BASELINE_DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    dir_help = f"baselines folder (default: {compare.DEFAULT_DIR}/ beside --matrix)"
 
-    module = importlib.import_module(f"accelgrid.{args.command}")
-    return module.main(["--matrix", args.matrix, *args.rest])
+    p = actions.add_parser("update", parents=[common],
+                           help="write baselines/<cell>.json from results folders")
+    p.add_argument("results", nargs="+",
+                   help="results/<cell>/ folders, or folders holding them (an artifacts dir)")
+    p.add_argument("--dir", help=dir_help)
+    p.add_argument("--cell", action="append", help="only this cell (repeatable)")
+    p.add_argument("--keep-missing", action="store_true",
+                   help="keep baseline entries of tests absent from the results "
+                        "(a partial run, e.g. -k); default: the results replace the baseline")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="also use results of runs that did not finish or have unreadable parts")
+    p.set_defaults(func=_baseline_update)
 
+    p = actions.add_parser("show", parents=[common],
+                           help="a cell's baseline: counts and tests not expected to pass")
+    p.add_argument("cell")
+    p.add_argument("--dir", help=dir_help)
+    p.add_argument("--json", action="store_true", help="print {nodeid: outcome}")
+    p.set_defaults(func=_baseline_show)
+
+    p = actions.add_parser("list", parents=[common], help="the cells that have a baseline")
+    p.add_argument("--dir", help=dir_help)
+    p.set_defaults(func=_baseline_list)
+
+
+def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    group = sub.add_parser("ops", parents=[common],
+                           help="op coverage: capture, classify and grid aten ops per cell",
+                           description=OPS_DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = group.add_subparsers(dest="what", required=True, metavar="ACTION")
+    p = actions.add_parser("build", parents=[common],
+                           help="ops.json/.md/.html for each results/<cell>/ given")
+    p.add_argument("results", nargs="+", help="results/<cell>/ folders")
+    p.set_defaults(func=_ops)
+    p = actions.add_parser("grid", parents=[common],
+                           help="op x cell view from results folders (builds each cell's too)")
+    p.add_argument("results", nargs="+", help="results/<cell>/ folders")
+    p.add_argument("--out", default="results",
+                   help="where to write ops-grid.* (%(default)s)")
+    p.set_defaults(func=_ops)
+
+
+# --- grid ------------------------------------------------------------------------------
 
 def _grid(args: argparse.Namespace) -> int:
-    from .. import grid
-
-    folders = [Path(p) for p in args.results]
-    model = grid.build(folders, baseline_dir=Path(args.baseline) if args.baseline else None)
-    paths = grid.write(model, Path(args.out))
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(paths["md"].read_text(encoding="utf-8"))
-    for note in model["notes"]:
+    made = report.grid([Path(p) for p in args.results], Path(args.out),
+                       baseline_dir=Path(args.baseline) if args.baseline else None,
+                       step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+    for note in made.model["notes"]:
         print(f"note: {note}", file=sys.stderr)
-    for col in model["columns"]:
-        state = f"errored: {col['error']}" if col["error"] else ", ".join(
-            f"{n} {o}" for o, n in col["counts"].items() if n)
-        if col["status"] == "partial":
-            state += f" (partial: {col['reason']})"
-        print(f"{col['name']}: {state}")
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
-    if not model["columns"]:
-        raise AccelgridError("no results folders found in " + " ".join(args.results))
-    base = model["baseline"]
-    if base:
-        print("vs baselines: " + (", ".join(f"{n} {k}" for k, n in base["counts"].items()
-                                            if n and k != "unchanged") or "all as expected"))
-        regressions = [c for c in base["changes"] if c["change"] == "regression"]
-        for c in regressions[:50]:
-            print(f"REGRESSION {c['cell']}: {c['nodeid']}: {c['expected']} -> {c['outcome']}")
-        if regressions:
-            raise Regression(f"{len(regressions)} regression(s) against the baselines")
+    for line in made.lines():
+        print(line)
+    made.check()
+    return 0
+
+
+# --- baseline --------------------------------------------------------------------------
+
+def _baseline_dir(args: argparse.Namespace) -> Path:
+    return Path(args.dir) if args.dir else compare.default_dir(args.matrix)
+
+
+def _baseline_update(args: argparse.Namespace) -> int:
+    done, notes = compare.update([Path(p) for p in args.results], _baseline_dir(args),
+                                 cells=args.cell, keep_missing=args.keep_missing,
+                                 allow_partial=args.allow_partial)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for u in done:
+        if u.refused:
+            print(f"{u.cell}: {u.refused}", file=sys.stderr)
+            continue
+        if u.unreadable:
+            print(f"{u.cell}: replacing unreadable baseline ({u.unreadable})", file=sys.stderr)
+        counts = Counter(u.tests.values())
+        print(f"{u.cell}: wrote {u.path} ({len(u.tests)} tests: "
+              + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+              + (f"; {u.changed} changed, {u.dropped} dropped)" if u.old else "; new)"))
+    missing = sorted(set(args.cell or ()) - {u.cell for u in done})
+    if not done:
+        where = " ".join(args.results)
+        raise AccelgridError(f"no results for {', '.join(missing)} in {where}" if missing
+                             else f"no results folders found in {where}")
+    for name in missing:
+        print(f"note: no results for {name}", file=sys.stderr)
+    refused = [u.cell for u in done if u.refused]
+    if refused:
+        raise AccelgridError(f"not updated: {', '.join(refused)}")
+    return 0
+
+
+def _baseline_show(args: argparse.Namespace) -> int:
+    base = compare.load(_baseline_dir(args), args.cell)
+    if args.json:
+        print(json.dumps(base.tests, indent=1))
+        return 0
+    counts = Counter(base.tests.values())
+    print(f"{base.cell}: {len(base.tests)} tests in {base.path}")
+    if base.updated:
+        print(f"updated {base.updated} from torch {base.source.get('torch')} on "
+              f"{', '.join(base.source.get('devices') or []) or '?'} "
+              f"(host {base.source.get('host')})")
+    print("  " + ", ".join(f"{counts[o]} {o}" for o in outcomes.ALL if counts.get(o))
+          + "".join(f", {n} {o} (unknown outcome)" for o, n in counts.items()
+                    if o not in outcomes.ALL))
+    for nodeid, outcome in sorted(base.tests.items()):
+        if outcome != outcomes.PASSED:
+            print(f"  {outcome:<8} {nodeid}")
+    return 0
+
+
+def _baseline_list(args: argparse.Namespace) -> int:
+    for path, tests, problem in compare.entries(_baseline_dir(args)):
+        if tests is None:
+            print(f"{path.stem}: unreadable ({problem})")
+            continue
+        bad = sum(1 for o in tests.values() if o in outcomes.BAD)
+        print(f"{path.stem}: {len(tests)} tests, {bad} expected bad")
+    return 0
+
+
+# --- ops -------------------------------------------------------------------------------
+
+def _ops(args: argparse.Namespace) -> int:
+    found = []
+    for path in map(Path, args.results):
+        data = ops_pages.write_cell(path) if path.is_dir() else None
+        if data is None:
+            print(f"{path}: no captured ops (run with ACCELGRID_CAPTURE_OPS=1 or the "
+                  "op-capture profile)")
+            continue
+        found.append(data)
+        print(f"{data['cell']}: " + ", ".join(f"{n} {s}" for s, n in data["counts"].items() if n))
+    if not found:
+        raise AccelgridError("no captured ops in " + " ".join(args.results))
+    if args.what == "grid":
+        paths = ops_pages.write_cross(ops_model.cross_cell(found), Path(args.out))
+        print(f"wrote {paths['md']}, {paths['html']}, {paths['json']}")
     return 0

@@ -1,0 +1,293 @@
+"""Baselines: the expected outcome of every test per cell, kept in ``baselines/<cell>.json``,
+and the comparison of results with them.
+
+:func:`classify` names what a test's outcome now is relative to its baseline;
+:func:`mark` compares every column of a grid model that has a baseline and fills the
+model's ``baseline`` summary (``accelgrid grid --baseline DIR`` exits 3 on a regression).
+:func:`update` writes baselines from results folders, :func:`load` and :func:`entries`
+read them back (``accelgrid baseline update|show|list``).
+
+File format (docs/grid-schema.md): ``{"schema": 1, "cell": ..., "updated": ..., "source":
+{...provenance...}, "tests": {nodeid: outcome}}``; a plain ``{nodeid: outcome}`` mapping
+is read too, so a hand-written baseline can be that short.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import outcomes
+from ..errors import InvalidInput, UnknownName
+from ..provenance import now
+from ..results import CellResults, discover, fill_cell_name, load_cell
+from .model import new_row, row_key
+
+SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VERSION)
+DEFAULT_DIR = "baselines"
+
+# What a test's outcome now is, relative to its baseline.
+REGRESSION = "regression"  # expected good (passed/xfailed/skipped/not-run), now bad
+NEW_PASS = "new-pass"  # passes now, expected something else
+EXPECTED_FAILURE = "expected-failure"  # bad, and the baseline says bad
+CHANGED = "changed"  # another change that is not bad, e.g. passed -> skipped
+LOST = "lost"  # in the baseline, absent from the results
+NEW = "new"  # in the results, absent from the baseline
+UNCHANGED = "unchanged"
+CATEGORIES = (REGRESSION, NEW_PASS, EXPECTED_FAILURE, CHANGED, LOST, NEW, UNCHANGED)
+# How reports name the changes (every category but UNCHANGED), in display order.
+CHANGE_LABEL = {
+    REGRESSION: "regression", NEW_PASS: "new pass", EXPECTED_FAILURE: "expected failure",
+    CHANGED: "changed", LOST: "lost", NEW: "new test",
+}
+CHANGE_PLURAL = {
+    REGRESSION: "regressions", NEW_PASS: "new passes", EXPECTED_FAILURE: "expected failures",
+    CHANGED: "changed", LOST: "lost", NEW: "new tests",
+}
+
+
+def classify(expected: str | None, actual: str | None) -> str | None:
+    """The category of one test in one cell; None when it is in neither."""
+    if expected is None:
+        return None if actual is None else NEW
+    if actual is None:
+        return LOST
+    if actual in outcomes.BAD:
+        return EXPECTED_FAILURE if expected in outcomes.BAD else REGRESSION
+    if actual == expected:
+        return UNCHANGED
+    if actual == outcomes.PASSED:
+        return NEW_PASS
+    return CHANGED
+
+
+# --- baseline files --------------------------------------------------------------------
+
+def default_dir(matrix: str | Path | None) -> Path:
+    """``baselines/`` beside the matrix file (or in the current folder without one)."""
+    return Path(matrix).parent / DEFAULT_DIR if matrix else Path(DEFAULT_DIR)
+
+
+def path_for(folder: Path, cell: str) -> Path:
+    return Path(folder) / f"{cell}.json"
+
+
+def read(path: Path) -> dict[str, str]:
+    """nodeid -> expected outcome. Raises ValueError naming the file if it is malformed."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
+    tests = data.get("tests") if isinstance(data, dict) and "tests" in data else data
+    if not isinstance(tests, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in tests.items()):
+        raise ValueError(f"{path}: expected {{nodeid: outcome}} (or {{\"tests\": {{...}}}})")
+    return tests
+
+
+def load_dir(folder: Path, cells: Iterable[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """The baselines of ``cells`` found in ``folder``, and a note per unreadable one."""
+    found: dict[str, dict[str, str]] = {}
+    notes: list[str] = []
+    for cell in cells:
+        path = path_for(folder, cell)
+        if not path.is_file():
+            continue
+        try:
+            found[cell] = read(path)
+        except (OSError, ValueError) as exc:
+            notes.append(f"baseline ignored: {exc}")
+    return found, notes
+
+
+@dataclass
+class Baseline:
+    """One baseline file as read back: its tests and, when recorded, where it came from."""
+
+    cell: str
+    path: Path
+    tests: dict[str, str]
+    updated: str | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+def load(folder: Path, cell: str) -> Baseline:
+    """``cell``'s baseline in ``folder``. Raises UnknownName (with the closest cell that
+    has one) when there is none, InvalidInput when it cannot be read."""
+    path = path_for(folder, cell)
+    if not path.is_file():
+        known = sorted(p.stem for p in Path(folder).glob("*.json"))
+        close = difflib.get_close_matches(cell, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else (
+            f"; baselines exist for: {', '.join(known)}" if known else "")
+        raise UnknownName(f"no baseline for {cell} in {folder}/{hint}")
+    try:
+        tests = read(path)
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(str(exc)) from exc
+    if isinstance(doc, dict) and "tests" in doc:
+        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        return Baseline(cell, path, tests, updated=doc.get("updated") or None, source=source)
+    return Baseline(cell, path, tests)
+
+
+def entries(folder: Path) -> list[tuple[Path, dict[str, str] | None, str | None]]:
+    """Every baseline file in ``folder``, sorted: (path, tests, None), or (path, None,
+    why) for one that cannot be read. A folder that does not exist has none."""
+    out: list[tuple[Path, dict[str, str] | None, str | None]] = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            out.append((path, read(path), None))
+        except (OSError, ValueError) as exc:
+            out.append((path, None, str(exc)))
+    return out
+
+
+def from_results(cell: CellResults) -> dict[str, Any]:
+    """A baseline document from a loaded cell (:class:`accelgrid.results.CellResults`)."""
+    env = cell.env or {}
+    torch = env.get("torch") or {}
+    return {
+        "schema": SCHEMA_VERSION,
+        "cell": cell.name,
+        "updated": now(),
+        "source": {"torch": torch.get("version"),
+                   "devices": sorted({d.get("name") or "?" for d in torch.get("devices") or []}),
+                   "host": (env.get("host") or {}).get("name"),
+                   "commit": (env.get("project") or {}).get("commit"),
+                   "run_start": env.get("start")},
+        "tests": {nodeid: rec["outcome"] for nodeid, rec in sorted(cell.tests.items())},
+    }
+
+
+def write(path: Path, doc: dict[str, Any]) -> None:
+    """Write a baseline document: one test per line, in the order given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One test per line, sorted: baselines are reviewed as diffs in pull requests.
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+
+
+@dataclass
+class CellUpdate:
+    """What :func:`update` did with one cell's results."""
+
+    cell: str
+    path: Path  # the baseline file
+    refused: str | None = None  # why it was not written; nothing below is set then
+    tests: dict[str, str] = field(default_factory=dict)  # as written
+    old: dict[str, str] = field(default_factory=dict)  # the baseline replaced ({}: none)
+    unreadable: str | None = None  # why the replaced baseline could not be read
+
+    @property
+    def changed(self) -> int:
+        return sum(1 for k, v in self.tests.items() if self.old.get(k) != v)
+
+    @property
+    def dropped(self) -> int:
+        return len(set(self.old) - set(self.tests))
+
+
+def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = None,
+           keep_missing: bool = False, allow_partial: bool = False
+           ) -> tuple[list[CellUpdate], list[str]]:
+    """Write ``folder/<cell>.json`` from each cell found in ``results`` (only ``cells``
+    when given). Errored cells are refused, and partial ones (run never finished,
+    unreadable parts) unless ``allow_partial``; ``keep_missing`` keeps baseline entries
+    of tests absent from the results. Returns what happened per cell, in the order found,
+    and a note per path ignored."""
+    wanted = set(cells or ())
+    folders, notes = discover([Path(p) for p in results])
+    done: list[CellUpdate] = []
+    for found in folders:
+        cell = load_cell(found)
+        fill_cell_name(cell)
+        if wanted and cell.name not in wanted:
+            continue
+        path = path_for(folder, cell.name)
+        unusable = cell.error or (not allow_partial and cell.problems and
+                                  "; ".join(cell.problems))
+        if unusable:
+            hint = "" if cell.error else "; --allow-partial to use them anyway"
+            done.append(CellUpdate(cell.name, path, refused=f"not updated ({unusable}){hint}"))
+            continue
+        doc = from_results(cell)
+        entry = CellUpdate(cell.name, path)
+        if path.is_file():
+            try:
+                entry.old = read(path)
+            except ValueError as exc:
+                entry.unreadable = str(exc)
+        if keep_missing:
+            doc["tests"] = dict(sorted({**entry.old, **doc["tests"]}.items()))
+        entry.tests = doc["tests"]
+        write(path, doc)
+        done.append(entry)
+    return done, notes
+
+
+# --- comparing a grid model with baselines ---------------------------------------------
+
+def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Compare each column of ``model`` whose cell has ``folder/<cell>.json``: every result
+    that changed gets ``change`` (and ``expected``), lost tests go in their row's ``lost``
+    (a row is added when no cell has the test), the column gets its ``baseline`` counts
+    and the model its ``baseline`` summary, which is also returned."""
+    folder = Path(folder)
+    columns, notes = model["columns"], model["notes"]
+    rows = {r["nodeid"]: r for r in model["rows"]}
+    baselines, problems = load_dir(folder, sorted({c["cell"] for c in columns}))
+    notes += problems
+    if not folder.is_dir():
+        notes.append(f"baseline folder {folder} does not exist: nothing compared")
+    totals: Counter[str] = Counter()
+    changes: list[dict[str, Any]] = []
+    added = False
+    for col in columns:
+        expected = baselines.get(col["cell"])
+        if expected is None:
+            continue
+        counts: Counter[str] = Counter()
+        name = col["name"]
+        for nodeid in sorted(set(expected) | {n for n, r in rows.items() if name in r["cells"]}):
+            row = rows.get(nodeid)
+            if row is None:
+                row = rows[nodeid] = new_row(nodeid)
+                added = True
+            entry = row["cells"].get(name)
+            was = expected.get(nodeid)
+            change = classify(was, entry["outcome"] if entry else None)
+            counts[change] += 1
+            if change == LOST:
+                row.setdefault("lost", {})[name] = was
+            elif entry is not None and change != UNCHANGED:
+                entry["change"] = change
+                if was is not None:
+                    entry["expected"] = was
+            if change != UNCHANGED:
+                changes.append({"nodeid": nodeid, "cell": name, "change": change,
+                                "expected": was, "outcome": entry["outcome"] if entry else None,
+                                "message": (entry or {}).get("message")})
+        col["baseline"] = {"file": str(path_for(folder, col["cell"])),
+                           "counts": {c: counts.get(c, 0) for c in CATEGORIES}}
+        totals.update(counts)
+    if added:
+        model["rows"] = sorted(rows.values(), key=row_key)
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    changes.sort(key=lambda c: (order[c["change"]], c["nodeid"], c["cell"]))
+    model["baseline"] = {
+        "dir": str(folder), "cells": [c["name"] for c in columns if c["baseline"]],
+        "counts": {c: totals.get(c, 0) for c in CATEGORIES},
+        "regressions": totals.get(REGRESSION, 0), "changes": changes}
+    return model["baseline"]
+
+
+def regressions(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model's changes that are regressions (none without a baseline)."""
+    return [c for c in (model.get("baseline") or {}).get("changes", [])
+            if c["change"] == REGRESSION]

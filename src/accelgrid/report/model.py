@@ -1,0 +1,165 @@
+"""The grid model: tests x cells from results folders, one plain dict.
+
+:func:`build` finds the cell folders under the paths given (:func:`accelgrid.results.discover`),
+reads each (missing, partial or corrupt results make that cell an errored or partial
+column with the reason; nothing else is lost) and returns::
+
+    {"schema": 2, "generated": ..., "outcomes": [...], "columns": [column, ...],
+     "rows": [row, ...], "baseline": None, "notes": [...]}
+
+(docs/grid-schema.md; ``baseline`` is filled by :func:`accelgrid.report.compare.mark`).
+Rows are tests grouped by suite (``suites/<name>/``) and workload (the parametrize id, or
+the test function when not parametrized); columns are cells ordered by device, torch
+version and profile.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import outcomes
+from ..compat import version_tuple
+from ..provenance import now
+from ..results import CellResults, discover, read_cell, suite_of
+
+SCHEMA_VERSION = 2
+RECORD_FIELDS = ("outcome", "message", "duration", "worker", "device", "issue", "longrepr")
+ISSUE_RE = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str, str | None]:
+    """(file, test function, parametrize id or None) of a pytest node id."""
+    path, _, rest = nodeid.partition("::")
+    name, bracket, param = rest.partition("[")
+    if bracket and param.endswith("]"):
+        param = param[:-1]
+    return path, name.rsplit("::", 1)[-1] or path, (param or None) if bracket else None
+
+
+def new_row(nodeid: str) -> dict[str, Any]:
+    """An empty row for ``nodeid`` (no results yet)."""
+    _, func, param = split_nodeid(nodeid)
+    return {"nodeid": nodeid, "suite": suite_of(nodeid), "workload": param or func,
+            "test": func, "cells": {}}
+
+
+def row_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    """Rows are ordered by suite, workload, node id."""
+    return row["suite"], row["workload"], row["nodeid"]
+
+
+def _issue(value: Any) -> dict[str, str] | None:
+    """A record's ``issue`` as {id, url, title}; only http(s) links are kept."""
+    if isinstance(value, str):
+        m = ISSUE_RE.match(value.strip())
+        if m:
+            value = {"id": value.strip(),
+                     "url": f"https://github.com/{m[1]}/issues/{m[2]}"}
+        else:
+            value = {"id": value, "url": value}
+    if not isinstance(value, dict):
+        return None
+    url = str(value.get("url") or "")
+    if not url.startswith(("https://", "http://")):
+        m = ISSUE_RE.match(str(value.get("id") or ""))
+        url = f"https://github.com/{m[1]}/issues/{m[2]}" if m else ""
+    out = {"id": str(value.get("id") or url or "issue"), "url": url}
+    if value.get("title"):
+        out["title"] = str(value["title"])
+    return out
+
+
+def _parse_name(name: str) -> tuple[str, str, str]:
+    device, _, rest = name.partition("-")
+    series, _, profile = rest.partition("-")
+    if series and not series[0].isdigit():  # not <device>-<torch>[-<profile>]
+        series, profile = "", rest
+    return device, series, profile or "default"
+
+
+def _column(cell: CellResults, key: str) -> dict[str, Any]:
+    env = cell.env or {}
+    flags = env.get("env") if isinstance(env.get("env"), dict) else {}
+    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
+    devices = [d for d in torch.get("devices") or [] if isinstance(d, dict)]
+    version = torch.get("version")
+    runtime = (torch.get("cuda_runtime") and f"CUDA {torch['cuda_runtime']}") or (
+        torch.get("xpu_runtime") and f"XPU {torch['xpu_runtime']}")
+    names = list(dict.fromkeys(str(d.get("name")) for d in devices if d.get("name")))
+    counts = {o: 0 for o in outcomes.ALL}
+    for rec in cell.tests.values():
+        counts[rec["outcome"]] += 1
+    device, series, profile = _parse_name(cell.name)
+    problems = list(cell.problems)
+    if torch.get("error"):
+        problems.append(str(torch["error"]))
+    status = "errored" if cell.error else ("partial" if problems else "ok")
+    return {
+        "name": key,
+        "cell": cell.name,
+        "device": flags.get("ACCELGRID_DEVICE") or env.get("device_type") or device,
+        "torch_series": flags.get("ACCELGRID_TORCH") or series,
+        "profile": flags.get("ACCELGRID_PROFILE") or profile,
+        "torch_version": version,
+        "torch_build": (version or "?") + (f" ({runtime})" if runtime else ""),
+        "torch_git": torch.get("git_version"),
+        "device_name": ", ".join(names) or None,
+        "device_count": torch.get("device_count"),
+        "driver": torch.get("driver"),
+        "host": (env.get("host") or {}).get("name"),
+        "python": (env.get("python") or {}).get("version"),
+        "commit": (env.get("project") or {}).get("commit"),
+        "start": env.get("start"),
+        "end": env.get("end"),
+        "packages": env.get("packages") or {},
+        "env_flags": flags,
+        "counts": counts,
+        "total": len(cell.tests),
+        "status": status,
+        "error": cell.error,
+        "problems": problems,
+        "reason": cell.error or "; ".join(problems) or None,
+        "path": str(cell.path),
+        "baseline": None,
+    }
+
+
+def _sort_key(col: dict[str, Any]) -> tuple:
+    series = col["torch_series"] or ""
+    return (col["device"], version_tuple(series) if series[:1].isdigit() else (0,),
+            col["profile"] != "default", col["profile"], col["name"])
+
+
+def build(folders: Iterable[Path]) -> dict[str, Any]:
+    """The grid model from results folders (each ``results/<cell>/`` or a folder holding
+    many); its ``baseline`` is None (see :func:`accelgrid.report.build`)."""
+    paths, notes = discover(folders)
+    cells = [read_cell(p) for p in paths]
+    keys: Counter[str] = Counter()
+    columns, by_key = [], {}
+    for cell in cells:
+        keys[cell.name] += 1
+        # The same cell twice (two runs, two artifacts) gets two columns, told apart.
+        key = cell.name if keys[cell.name] == 1 else f"{cell.name}#{keys[cell.name]}"
+        columns.append(_column(cell, key))
+        by_key[key] = cell
+    columns.sort(key=_sort_key)
+    rows: dict[str, dict[str, Any]] = {}
+    for col in columns:
+        for nodeid, rec in by_key[col["name"]].tests.items():
+            row = rows.get(nodeid) or rows.setdefault(nodeid, new_row(nodeid))
+            entry = {k: rec[k] for k in RECORD_FIELDS if rec.get(k) not in (None, "")}
+            if isinstance(entry.get("duration"), float):
+                entry["duration"] = round(entry["duration"], 4)
+            if "issue" in entry:
+                issue = _issue(entry.pop("issue"))
+                if issue:
+                    entry["issue"] = issue
+            row["cells"][col["name"]] = entry
+    return {"schema": SCHEMA_VERSION, "generated": now(), "outcomes": list(outcomes.ALL),
+            "columns": columns, "rows": sorted(rows.values(), key=row_key), "baseline": None,
+            "notes": notes}

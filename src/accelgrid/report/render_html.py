@@ -1,0 +1,152 @@
+"""grid.html: the grid as one self-contained page (inline CSS and JS, no external
+resources), filterable by outcome, device, suite and change; a click shows a result's
+message, traceback and the cell's provenance."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from markupsafe import Markup
+
+from .. import outcomes
+from . import compare
+from ._common import short, templates
+from .compare import CHANGE_LABEL, CHANGE_PLURAL
+
+# The HTML uses glyphs every system font has (headless browsers often lack emoji fonts).
+GLYPH = {
+    outcomes.PASSED: "✓", outcomes.FAILED: "✗", outcomes.ERROR: "E",
+    outcomes.SKIPPED: "s", outcomes.XFAILED: "x", outcomes.XPASSED: "X!",
+    outcomes.TIMEOUT: "T", outcomes.CRASHED: "☠", outcomes.NOT_RUN: "–",
+}
+# One letter per outcome / change: the rows carry these strings for fast filtering.
+CODE = {
+    outcomes.PASSED: "P", outcomes.FAILED: "F", outcomes.ERROR: "E", outcomes.SKIPPED: "S",
+    outcomes.XFAILED: "x", outcomes.XPASSED: "X", outcomes.TIMEOUT: "T",
+    outcomes.CRASHED: "C", outcomes.NOT_RUN: "N",
+}
+CHANGE_CODE = {
+    compare.REGRESSION: "r", compare.NEW_PASS: "n", compare.EXPECTED_FAILURE: "e",
+    compare.CHANGED: "c", compare.LOST: "l", compare.NEW: "+",
+}
+LONGREPR_HTML_LIMIT = 8000  # characters of a traceback kept in the HTML page
+MESSAGE_TITLE_LIMIT = 300
+
+
+def _attr(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, dict[str, Any]]:
+    """The table body (built here, not in Jinja: 100k cells render 10x faster) and the
+    per-cell details the page shows on click, keyed "row,column"."""
+    cols = model["columns"]
+    names = [c["name"] for c in cols]
+    dclass = [f"d{dev_index[c['device']]}" for c in cols]
+    details: dict[str, Any] = {}
+    parts: list[str] = []
+    suite = None
+    width = len(cols) + 1
+    for i, row in enumerate(model["rows"]):
+        if row["suite"] != suite:
+            suite = row["suite"]
+            parts.append(f'<tr class="suite" data-s="{_attr(suite)}"><td colspan="{width}">'
+                         f"{_attr(suite)}</td></tr>\n")
+        codes, changes, tds = [], [], []
+        lost = row.get("lost") or {}
+        for j, name in enumerate(names):
+            rec = row["cells"].get(name)
+            if rec is None:
+                codes.append(".")
+                if name in lost:
+                    changes.append("l")
+                    tds.append(f'<td class="{dclass[j]} lost" title="lost: in the baseline as '
+                               f'{_attr(lost[name])}, absent now">∅</td>')
+                    details[f"{i},{j}"] = {"change": compare.LOST, "expected": lost[name]}
+                else:
+                    changes.append(".")
+                    tds.append(f'<td class="{dclass[j]}"></td>')
+                continue
+            outcome = rec["outcome"]
+            change = rec.get("change")
+            codes.append(CODE[outcome])
+            changes.append(CHANGE_CODE.get(change, "."))
+            cls = f"{dclass[j]} {outcome}" + (f" ch-{change}" if change else "")
+            title = ""
+            msg = rec.get("message")
+            device = rec.get("device") or ""
+            on = f"[{device}] " if ":" in device else ""  # a pinned worker's device
+            if msg or change or on:
+                tip = on + (f"{CHANGE_LABEL[change]} (baseline: {rec.get('expected', '—')}) "
+                            if change else "") + short(msg, MESSAGE_TITLE_LIMIT)
+                title = f' title="{_attr(tip.strip())}"'
+            link = ""
+            issue = rec.get("issue")
+            if issue and issue.get("url"):
+                label = issue["id"].rsplit("#", 1)[-1]
+                link = (f' <a href="{_attr(issue["url"])}" target="_blank" rel="noopener" '
+                        f'title="{_attr(issue.get("title") or issue["id"])}">#{_attr(label)}</a>')
+            tds.append(f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}</td>')
+            if msg or rec.get("longrepr") or issue or change or outcome in outcomes.BAD:
+                info = {k: rec[k] for k in ("outcome", "message", "duration", "worker",
+                                            "device", "issue", "change", "expected")
+                        if k in rec}
+                if rec.get("longrepr"):
+                    lr = str(rec["longrepr"])
+                    info["longrepr"] = (lr if len(lr) <= LONGREPR_HTML_LIMIT else
+                                        "…" + lr[-LONGREPR_HTML_LIMIT:])  # the end says why
+                details[f"{i},{j}"] = info
+        label = _attr(row["workload"])
+        if row["test"] != row["workload"]:
+            label += f' <span class="fn">{_attr(row["test"])}</span>'
+        parts.append(f'<tr class="t" data-i="{i}" data-s="{_attr(row["suite"])}" '
+                     f'data-o="{"".join(codes)}" data-c="{"".join(changes)}">'
+                     f'<td class="test" title="{_attr(row["nodeid"])}">{label}</td>'
+                     + "".join(tds) + "</tr>\n")
+    return "".join(parts), details
+
+
+def _script_json(data: Any) -> Markup:
+    """JSON safe inside <script> (no "</script>" or "<!--" can end it early)."""
+    text = json.dumps(data, default=str, ensure_ascii=False, separators=(",", ":"))
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e")
+                  .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def render(model: dict[str, Any]) -> str:
+    """grid.html: one self-contained page (inline CSS and JS, no external resources)."""
+    template = templates().get_template("grid.html.j2")
+    cols = model["columns"]
+    devices = list(dict.fromkeys(c["device"] for c in cols))
+    dev_index = {d: i for i, d in enumerate(devices)}
+    # Header groups: device, then torch series within it (columns are sorted that way).
+    dev_groups: list[dict[str, Any]] = []
+    series_groups: list[dict[str, Any]] = []
+    for c in cols:
+        if not dev_groups or dev_groups[-1]["device"] != c["device"]:
+            dev_groups.append({"device": c["device"], "span": 0, "d": dev_index[c["device"]]})
+        dev_groups[-1]["span"] += 1
+        key = (c["device"], c["torch_series"])
+        if not series_groups or series_groups[-1]["key"] != key:
+            series_groups.append({"key": key, "series": c["torch_series"], "span": 0,
+                                  "d": dev_index[c["device"]]})
+        series_groups[-1]["span"] += 1
+    body, details = _html_body(model, dev_index)
+    provenance = [{k: c[k] for k in ("name", "cell", "device", "torch_series", "profile",
+                                     "torch_build", "torch_git", "device_name", "device_count",
+                                     "driver", "host", "python", "commit", "start", "end",
+                                     "status", "reason", "path", "packages", "env_flags",
+                                     "baseline")} for c in cols]
+    suites = list(dict.fromkeys(r["suite"] for r in model["rows"]))
+    return template.render(
+        model=model, cols=cols, symbol=GLYPH, outcomes=outcomes.ALL, code=CODE,
+        bad=outcomes.BAD, devices=devices, dev_groups=dev_groups, suites=suites,
+        series_groups=series_groups, body=Markup(body), change_label=CHANGE_LABEL,
+        change_plural=CHANGE_PLURAL,
+        details_json=_script_json(details), columns_json=_script_json(provenance),
+        code_json=_script_json({v: k for k, v in CODE.items()}),
+        bad_codes="".join(CODE[o] for o in outcomes.BAD),
+        dev_count=len(devices),
+    )

@@ -1,0 +1,147 @@
+"""grid.md: the grid as Markdown that fits a GitHub job summary."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from .. import outcomes
+from . import compare
+from ._common import short
+from .compare import CHANGE_LABEL, CHANGE_PLURAL
+
+SYMBOL = {
+    outcomes.PASSED: "✅", outcomes.FAILED: "❌", outcomes.ERROR: "💥",
+    outcomes.SKIPPED: "⏭️", outcomes.XFAILED: "🟡", outcomes.XPASSED: "❗",
+    outcomes.TIMEOUT: "⏱️", outcomes.CRASHED: "☠️", outcomes.NOT_RUN: "➖",
+}
+GITHUB_SUMMARY_LIMIT = 1024 * 1024  # bytes GitHub takes per step; grid.md keeps to half
+
+
+def _md(text: Any) -> str:
+    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_changes(model: dict[str, Any], cap: int = 100) -> list[str]:
+    base = model["baseline"]
+    if not base:
+        return []
+    counts = base["counts"]
+    out = [f"**Against baselines** (`{_md(base['dir'])}`, {len(base['cells'])} cells): "
+           + ", ".join(f"{counts[c]} {(CHANGE_LABEL if counts[c] == 1 else CHANGE_PLURAL)[c]}"
+                       for c in CHANGE_LABEL) + ".", ""]
+    for change in CHANGE_LABEL:
+        items = [c for c in base["changes"] if c["change"] == change]
+        if not items:
+            continue
+        title = f"{CHANGE_PLURAL[change]} ({len(items)})".capitalize()
+        if change == compare.REGRESSION:
+            out += [f"### ❌ {title}", ""]
+        else:
+            out += [f"<details><summary><b>{title}</b></summary>", ""]
+        out += ["| test | cell | baseline | now | message |", "| --- | --- | --- | --- | --- |"]
+        for c in items[:cap]:
+            now_ = c["outcome"] or "absent"
+            out.append(f"| `{_md(c['nodeid'])}` | {_md(c['cell'])} | {c['expected'] or '—'} | "
+                       f"{SYMBOL.get(now_, '')} {now_} | {_md(short(c['message']))} |")
+        if len(items) > cap:
+            out.append(f"\n_…and {len(items) - cap} more: see grid.json or grid.html._")
+        out += [""] if change == compare.REGRESSION else ["", "</details>", ""]
+    return out
+
+
+def _md_grid(model: dict[str, Any], rows: list[dict[str, Any]], open_bad: bool) -> list[str]:
+    cols = model["columns"]
+    suites: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        suites.setdefault(row["suite"], []).append(row)
+    head = ("| workload | test | " + " | ".join(_md(c["name"]) for c in cols) + " |\n|"
+            + " --- |" * (2 + len(cols)))
+    body: list[str] = []
+    for suite, srows in suites.items():
+        bad = sum(1 for r in srows for c in r["cells"].values() if c["outcome"] in outcomes.BAD)
+        body += [f"<details{' open' if bad and open_bad else ''}><summary><b>{_md(suite)}"
+                 f"</b>: {len(srows)} tests, {bad} bad results</summary>", "", head]
+        for row in srows:
+            cells = []
+            for c in cols:
+                rec = row["cells"].get(c["name"])
+                mark = SYMBOL[rec["outcome"]] if rec else ""
+                change = (rec or {}).get("change")
+                if change == compare.REGRESSION:
+                    mark += " **REGRESSION**"
+                elif change == compare.NEW_PASS:
+                    mark += " (new pass)"
+                elif c["name"] in row.get("lost", {}):
+                    mark = "lost"
+                if rec and rec.get("issue") and rec["issue"].get("url"):
+                    mark += f" [{_md(rec['issue']['id'])}]({rec['issue']['url']})"
+                cells.append(mark)
+            test = row["test"] if row["test"] != row["workload"] else ""
+            body.append(f"| {_md(row['workload'])} | {_md(test)} | " + " | ".join(cells) + " |")
+        body += ["", "</details>", ""]
+    return body
+
+
+def _interesting(row: dict[str, Any]) -> bool:
+    return bool(row.get("lost")) or any(
+        c["outcome"] in outcomes.BAD or c.get("change") not in (None, compare.UNCHANGED)
+        for c in row["cells"].values())
+
+
+def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str:
+    """Markdown for a GitHub job summary: changes against baselines, counts per cell with
+    each cell's torch build and device, then the grid, each suite folded in <details>.
+    Over ``limit`` bytes it keeps only rows with a bad result or a change, then truncates."""
+    cols = model["columns"]
+    out = ["# accelgrid results", "",
+           f"{len(cols)} cells, {len(model['rows'])} tests."
+           + (" Cells errored: " + ", ".join(c["name"] for c in cols if c["error"]) + "."
+              if any(c["error"] for c in cols) else ""), ""]
+    out += _md_changes(model)
+    with_base = model["baseline"] is not None
+    out += ["| cell | torch build | device | " + " | ".join(outcomes.ALL)
+            + (" | vs baseline" if with_base else "") + " |",
+            "|" + " --- |" * (3 + len(outcomes.ALL) + with_base)]
+    for c in cols:
+        dev = _md(c["device_name"] or c["device"])
+        if c["device_count"] and c["device_count"] > 1:
+            dev += f" ×{c['device_count']}"
+        if c["error"]:
+            cells = " | ".join([f"errored: {_md(c['error'])}"] + [""] * (len(outcomes.ALL) - 1))
+        else:
+            cells = " | ".join(str(c["counts"].get(o, 0) or "") for o in outcomes.ALL)
+        if with_base:
+            b = (c["baseline"] or {}).get("counts")
+            cells += " | " + (", ".join(f"{b[k]} {CHANGE_LABEL[k]}" for k in CHANGE_LABEL
+                                        if b[k] and k != compare.EXPECTED_FAILURE)
+                              or "no change") if b else " | no baseline"
+        out.append(f"| {_md(c['name'])} | {_md(c['torch_build'])} | {dev} | {cells} |")
+    partial = [c for c in cols if c["status"] != "ok"]
+    if partial:
+        out += [""] + [f"- ⚠️ **{_md(c['name'])}** {c['status']}: {_md(short(c['reason'], 400))}"
+                       for c in partial]
+    out += ["", "Legend: " + ", ".join(f"{SYMBOL[o]} {o}" for o in outcomes.ALL), ""]
+    out += [f"- note: {_md(n)}" for n in model.get("notes", [])]
+    head = "\n".join(out) + "\n"
+    # Each grid cell is at least 4 bytes: skip rendering a full grid that cannot fit.
+    fits = len(model["rows"]) * (len(cols) + 2) * 4 < limit
+    text = head + "\n".join(["## Grid", ""] + _md_grid(model, model["rows"],
+                                                        len(model["rows"]) < 300)) if fits else ""
+    if not fits or len(text.encode()) > limit:
+        rows = [r for r in model["rows"] if _interesting(r)]
+        grid = "\n".join([
+            "## Grid: rows with a bad result or a change only", "",
+            f"_{len(model['rows']) - len(rows)} rows where every cell is fine are left out "
+            "to fit the job summary; grid.html has them all._", ""]
+            + _md_grid(model, rows, False))
+        text = head + grid
+    if len(text.encode()) > limit:
+        note = (f"\n\n_Grid truncated to fit the {limit // 1024} KiB summary budget: see the "
+                "HTML grid artifact for all rows._\n")
+        text = text.encode()[: limit - len(note.encode())].decode(errors="ignore")
+        text = text[: text.rfind("\n")]
+        if text.count("<details") > text.count("</details>"):
+            text += "\n\n</details>"  # keep the rest of the summary page outside the fold
+        text += note
+    return text

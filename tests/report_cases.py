@@ -1,0 +1,133 @@
+"""Results folders for the report tests (tests/test_report_*.py, test_results.py,
+test_cli_report.py): cells written as a run would leave them, a small realistic matrix,
+and baselines with one change of each kind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from accelgrid import results
+from accelgrid.report import compare
+
+ISSUE = {"id": "pytorch/pytorch#127929", "title": "fp64 unsupported on ATS-M",
+         "url": "https://github.com/pytorch/pytorch/issues/127929"}
+
+
+def write_cell(folder: Path, name: str, outcomes: dict[str, str], torch: str = "2.13.0+cpu",
+               device_name: str = "Box", extra: dict[str, dict] | None = None,
+               finished: bool = True, **env: object) -> Path:
+    cell = folder / name
+    cell.mkdir(parents=True)
+    results.write_json(cell / results.ENV, {
+        "cell": name, "device_type": name.split("-")[0], "start": "s",
+        "end": "e" if finished else None, "status": "finished" if finished else "running",
+        "torch": {"version": torch, "devices": [{"name": device_name}], "device_count": 1},
+        "host": {"name": "h"}, **env})
+    # One write, not append_record's fsync per test: some tests write thousands.
+    lines = [json.dumps({"nodeid": nodeid, "outcome": outcome, "message": f"why {outcome}",
+                         "cell": name, **(extra or {}).get(nodeid, {})}) + "\n"
+             for nodeid, outcome in outcomes.items()]
+    if lines:
+        (cell / results.TESTS).write_text("".join(lines))
+    return cell
+
+
+def demo(folder: Path) -> list[Path]:
+    """A small realistic matrix: three devices, several torch versions and a profile, a
+    known issue, a failure with a traceback, and an errored cell."""
+    smoke = "suites/smoke/test_device_api.py::"
+    hf = "suites/hf_examples/test_workloads.py::test_workload"
+    off = "suites/offload/test_offload_correctness.py::test_matches"
+    common = {smoke + "test_device_available": "passed", smoke + "test_memory_stats": "passed",
+              f"{hf}[text-classification]": "passed", f"{hf}[image-classification]": "passed",
+              f"{off}[fp32]": "passed", f"{off}[bf16]": "passed"}
+    cells = [
+        write_cell(folder, "cpu-2.13", {**common, smoke + "test_memory_stats": "skipped"},
+                   device_name="x86_64"),
+        write_cell(folder, "cpu-2.6", common, torch="2.6.0+cpu", device_name="x86_64"),
+        write_cell(folder, "cuda-2.11", {**common, f"{off}[bf16]": "failed"},
+                   torch="2.11.0+cu128", device_name="NVIDIA H200",
+                   extra={f"{off}[bf16]": {"message": "AssertionError: bf16 mismatch 0.3",
+                                           "longrepr": "Traceback ...\nAssertionError"}}),
+        write_cell(folder, "xpu-2.5", {**common, f"{hf}[speech-recognition]": "xfailed"},
+                   torch="2.5.1+xpu", device_name="Intel(R) Data Center GPU Max 1100",
+                   extra={f"{hf}[speech-recognition]": {"issue": ISSUE}}),
+        write_cell(folder, "xpu-2.5-fp64-emulation", {**common, f"{off}[fp32]": "crashed"},
+                   torch="2.5.1+xpu", device_name="Intel(R) Arc(TM) A770"),
+    ]
+    broken = folder / "xpu-2.13"
+    broken.mkdir()
+    results.write_json(broken / results.ENV, {"cell": "xpu-2.13", "device_type": "xpu"})
+    return [*cells, broken]
+
+
+def baseline_case(tmp_path: Path) -> tuple[list[Path], Path]:
+    """The demo matrix under ``tmp_path/r`` and baselines of it in ``tmp_path/baselines``
+    where cuda-2.11 expects a regression, a new pass, a lost and a new test."""
+    folders = demo(tmp_path / "r")
+    base = tmp_path / "baselines"
+    done, _ = compare.update([tmp_path / "r"], base)
+    assert [u.cell for u in done if u.refused] == ["xpu-2.13"]  # errored: no baseline
+    doc = json.loads((base / "cuda-2.11.json").read_text())
+    off = "suites/offload/test_offload_correctness.py::test_matches"
+    doc["tests"][f"{off}[fp32]"] = "failed"  # now passes: a new pass
+    doc["tests"][f"{off}[bf16]"] = "passed"  # now fails: a regression
+    doc["tests"]["suites/smoke/test_device_api.py::test_gone"] = "passed"  # lost
+    del doc["tests"]["suites/smoke/test_device_api.py::test_memory_stats"]  # new
+    (base / "cuda-2.11.json").write_text(json.dumps(doc))
+    return folders, base
+
+
+def broken_cells(tmp_path: Path) -> list[Path]:
+    """A good cell, an empty folder, corrupt files, a killed run with an unknown outcome,
+    and a folder that does not exist (cpu-2.7)."""
+    good = write_cell(tmp_path, "cpu-2.13", {"suites/smoke/t.py::a": "passed"})
+    empty = tmp_path / "cpu-2.6"
+    empty.mkdir()
+    corrupt = write_cell(tmp_path, "cpu-2.8", {"suites/smoke/t.py::a": "passed"})
+    with open(corrupt / results.TESTS, "a") as fh:
+        fh.write('{"nodeid": "suites/smoke/t.py::b", "outc')  # killed mid-write
+    (corrupt / results.ENV).write_text("{not json")
+    killed = write_cell(tmp_path, "cpu-2.9", {"suites/smoke/t.py::a": "passed",
+                                              "suites/smoke/t.py::c": "sideways"},
+                        finished=False)
+    return [good, empty, corrupt, killed, tmp_path / "cpu-2.7"]
+
+
+def artifacts(tmp_path: Path) -> tuple[Path, Path]:
+    """A CI artifacts download (``tmp_path/artifacts``): cpu-2.13 nested in its artifact,
+    cuda-2.11 uploaded from inside its folder (files at the root, no env.json), a hidden
+    folder and a grid file beside. Returns (artifacts, cuda-2.11's own folder)."""
+    art = tmp_path / "artifacts"
+    write_cell(art / "results-cpu-2.13" / "results", "cpu-2.13", {"suites/s/t.py::a": "passed"})
+    # An artifact uploaded from inside the cell folder: files at its root, no env.json;
+    # the cell's name then comes from the records.
+    flat = write_cell(tmp_path, "cuda-2.11", {"suites/s/t.py::a": "failed"})
+    (flat / results.ENV).unlink()
+    shutil.copytree(flat, art / "results-cuda-2.11")
+    (flat / results.RUNNING).mkdir()
+    results.write_json(flat / results.RUNNING / "gw0.json", {"nodeid": "x"})
+    (art / ".hidden" / "cpu-2.4").mkdir(parents=True)
+    (art / ".hidden" / "cpu-2.4" / results.TESTS).write_text("")
+    (tmp_path / "grid.html").write_text("<html>")
+    return art, flat
+
+
+def ops_cell(folder: Path, name: str, torch: str, statuses: dict[str, str],
+             device_type: str = "xpu") -> Path:
+    """A cell folder with captured ops (``ops-raw/``): each op hit once per workload."""
+    cell = folder / name
+    results.write_json(cell / results.ENV, {"cell": name, "device_type": device_type,
+                                            "torch": {"version": torch}})
+    lines = []
+    for wl in ("mlp", "conv"):
+        lines.append(json.dumps({
+            "nodeid": f"suites/payload/test_wl.py::test_workload[{wl}]", "workload": wl,
+            "device_type": device_type,
+            "ops": {op: {"status": s, "count": 2, "phases": {"forward": 2}}
+                    for op, s in statuses.items()}}))
+    (cell / "ops-raw").mkdir(parents=True)
+    (cell / "ops-raw" / "gw0.jsonl").write_text("\n".join(lines) + "\n")
+    return cell
