@@ -8,7 +8,8 @@ from pathlib import Path
 
 from report_cases import artifacts, broken_cells, demo, write_cell
 
-from accelgrid import bench_grid, report, results
+from accelgrid import report, results
+from accelgrid.bench import grid as bench_grid
 from accelgrid.report import model as grid_model
 
 
