@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compat, detect, known_issues, results
-from .cells import Cell
-from .matrix import DEFAULT_MATRIX, load_matrix
+from .matrix import DEFAULT_MATRIX, Cell, load_matrix
 from .repro import ARROW, _short, run_cell
 from .validation import ValidationFailed
 

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from .cells import Cell
-from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from .matrix import DEFAULT_MATRIX, Cell, Matrix, load_matrix
 from .validation import ValidationFailed
 
 WORKFLOW = ".github/workflows/accelgrid.yml"

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import cells as cells_mod
 from . import install
+from . import matrix as cells_mod
 from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
 from .validation import ValidationFailed
 

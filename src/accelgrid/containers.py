@@ -35,8 +35,7 @@ from pathlib import Path
 import jinja2
 
 from . import environment, install, results, runner
-from .cells import Cell
-from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from .matrix import DEFAULT_MATRIX, Cell, Matrix, load_matrix
 from .validation import ValidationFailed
 
 TEMPLATES_DIR = "containers"

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import known_issues_runtime as runtime
-from .cells import Cell
-from .matrix import PIN_NAMES, Matrix
+from .matrix import PIN_NAMES, Cell, Matrix, load_matrix
 from .validation import (
     Problem,
     SourceMap,
@@ -160,9 +159,6 @@ class Registry:
         raise KeyError(f"{issue_id} is not in {self.path}{suggest(issue_id, self.issues)} "
                        f"(known: {', '.join(self.issues) or 'none'})")
 
-    def for_cell(self, cell: Cell) -> list[KnownIssue]:
-        return [i for i in self.issues.values() if i.in_scope(cell)]
-
 
 def issue_url(issue_id: str) -> str:
     m = ISSUE_ID.match(issue_id)
@@ -273,8 +269,6 @@ def cell_env(cell: Cell, root: Path, folder: Path) -> dict[str, str]:
     path = registry_path(root)
     if os.environ.get(ENV_DISABLE) == "1" or not path.exists():
         return {}
-    from .matrix import load_matrix  # the runner only has the cell; scopes need the matrix
-
     registry = load_registry(path, load_matrix(root / "matrix.yaml"))
     entries = [i.runtime_entry() for i in registry.issues.values()
                if (i.devices is None or cell.device in i.devices)

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import detect, known_issues, outcomes, results
-from .cells import Cell
-from .matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from .matrix import DEFAULT_MATRIX, Cell, Matrix, load_matrix
 from .validation import ValidationFailed
 
 EXIT_INVALID = 2

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compat, detect, known_issues, ops, results
-from .cells import Cell
+from .matrix import Cell
 
 EXIT_CELL_TIMEOUT = 124
 
