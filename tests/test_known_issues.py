@@ -11,13 +11,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 from accelgrid import known_issues, results, runner
 from accelgrid import known_issues_runtime as rt
-from accelgrid.matrix import load_matrix
-from accelgrid.validation import ValidationFailed
+from accelgrid.matrix import PIN_NAMES, load_matrix
+from accelgrid.validation import ValidationFailed, load_schema, schema_text
 
 TESTS = Path(__file__).resolve().parent
 CORPUS = TESTS / "bad_known_issues"
@@ -70,6 +71,31 @@ def test_unknown_issue_suggests(repo) -> None:
     with pytest.raises(KeyError) as info:
         registry.get("pytorch/ao#959")
     assert "did you mean 'pytorch/ao#958'?" in info.value.args[0]
+
+
+def test_repo_registry_validates_against_the_shipped_schema(root: Path) -> None:
+    schema = load_schema("known-issues")
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert list(validator.iter_errors(yaml.safe_load((root / "known_issues.yaml").read_text()))
+                ) == []
+
+
+def test_registry_names_its_schema_for_editors(root: Path) -> None:
+    first = (root / "known_issues.yaml").read_text().splitlines()[0]
+    m = re.fullmatch(r"# yaml-language-server: \$schema=(\S+)", first)
+    assert m, first
+    assert (root / m[1]).read_text() == schema_text("known-issues")
+
+
+def test_schema_agrees_with_the_code() -> None:
+    issues = load_schema("known-issues")["properties"]["issues"]
+    entry = issues["additionalProperties"]["properties"]
+    assert entry["expect"]["enum"] == list(rt.EXPECTED_OUTCOMES)
+    assert entry["scope"]["properties"]["packages"]["propertyNames"]["enum"] == [
+        p for p in PIN_NAMES if p != "torch"]
+    # The same pattern as ISSUE_ID, without Python's named groups (editors use ECMA 262).
+    assert issues["propertyNames"]["pattern"] == re.sub(r"\?P<\w+>", "",
+                                                         known_issues.ISSUE_ID.pattern)
 
 
 # --- the corpus ----------------------------------------------------------------------------

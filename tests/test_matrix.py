@@ -1,19 +1,21 @@
-"""The matrix model: the repo's matrix and the base matrix are valid, each bad matrix gives
-its exact errors, cell expansion (include/exclude, names, suites, pins), select(), and the
-Matrix is frozen."""
+"""The matrix model: the repo's matrix and the base matrix are valid (also against the
+shipped schema file), each bad matrix gives its exact errors, cell expansion
+(include/exclude, names, suites, pins), select(), and the Matrix is frozen."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
-from accelgrid.matrix import Matrix, load_matrix, select
-from accelgrid.validation import ValidationFailed
+from accelgrid.matrix import PIN_NAMES, Matrix, load_matrix, select
+from accelgrid.validation import ValidationFailed, load_schema, schema_text
 
 TESTS = Path(__file__).resolve().parent
 CORPUS = TESTS / "bad_matrices"
@@ -56,6 +58,27 @@ def test_cli_prints_errors_without_traceback(name: str) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == EXPECTED[name]
+
+
+# --- the schema file -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["matrix.yaml", "tests/base_matrix.yaml"])
+def test_matrices_validate_against_the_shipped_schema(name: str) -> None:
+    schema = load_schema("matrix")
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    data = yaml.safe_load((TESTS.parent / name).read_text())
+    assert [e.message for e in validator.iter_errors(data)] == []
+
+
+def test_matrix_names_its_schema_for_editors() -> None:
+    first = (TESTS.parent / "matrix.yaml").read_text().splitlines()[0]
+    m = re.fullmatch(r"# yaml-language-server: \$schema=(\S+)", first)
+    assert m, first
+    assert (TESTS.parent / m[1]).read_text() == schema_text("matrix")
+
+
+def test_schema_agrees_with_the_code() -> None:
+    pins = load_schema("matrix")["properties"]["torch"]["additionalProperties"]["properties"]
+    assert [k for k in pins if k != "python"] == list(PIN_NAMES)
 
 
 # --- the model ---------------------------------------------------------------------------------

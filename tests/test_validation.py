@@ -5,9 +5,24 @@ test_known_issues.py."""
 
 from __future__ import annotations
 
+import importlib.resources
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import jsonschema
+import pytest
+
+from accelgrid.errors import EXIT_INVALID, InvalidInput
+from accelgrid.validation import (
+    SCHEMA_FILES,
+    ValidationFailed,
+    check_schema,
+    load_schema,
+    load_yaml,
+    schema_text,
+)
 
 
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
@@ -15,3 +30,78 @@ def test_missing_file_is_one_line(tmp_path: Path) -> None:
                            str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"{tmp_path / 'nope.yaml'}: file not found"
+
+
+def test_duplicate_keys_name_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text("a: 1\nb:\n  c: 2\n  c: 3\n")
+    with pytest.raises(ValidationFailed) as info:
+        load_yaml(path)
+    assert str(info.value) == f"{path}:4: invalid YAML: duplicate key 'c' (first on line 3)"
+
+
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "series": {"type": "string", "pattern": r"^\d+\.\d+$",
+                   "description": 'a series like "2.13"'},
+        "section": {"type": "object", "description": "documents the section only",
+                    "propertyNames": {"enum": ["cpu", "xpu"]}},
+        "items": {"type": "array", "description": "documents the list only"},
+    },
+}
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    data, smap = load_yaml(path)
+    return [str(p).removeprefix(f"{path}:") for p in check_schema(data, SCHEMA, smap)]
+
+
+def test_schema_problems_name_line_key_and_suggestion(tmp_path: Path) -> None:
+    assert _problems(tmp_path, "serie: x\nsection: {xpuu: 1}\nseries: '2.x'\n") == [
+        "1: serie: unknown key 'serie'; expected one of: items, section, series; "
+        "did you mean 'series'?",
+        "2: section.xpuu: unknown name 'xpuu'; expected one of: cpu, xpu; did you mean 'xpu'?",
+        "3: series: '2.x' is not valid: expected a series like \"2.13\"",
+    ]
+
+
+def test_descriptions_hint_formats_not_sections(tmp_path: Path) -> None:
+    assert _problems(tmp_path, "series: 2.5\nsection: [1]\nitems: {}\n") == [
+        '1: series: expected string, got a number — quote version numbers ("2.5" is read as '
+        'a number) (a series like "2.13")',
+        "2: section: expected object, got a list",
+        "3: items: expected array, got a mapping",
+    ]
+
+
+# --- the shipped schema files --------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SCHEMA_FILES))
+def test_schema_files_are_json_schema_2020_12(name: str) -> None:
+    schema = load_schema(name)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    assert cls is jsonschema.Draft202012Validator
+    assert schema["$id"] and schema["title"] and schema["description"]
+    # Every mapping section documents itself for editors.
+    for key, sub in schema["properties"].items():
+        assert "title" in sub, key
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMA_FILES))
+def test_schema_text_is_the_packaged_file(name: str) -> None:
+    packaged = importlib.resources.files("accelgrid") / "schemas" / SCHEMA_FILES[name]
+    assert schema_text(name) == packaged.read_text(encoding="utf-8")
+    assert json.loads(schema_text(name)) == load_schema(name)
+
+
+def test_unknown_schema_name() -> None:
+    with pytest.raises(InvalidInput) as info:
+        schema_text("matrx")
+    assert str(info.value) == ("unknown schema 'matrx'; expected one of: matrix, known-issues; "
+                               "did you mean 'matrix'?")
+    assert info.value.return_code == EXIT_INVALID

@@ -1,10 +1,12 @@
-"""The known-issue registry, ``known_issues.yaml``: schema, strict validation, scope matching.
+"""The known-issue registry, ``known_issues.yaml``: strict validation, scope matching.
 
 Each entry names an upstream issue (``owner/repo#N``, its link and title), the cells it
 affects (devices, torch range, profiles, package ranges), the tests it affects (fnmatch
 patterns of node ids) and how they end while the bug is there (``failed``, ``error`` or
 ``skipped``, optionally with a message regex). In scope, such a test is a strict xfail
 that carries the issue's link; if it passes, it fails saying the issue looks fixed.
+
+The schema is ``accelgrid/schemas/known_issues.schema.json``.
 
 Errors read like matrix.yaml's: ``FILE:LINE: key.path: message`` with suggestions.
 The in-cell half (stdlib only) is :mod:`accelgrid.known_issues_runtime`.
@@ -21,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from . import known_issues_runtime as runtime
-from .matrix import PIN_NAMES, Cell, Matrix, load_matrix
+from .matrix import Cell, Matrix, load_matrix
 from .validation import (
     Problem,
     SourceMap,
     ValidationFailed,
     check_schema,
+    load_schema,
     load_yaml,
     suggest,
 )
@@ -42,62 +45,6 @@ REPRO_DIR = "suites/repro"
 ISSUE_ID = re.compile(
     r"^(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<number>[1-9]\d*)$")
 _ID_HINT = "an issue id like owner/repo#123"
-_RANGE = {"type": "string", "description": "a version range like \">=2.4,<2.5\""}
-_PACKAGES = [p for p in PIN_NAMES if p != "torch"]
-
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["schema", "issues"],
-    "properties": {
-        "schema": {"enum": [1]},
-        "issues": {
-            "type": "object",
-            "propertyNames": {"pattern": ISSUE_ID.pattern, "description": _ID_HINT},
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["title", "scope", "tests", "expect"],
-                "properties": {
-                    "title": {"type": "string", "minLength": 1},
-                    "url": {"type": "string"},
-                    "status": {"enum": ["open", "fixed"]},
-                    "fixed_in": {"type": "string", "pattern": r"^\d+\.\d+(\.\d+)?$",
-                                 "description": 'a torch release like "2.5"'},
-                    "note": {"type": "string"},
-                    "scope": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "devices": {"type": "array", "items": {"type": "string"},
-                                        "minItems": 1},
-                            "torch": _RANGE,
-                            "profiles": {"type": "array", "items": {"type": "string"},
-                                         "minItems": 1},
-                            "packages": {
-                                "type": "object",
-                                "propertyNames": {"enum": _PACKAGES},
-                                "additionalProperties": _RANGE,
-                            },
-                        },
-                    },
-                    "tests": {"type": "array", "minItems": 1, "items": {
-                        # a node-id pattern, or {test: pattern, torch: range} to narrow it
-                        "type": ["string", "object"],
-                        "minLength": 1,
-                        "additionalProperties": False,
-                        "required": ["test"],
-                        "properties": {"test": {"type": "string", "minLength": 1},
-                                       "torch": _RANGE},
-                    }},
-                    "expect": {"enum": list(runtime.EXPECTED_OUTCOMES)},
-                    "match": {"type": "string"},
-                },
-            },
-        },
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -235,7 +182,7 @@ def load_registry(path: str | Path, matrix: Matrix) -> Registry:
     data, smap = load_yaml(path)
     if not isinstance(data, dict):
         raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
-    problems = check_schema(data, SCHEMA, smap)
+    problems = check_schema(data, load_schema("known-issues"), smap)
     if problems:
         raise ValidationFailed(problems)
     problems = _semantic_problems(data, smap, matrix)

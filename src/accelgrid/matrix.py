@@ -1,4 +1,7 @@
-"""The matrix model: matrix.yaml's schema, its semantic checks, typed access, and cells.
+"""The matrix model: matrix.yaml's semantic checks, typed access, and cells.
+
+The schema is ``accelgrid/schemas/matrix.schema.json`` (``validation.load_schema("matrix")``);
+``PIN_NAMES`` must match its pin keys (tests check it).
 
 ``load_matrix(path)`` returns a :class:`Matrix` or raises
 :class:`~accelgrid.validation.ValidationFailed` listing every problem with file, line and
@@ -24,6 +27,7 @@ from .validation import (
     SourceMap,
     ValidationFailed,
     check_schema,
+    load_schema,
     load_yaml,
     suggest,
 )
@@ -31,179 +35,9 @@ from .validation import (
     check_known as _known,
 )
 
-DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps")
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
-CONTAINER_FAMILIES = ("cpu", "cuda", "xpu")
 DEFAULT_MATRIX = "matrix.yaml"
 AXES = ("device", "torch", "profile")
-
-_SERIES = {"type": "string", "pattern": r"^\d+\.\d+$", "description": 'a torch series like "2.13"'}
-_RELEASE = {"type": "string", "pattern": r"^\d+(\.\d+){1,2}([a-z0-9.+-]*)$",
-            "description": 'a release like "2.13.0"'}
-_NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9-]*$",
-         "description": "lower-case letters, digits and '-'"}
-_ENV = {
-    "type": "object",
-    "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$",
-                      "description": "an environment variable name"},
-    "additionalProperties": {"type": ["string", "integer"]},
-}
-_STRINGS = {"type": "array", "items": {"type": "string"}}
-_TIMEOUT = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "cell_minutes": {"type": "integer", "minimum": 1},
-        "test_seconds": {"type": "integer", "minimum": 1},
-    },
-}
-_RULE = {
-    "type": "object",
-    "additionalProperties": False,
-    "minProperties": 1,
-    "properties": {
-        "device": {"type": "string"},
-        "torch": _SERIES,
-        "profile": {"type": "string"},
-        "suites": _STRINGS,
-        "timeout": _TIMEOUT,
-        "workers": {"type": "integer", "minimum": 1},
-    },
-}
-
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["schema", "defaults", "devices", "torch", "profiles", "suites", "matrix"],
-    "properties": {
-        "schema": {"enum": [1]},
-        "defaults": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["torch", "suites"],
-            "properties": {
-                "torch": _SERIES,
-                "python": {"type": "string", "pattern": r"^3\.\d+$",
-                           "description": 'a Python version like "3.11"'},
-                "profile": {"type": "string"},
-                "suites": {**_STRINGS, "minItems": 1},
-                "timeout": _TIMEOUT,
-                "workers": {"type": "integer", "minimum": 1},
-            },
-        },
-        "tools": _STRINGS,
-        "devices": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": {"enum": list(DEVICE_TYPES)},
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["index", "detect", "runner"],
-                "properties": {
-                    "description": {"type": "string"},
-                    "index": {"type": "string", "pattern": r"^(default|https?://\S+|file://\S+)$",
-                              "description": "'default' or an index URL"},
-                    "torch_local_version": {"type": "string"},
-                    "env": _ENV,
-                    "detect": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "minProperties": 1,
-                        "properties": {
-                            "always": {"type": "boolean"},
-                            "commands_any": _STRINGS,
-                            "paths_any": _STRINGS,
-                            "system": {"enum": ["Linux", "Darwin", "Windows"]},
-                            "machine": {"type": "string"},
-                        },
-                    },
-                    "runner": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["labels"],
-                        "properties": {
-                            "labels": {**_STRINGS, "minItems": 1},
-                            "hosted": {"type": "boolean"},
-                        },
-                    },
-                    "container": {
-                        "type": ["object", "null"],
-                        "additionalProperties": False,
-                        "required": ["family", "base"],
-                        "properties": {
-                            "family": {"enum": list(CONTAINER_FAMILIES)},
-                            "base": {"type": "string", "pattern": r"^[^\s@]+@sha256:[0-9a-f]{64}$",
-                                     "description": "an image pinned by digest: "
-                                                    "name@sha256:<64 hex digits>"},
-                        },
-                    },
-                    "workers": {"type": "integer", "minimum": 1},
-                },
-            },
-        },
-        "torch": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": _SERIES,
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["torch"],
-                "properties": {
-                    **{name: _RELEASE for name in PIN_NAMES},
-                    "python": {"type": "string", "pattern": r"^3\.\d+$"},
-                },
-            },
-        },
-        "profiles": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": _NAME,
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "description": {"type": "string"},
-                    "devices": _STRINGS,
-                    "env": _ENV,
-                },
-            },
-        },
-        "suites": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": {"type": "string", "pattern": r"^[a-z0-9_]+$",
-                              "description": "lower-case letters, digits and '_'"},
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["path"],
-                "properties": {
-                    "path": {"type": "string"},
-                    "description": {"type": "string"},
-                    "needs": {"type": "array",
-                              "items": {"enum": [p for p in PIN_NAMES if p != "torch"]}},
-                    "packages": _STRINGS,
-                    "devices": _STRINGS,
-                },
-            },
-        },
-        "matrix": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["device", "torch"],
-            "properties": {
-                "device": {**_STRINGS, "minItems": 1},
-                "torch": {"type": "array", "items": _SERIES, "minItems": 1},
-                "profile": {**_STRINGS, "minItems": 1},
-                "include": {"type": "array", "items": _RULE},
-                "exclude": {"type": "array", "items": _RULE},
-            },
-        },
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -471,7 +305,7 @@ def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
     data, smap = load_yaml(path)
     if not isinstance(data, dict):
         raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
-    problems = check_schema(data, SCHEMA, smap)
+    problems = check_schema(data, load_schema("matrix"), smap)
     if problems:
         raise ValidationFailed(problems)
     problems = _semantic_problems(data, smap, path.parent)
