@@ -60,6 +60,16 @@ def test_cli_prints_errors_without_traceback(name: str) -> None:
     assert proc.stderr.strip().splitlines() == EXPECTED[name]
 
 
+def test_pins_must_be_pep440_versions(tmp_path: Path) -> None:
+    text = (TESTS / "base_matrix.yaml").read_text().replace("path: .", f"path: {TESTS}")
+    (tmp_path / "m.yaml").write_text(text.replace('torch: "2.4.1"', 'torch: "2.4.1-x"'))
+    with pytest.raises(ValidationFailed) as info:
+        load_matrix(tmp_path / "m.yaml")
+    line = text.splitlines().index(next(x for x in text.splitlines() if '"2.4.1"' in x)) + 1
+    assert str(info.value).splitlines() == [
+        f"{tmp_path / 'm.yaml'}:{line}: torch.2.4.torch: '2.4.1-x' is not a PEP 440 version"]
+
+
 # --- the schema file -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["matrix.yaml", "tests/base_matrix.yaml"])
 def test_matrices_validate_against_the_shipped_schema(name: str) -> None:

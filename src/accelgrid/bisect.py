@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, detect, known_issues, results
+from . import detect, known_issues, results
 from .matrix import DEFAULT_MATRIX, Cell, load_matrix
 from .repro import ARROW, _short, run_cell
 from .validation import ValidationFailed
+from .versions import version_key
 
 EXIT_INVALID = 2
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = args.profile or matrix.default_profile
     cells = sorted((c for c in matrix.cells if c.device == args.device and c.profile == profile
                     and (not args.torch or c.torch in args.torch)),
-                   key=lambda c: compat.version_tuple(c.pins["torch"]))
+                   key=lambda c: version_key(c.pins["torch"]))
     if args.torch:
         missing = sorted(set(args.torch) - {c.torch for c in cells})
         if missing:

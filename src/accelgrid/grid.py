@@ -30,9 +30,9 @@ from markupsafe import Markup
 from . import baseline as baseline_mod
 from . import outcomes
 from . import results as results_mod
-from .compat import version_tuple
 from .provenance import now
 from .results import CellResults, load_cell
+from .versions import version_key
 
 SCHEMA_VERSION = 2
 SYMBOL = {
@@ -254,7 +254,7 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
 
 def _sort_key(col: dict[str, Any]) -> tuple:
     series = col["torch_series"] or ""
-    return (col["device"], version_tuple(series) if series[:1].isdigit() else (0,),
+    return (col["device"], version_key(series),
             col["profile"] != "default", col["profile"], col["name"])
 
 

@@ -6,10 +6,13 @@ patterns of node ids) and how they end while the bug is there (``failed``, ``err
 ``skipped``, optionally with a message regex). In scope, such a test is a strict xfail
 that carries the issue's link; if it passes, it fails saying the issue looks fixed.
 
+Ranges are PEP 440 version specifiers (:mod:`accelgrid.versions`: ``"<2.5"``,
+``">=2.4,<2.6"``, ``"==2.5.*"``; local labels such as ``+xpu`` are ignored when comparing).
 The schema is ``accelgrid/schemas/known_issues.schema.json``.
 
 Errors read like matrix.yaml's: ``FILE:LINE: key.path: message`` with suggestions.
-The in-cell half (stdlib only) is :mod:`accelgrid.known_issues_runtime`.
+The in-cell half (stdlib, pytest and packaging only) is
+:mod:`accelgrid.known_issues_runtime`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .validation import (
 from .validation import (
     check_known as _known,
 )
+from .versions import in_range, range_is_empty
 
 DEFAULT_REGISTRY = "known_issues.yaml"
 RUNTIME_JSON = "known_issues.json"     # the cell's entries, in its results folder
@@ -75,7 +79,7 @@ class KnownIssue:
             version = cell.pins.get(package)
             if version is None:
                 return f"the cell pins no {package}"
-            if not runtime.in_range(version, text):
+            if not in_range(version, text):
                 return f"{package} {version} is outside {text}"
         return None
 
@@ -125,7 +129,7 @@ def repro_file(issue_id: str) -> str:
 
 def _range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
     try:
-        if runtime.range_is_empty(text):
+        if range_is_empty(text):
             return [smap.problem(path, f"range '{text}' matches no version")]
     except ValueError as exc:
         return [smap.problem(path, f"bad range '{text}': {exc}")]
@@ -151,7 +155,7 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
             problems += _known("profile", prof, profiles, smap, (*base, "scope", "profiles", i))
         if "torch" in scope:
             found = _range_problems(scope["torch"], smap, (*base, "scope", "torch"))
-            if not found and not any(runtime.in_range(r, scope["torch"]) for r in releases):
+            if not found and not any(in_range(r, scope["torch"]) for r in releases):
                 found = [smap.problem((*base, "scope", "torch"),
                                       f"range '{scope['torch']}' matches no torch release of "
                                       f"{matrix.path.name} ({', '.join(releases)})")]

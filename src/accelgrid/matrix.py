@@ -34,6 +34,7 @@ from .validation import (
 from .validation import (
     check_known as _known,
 )
+from .versions import public_version
 
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
 DEFAULT_MATRIX = "matrix.yaml"
@@ -158,6 +159,14 @@ def _env(mapping: dict[str, Any] | None) -> dict[str, str]:
     return {k: str(v) for k, v in (mapping or {}).items()}
 
 
+def _is_version(text: str) -> bool:
+    try:
+        public_version(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]:
     problems: list[Problem] = []
     devices = list(data["devices"])
@@ -171,6 +180,11 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
         problems += _known("profile", defaults["profile"], profiles, smap, ("defaults", "profile"))
     for i, name in enumerate(defaults["suites"]):
         problems += _known("suite", name, suites, smap, ("defaults", "suites", i))
+    for key, spec in data["torch"].items():
+        for pin, value in spec.items():
+            if pin in PIN_NAMES and not _is_version(value):
+                problems.append(smap.problem(("torch", key, pin),
+                                             f"'{value}' is not a PEP 440 version"))
 
     for dev, spec in data["devices"].items():
         for var, value in (spec.get("env") or {}).items():
