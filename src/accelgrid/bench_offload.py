@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": name,
         "host": platform.node(),
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "width": args.width,
         "tokens": args.tokens,
         "steps": args.steps,
