@@ -9,6 +9,7 @@ import importlib.resources
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import jsonschema
@@ -105,3 +106,14 @@ def test_unknown_schema_name() -> None:
     assert str(info.value) == ("unknown schema 'matrx'; expected one of: matrix, known-issues; "
                                "did you mean 'matrix'?")
     assert info.value.return_code == EXIT_INVALID
+
+
+def test_wheel_ships_the_schema_files(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                           str(tmp_path), str(root)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("accelgrid-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        for name, file in SCHEMA_FILES.items():
+            assert zf.read(f"accelgrid/schemas/{file}").decode() == schema_text(name)

@@ -5,6 +5,7 @@ release, series wildcards, clear errors, emptiness, and in-cell imports only."""
 from __future__ import annotations
 
 import ast
+import random
 import re
 import sys
 from pathlib import Path
@@ -76,6 +77,29 @@ def test_parse_range_includes_prereleases() -> None:
 ])
 def test_empty_ranges(text: str, empty: bool) -> None:
     assert versions.range_is_empty(text) is empty
+
+
+def test_emptiness_agrees_with_brute_force() -> None:
+    """range_is_empty's probes against every version of a dense grid, on random ranges."""
+    grid = [Version(f"{a}.{b}{c}{s}") for a in range(4) for b in range(4)
+            for c in ("", ".0", ".1", ".2", ".0.1")
+            for s in ("", ".dev0", ".dev1", ".dev2", "a1", "rc1", "rc2", ".post1", ".post2")]
+    rng = random.Random(13)
+
+    def version() -> str:
+        release = ".".join(str(rng.randint(0, 3)) for _ in range(rng.randint(1, 3)))
+        return release + rng.choice(["", "", ".dev1", "rc1", ".post1"])
+
+    for _ in range(400):
+        clauses = []
+        for _ in range(rng.randint(1, 3)):
+            op = rng.choice(["==", "!=", ">=", "<=", ">", "<", "==*", "!=*"])
+            clauses.append(f"{op[:2]}{rng.randint(0, 3)}.{rng.randint(0, 3)}.*" if "*" in op
+                           else f"{op}{version()}")
+        text = ",".join(clauses)
+        spec = versions.parse_range(text)
+        if versions.range_is_empty(text):
+            assert not [str(v) for v in grid if spec.contains(v)], text
 
 
 def test_bad_version() -> None:
