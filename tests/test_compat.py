@@ -1,10 +1,6 @@
-from accelgrid.compat import incompatibilities, version_tuple
+"""accelgrid.compat: version pairings known not to work (PEP 440 comparisons)."""
 
-
-def test_version_tuple() -> None:
-    assert version_tuple("2.5.1+xpu") == (2, 5, 1)
-    assert version_tuple("2.13") == (2, 13)
-    assert version_tuple("0.18.0.dev20260101") == (0, 18, 0)
+from accelgrid.compat import incompatibilities
 
 
 def test_known_bad_pairings() -> None:
@@ -23,3 +19,19 @@ def test_good_pairings() -> None:
                               "accelerate": "1.12.0"}, "xpu") == []
     assert incompatibilities({"torch": "2.13.0", "torchao": "0.18.0",
                               "transformers": "5.24.0"}) == []
+
+
+def test_local_labels_are_ignored() -> None:
+    assert incompatibilities({"torch": "2.5.1+xpu", "torchao": "0.11.0"}, "xpu") == []
+    assert incompatibilities({"torch": "2.4.1+xpu", "transformers": "5.0.0+local"}) == [
+        "transformers 5.0.0+local with torch 2.4.1+xpu: transformers 5.x needs torch >= 2.6"]
+
+
+def test_prereleases_count_as_their_release() -> None:
+    # Pairings are about releases: a 2.11 nightly pairs like 2.11, a 0.17 nightly like 0.17.
+    assert incompatibilities({"torch": "2.11.0.dev20260101", "torchao": "0.17.0"}) == []
+    assert incompatibilities({"torch": "2.11.0.dev20260101", "torchao": "0.16.0"}) == [
+        "torchao 0.16.0 with torch 2.11.0.dev20260101: torchao 0.16 pairs with torch 2.8–2.10"]
+    assert incompatibilities({"torch": "2.5.1", "torchao": "0.17.0.dev20260101"}) == [
+        "torchao 0.17.0.dev20260101 with torch 2.5.1: torchao >= 0.17 needs torch >= 2.11"]
+    assert incompatibilities({"torch": "2.13.0rc1", "torchao": "0.18.0.dev20260101"}) == []

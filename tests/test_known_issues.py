@@ -1,6 +1,7 @@
-"""known_issues.yaml: the repo's registry, the bad-registry corpus with exact messages,
-version ranges and scopes, and the in-cell plugin on real pytest runs (xfail with the
-issue's link, loud failure when the issue looks fixed, other failures left alone)."""
+"""known_issues.yaml: the repo's registry and its schema file, the bad-registry corpus with
+exact messages, PEP 440 ranges in the registry, scopes, and the in-cell plugin on real
+pytest runs (xfail with the issue's link, loud failure when the issue looks fixed, other
+failures left alone). The range functions themselves: test_versions.py."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 from accelgrid import known_issues, results, runner
 from accelgrid import known_issues_runtime as rt
-from accelgrid.matrix import load_matrix
-from accelgrid.validation import ValidationFailed
+from accelgrid.matrix import PIN_NAMES, load_matrix
+from accelgrid.validation import ValidationFailed, load_schema, schema_text
 
 TESTS = Path(__file__).resolve().parent
 CORPUS = TESTS / "bad_known_issues"
@@ -72,6 +74,31 @@ def test_unknown_issue_suggests(repo) -> None:
     assert "did you mean 'pytorch/ao#958'?" in info.value.args[0]
 
 
+def test_repo_registry_validates_against_the_shipped_schema(root: Path) -> None:
+    schema = load_schema("known-issues")
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert list(validator.iter_errors(yaml.safe_load((root / "known_issues.yaml").read_text()))
+                ) == []
+
+
+def test_registry_names_its_schema_for_editors(root: Path) -> None:
+    first = (root / "known_issues.yaml").read_text().splitlines()[0]
+    m = re.fullmatch(r"# yaml-language-server: \$schema=(\S+)", first)
+    assert m, first
+    assert (root / m[1]).read_text() == schema_text("known-issues")
+
+
+def test_schema_agrees_with_the_code() -> None:
+    issues = load_schema("known-issues")["properties"]["issues"]
+    entry = issues["additionalProperties"]["properties"]
+    assert entry["expect"]["enum"] == list(rt.EXPECTED_OUTCOMES)
+    assert entry["scope"]["properties"]["packages"]["propertyNames"]["enum"] == [
+        p for p in PIN_NAMES if p != "torch"]
+    # The same pattern as ISSUE_ID, without Python's named groups (editors use ECMA 262).
+    assert issues["propertyNames"]["pattern"] == re.sub(r"\?P<\w+>", "",
+                                                         known_issues.ISSUE_ID.pattern)
+
+
 # --- the corpus ----------------------------------------------------------------------------
 def test_every_corpus_file_has_expectations() -> None:
     files = sorted(p.name for p in CORPUS.glob("*.yaml") if p.name != "expected.yaml")
@@ -97,36 +124,64 @@ def test_cli_prints_registry_errors_without_traceback() -> None:
     assert proc.stderr.strip().splitlines() == EXPECTED["unknown_key.yaml"]
 
 
-# --- ranges ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version,text,inside", [
-    ("2.4.1", "<2.5", True), ("2.5.0", "<2.5", False), ("2.5.1+xpu", "<2.5", False),
-    ("2.5.1+cu124", ">=2.5,<2.6", True), ("2.6.0", ">=2.5,<2.6", False),
-    ("2.5.1", "==2.5.*", True), ("2.50.0", "==2.5.*", False), ("2.5", "==2.5.0", True),
-    ("0.18.0", "!=0.18.*", False), ("2.13.0.dev2026", ">2.12", True), ("2.13.0", None, True),
+# --- PEP 440 ranges in the registry --------------------------------------------------------------
+def _registry(tmp_path: Path, scope: str, tests: str = "[test_validation.py]") -> Path:
+    path = tmp_path / "reg.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        schema: 1
+        issues:
+          "acme/widgets#1":
+            title: widgets break
+            scope: {scope}
+            tests: {tests}
+            expect: failed
+        """))
+    return path
+
+
+@pytest.mark.parametrize("scope,cells", [
+    ('{torch: "==2.13.*"}', ["cpu-2.13", "xpu-2.13", "xpu-2.13-fallback-debug"]),
+    ('{torch: ">=2.4,<2.13"}', ["cpu-2.4", "xpu-2.4"]),
+    ('{torch: "!=2.4.1", devices: [xpu]}', ["xpu-2.13", "xpu-2.13-fallback-debug"]),
+    ('{torch: "<2.14.0.dev0", packages: {transformers: "==4.57.*"}}', ["cpu-2.4", "xpu-2.4"]),
 ])
-def test_in_range(version: str, text: str | None, inside: bool) -> None:
-    assert rt.in_range(version, text) is inside
+def test_pep440_scopes(tmp_path: Path, scope: str, cells: list[str]) -> None:
+    matrix = load_matrix(TESTS / "base_matrix.yaml")
+    issue = known_issues.load_registry(_registry(tmp_path, scope), matrix).get("acme/widgets#1")
+    assert [c.name for c in matrix.cells if issue.in_scope(c)] == cells
 
 
-@pytest.mark.parametrize("text,error", [
-    ("2.5", "'2.5' is not a clause like '>=2.4' or '<2.5'"),
-    (">=2.4,", "'' is not a clause"),
-    (">=2.*", "'>=2.*': '.*' only goes with == or !="),
-    ("", "empty range"),
+@pytest.mark.parametrize("scope,tests,where,message", [
+    ('{torch: ">=2.4;<2.5"}', "[test_validation.py]", "scope.torch",
+     "bad range '>=2.4;<2.5': '>=2.4;<2.5' is not a clause like '>=2.4' or '<2.5' "
+     "(operators: ==, !=, >=, <=, >, <)"),
+    ('{torch: "~=2.4"}', "[test_validation.py]", "scope.torch",
+     "bad range '~=2.4': '~=2.4': '~=' is not taken here; spell the bounds out "
+     "(e.g. '>=2.5,==2.*' for '~=2.5'; operators: ==, !=, >=, <=, >, <)"),
+    ('{torch: "==2.4.1+xpu"}', "[test_validation.py]", "scope.torch",
+     "bad range '==2.4.1+xpu': '==2.4.1+xpu': no local version label (+...) in a range; "
+     "versions are compared without theirs (2.5.1+xpu is 2.5.1)"),
+    ("{packages: {torchao: '>=0.7.*'}}", "[test_validation.py]", "scope.packages.torchao",
+     "bad range '>=0.7.*': '>=0.7.*': '.*' only goes with == or !="),
+    ("{}", '[{test: test_validation.py, torch: ">=2.13,"}]', "tests[0].torch",
+     "bad range '>=2.13,': '' is not a clause like '>=2.4' or '<2.5' "
+     "(operators: ==, !=, >=, <=, >, <)"),
+    ('{torch: ">=2.14.0.dev0,<2.14"}', "[test_validation.py]", "scope.torch",
+     "range '>=2.14.0.dev0,<2.14' matches no version"),
+    ('{torch: "==2.13.0.dev1"}', "[test_validation.py]", "scope.torch",
+     "range '==2.13.0.dev1' matches no torch release of base_matrix.yaml (2.4.1, 2.13.0)"),
 ])
-def test_bad_ranges(text: str, error: str) -> None:
-    with pytest.raises(ValueError, match=re.escape(error)):
-        rt.parse_range(text)
+def test_bad_pep440_range_is_one_line(tmp_path: Path, scope: str, tests: str, where: str,
+                                      message: str) -> None:
+    path = _registry(tmp_path, scope, tests)
+    line = 5 if where.startswith("scope") else 6
+    with pytest.raises(ValidationFailed) as info:
+        known_issues.load_registry(path, load_matrix(TESTS / "base_matrix.yaml"))
+    assert str(info.value).splitlines() == [
+        f"{path}:{line}: issues.acme/widgets#1.{where}: {message}"]
 
 
-@pytest.mark.parametrize("text,empty", [
-    (">=2.6,<2.5", True), ("<2.4,>2.5", True), (">2.5,<2.5.1", False), ("==2.5.*,!=2.5.*", True),
-    ("<0.1", False), (">=2.5,<=2.5", False), (">2.5,<=2.5", True),
-])
-def test_empty_ranges(text: str, empty: bool) -> None:
-    assert rt.range_is_empty(text) is empty
-
-
+# --- test patterns ---------------------------------------------------------------------------
 def test_pattern_without_test_covers_its_file() -> None:
     node = "suites/repro/test_a.py::test_x[p1]"
     assert rt.test_matches(node, "suites/repro/test_a.py")
@@ -282,6 +337,18 @@ def test_out_of_scope_reason_uses_installed_versions() -> None:
         "torchao is not installed")
     assert rt.out_of_scope_reason(entry, {"torch": "2.4.1", "torchao": "0.8.0"}) == (
         "torch 2.4.1 is outside >=2.13")
+
+
+@pytest.mark.parametrize("torch,reason", [
+    ("2.5.1+xpu", None),                      # the local label is ignored
+    ("2.6.0.dev20241001+xpu", "torch 2.6.0.dev20241001+xpu is outside >=2.5,<2.6"),
+    ("2.6.0", "torch 2.6.0 is outside >=2.5,<2.6"),
+    ("unknown", "torch unknown is outside >=2.5,<2.6"),  # not PEP 440: never in scope
+])
+def test_installed_local_and_prerelease_versions(torch: str, reason: str | None) -> None:
+    entry = {"torch": ">=2.5,<2.6", "tests": [{"test": "t.py", "torch": "==2.5.*"}]}
+    assert rt.out_of_scope_reason(entry, {"torch": torch}) == reason
+    assert rt.covers(entry, "t.py::test_a", torch) is (reason is None)
 
 
 def test_upstream_marker_is_registered(tmp_path: Path, python: str) -> None:

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from accelgrid import bisect, repro
-from accelgrid.cells import Cell
-from accelgrid.matrix import load_matrix
+from accelgrid.matrix import Cell, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = os.environ.get("ACCELGRID_HEAVY") == "1"

@@ -1,52 +1,29 @@
-"""matrix.yaml validation: the real matrix is valid; each bad matrix gives its exact errors."""
+"""The generic validator (accelgrid.validation): YAML with line numbers, schema problems as
+``FILE:LINE: key: message`` lines with suggestions, and the schema files shipped in the
+package. matrix.yaml's own checks are in test_matrix.py, the registry's in
+test_known_issues.py."""
 
 from __future__ import annotations
 
+import importlib.resources
+import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
+import jsonschema
 import pytest
-import yaml
 
-from accelgrid.matrix import load_matrix
-from accelgrid.validation import ValidationFailed
-
-CORPUS = Path(__file__).parent / "bad_matrices"
-EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
-
-
-def test_repo_matrix_is_valid(root: Path) -> None:
-    matrix = load_matrix(root / "matrix.yaml")
-    assert len(matrix.cells) >= 20
-
-
-def test_base_matrix_is_valid() -> None:
-    matrix = load_matrix(Path(__file__).parent / "base_matrix.yaml")
-    assert [c.name for c in matrix.cells] == [
-        "cpu-2.4", "cpu-2.13", "xpu-2.4", "xpu-2.13", "xpu-2.13-fallback-debug"]
-
-
-def test_every_corpus_file_has_expectations() -> None:
-    files = sorted(p.name for p in CORPUS.glob("*.yaml") if p.name != "expected.yaml")
-    assert files == sorted(EXPECTED), "add the expected messages of new bad matrices"
-
-
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_bad_matrix_exact_messages(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(CORPUS)
-    with pytest.raises(ValidationFailed) as info:
-        load_matrix(name)
-    assert str(info.value).splitlines() == EXPECTED[name]
-
-
-@pytest.mark.parametrize("name", ["unknown_key.yaml", "yaml_syntax.yaml"])
-def test_cli_prints_errors_without_traceback(name: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "accelgrid", "validate", name], cwd=CORPUS,
-                          capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == EXPECTED[name]
+from accelgrid.errors import EXIT_INVALID, InvalidInput
+from accelgrid.validation import (
+    SCHEMA_FILES,
+    ValidationFailed,
+    check_schema,
+    load_schema,
+    load_yaml,
+    schema_text,
+)
 
 
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
@@ -54,3 +31,89 @@ def test_missing_file_is_one_line(tmp_path: Path) -> None:
                            str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"{tmp_path / 'nope.yaml'}: file not found"
+
+
+def test_duplicate_keys_name_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text("a: 1\nb:\n  c: 2\n  c: 3\n")
+    with pytest.raises(ValidationFailed) as info:
+        load_yaml(path)
+    assert str(info.value) == f"{path}:4: invalid YAML: duplicate key 'c' (first on line 3)"
+
+
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "series": {"type": "string", "pattern": r"^\d+\.\d+$",
+                   "description": 'a series like "2.13"'},
+        "section": {"type": "object", "description": "documents the section only",
+                    "propertyNames": {"enum": ["cpu", "xpu"]}},
+        "items": {"type": "array", "description": "documents the list only"},
+    },
+}
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    data, smap = load_yaml(path)
+    return [str(p).removeprefix(f"{path}:") for p in check_schema(data, SCHEMA, smap)]
+
+
+def test_schema_problems_name_line_key_and_suggestion(tmp_path: Path) -> None:
+    assert _problems(tmp_path, "serie: x\nsection: {xpuu: 1}\nseries: '2.x'\n") == [
+        "1: serie: unknown key 'serie'; expected one of: items, section, series; "
+        "did you mean 'series'?",
+        "2: section.xpuu: unknown name 'xpuu'; expected one of: cpu, xpu; did you mean 'xpu'?",
+        "3: series: '2.x' is not valid: expected a series like \"2.13\"",
+    ]
+
+
+def test_descriptions_hint_formats_not_sections(tmp_path: Path) -> None:
+    assert _problems(tmp_path, "series: 2.5\nsection: [1]\nitems: {}\n") == [
+        '1: series: expected string, got a number — quote version numbers ("2.5" is read as '
+        'a number) (a series like "2.13")',
+        "2: section: expected object, got a list",
+        "3: items: expected array, got a mapping",
+    ]
+
+
+# --- the shipped schema files --------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SCHEMA_FILES))
+def test_schema_files_are_json_schema_2020_12(name: str) -> None:
+    schema = load_schema(name)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    assert cls is jsonschema.Draft202012Validator
+    assert schema["$id"] and schema["title"] and schema["description"]
+    # Every mapping section documents itself for editors.
+    for key, sub in schema["properties"].items():
+        assert "title" in sub, key
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMA_FILES))
+def test_schema_text_is_the_packaged_file(name: str) -> None:
+    packaged = importlib.resources.files("accelgrid") / "schemas" / SCHEMA_FILES[name]
+    assert schema_text(name) == packaged.read_text(encoding="utf-8")
+    assert json.loads(schema_text(name)) == load_schema(name)
+
+
+def test_unknown_schema_name() -> None:
+    with pytest.raises(InvalidInput) as info:
+        schema_text("matrx")
+    assert str(info.value) == ("unknown schema 'matrx'; expected one of: matrix, known-issues; "
+                               "did you mean 'matrix'?")
+    assert info.value.return_code == EXIT_INVALID
+
+
+def test_wheel_ships_the_schema_files(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                           str(tmp_path), str(root)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("accelgrid-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        for name, file in SCHEMA_FILES.items():
+            assert zf.read(f"accelgrid/schemas/{file}").decode() == schema_text(name)

@@ -23,11 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, detect, known_issues, results
-from .cells import Cell
+from . import detect, known_issues, results
 from .errors import AccelgridError, InvalidInput
-from .matrix import Matrix
+from .matrix import Cell, Matrix
 from .repro import ARROW, _short, run_cell
+from .versions import version_key
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def bisect(matrix: Matrix, test: str, device: str, *, profile: str | None = None
     profile = profile or matrix.default_profile
     cells = sorted((c for c in matrix.cells if c.device == device and c.profile == profile
                     and (not torch or c.torch in torch)),
-                   key=lambda c: compat.version_tuple(c.pins["torch"]))
+                   key=lambda c: version_key(c.pins["torch"]))
     if torch:
         missing = sorted(set(torch) - {c.torch for c in cells})
         if missing:

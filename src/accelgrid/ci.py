@@ -18,9 +18,8 @@ from pathlib import Path
 
 import jinja2
 
-from .cells import Cell
 from .errors import InvalidInput
-from .matrix import Matrix
+from .matrix import Cell, Matrix
 
 WORKFLOW = ".github/workflows/accelgrid.yml"
 ACTIONLINT = ".github/actionlint.yaml"

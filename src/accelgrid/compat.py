@@ -2,34 +2,30 @@
 
 Sources: REFERENCE.md §3–4 (torchao release notes, transformers and accelerate
 requirements). Each rule names the package, the versions it covers, and the torch range
-(and device, if any) that it needs.
+(and device, if any) that it needs. Pairings are about releases, so a version counts as
+its release here (``packaging``'s ``base_version``): local labels, pre-, dev and post
+parts are dropped (``2.5.1+xpu`` is 2.5.1, a ``2.11.0.dev…`` nightly is 2.11.0), unlike in
+known-issue ranges, which follow PEP 440 (:mod:`accelgrid.versions`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packaging.version import Version
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``"2.5.1+xpu"`` -> ``(2, 5, 1)``; non-numeric tails are ignored."""
-    parts = []
-    for piece in version.split("+", 1)[0].split("."):
-        if not piece.isdigit():  # "dev2026", "0rc1": the release part has ended
-            digits = "".join(ch for ch in piece[: len(piece) - len(piece.lstrip("0123456789"))])
-            if digits:
-                parts.append(int(digits))
-            break
-        parts.append(int(piece))
-    return tuple(parts)
+from .versions import in_range
 
 
 def _in(version: str, low: str | None, high: str | None) -> bool:
-    v = version_tuple(version)
-    if low is not None and v < version_tuple(low):
-        return False
-    if high is not None and v >= version_tuple(high):
-        return False
-    return True
+    """Whether ``version``'s release lies in ``[low, high)`` (None: unbounded)."""
+    version = Version(version).base_version
+    clauses = []
+    if low is not None:
+        clauses.append(f">={low}")
+    if high is not None:
+        clauses.append(f"<{high}")
+    return in_range(version, ",".join(clauses) or None)
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,8 @@ from pathlib import Path
 import jinja2
 
 from . import contract, environment, install, results, runner
-from .cells import Cell
 from .errors import InvalidInput
-from .matrix import Matrix
+from .matrix import Cell, Matrix
 
 TEMPLATES_DIR = "containers"
 IMAGE_REPOSITORY = "accelgrid"

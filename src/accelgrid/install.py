@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from . import environment
-from .cells import Cell
+from .matrix import Cell
 
 
 @dataclass(frozen=True)

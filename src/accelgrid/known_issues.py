@@ -1,4 +1,4 @@
-"""The known-issue registry, ``known_issues.yaml``: schema, strict validation, scope matching.
+"""The known-issue registry, ``known_issues.yaml``: strict validation, scope matching.
 
 Each entry names an upstream issue (``owner/repo#N``, its link and title), the cells it
 affects (devices, torch range, profiles, package ranges), the tests it affects (fnmatch
@@ -6,8 +6,13 @@ patterns of node ids) and how they end while the bug is there (``failed``, ``err
 ``skipped``, optionally with a message regex). In scope, such a test is a strict xfail
 that carries the issue's link; if it passes, it fails saying the issue looks fixed.
 
+Ranges are PEP 440 version specifiers (:mod:`accelgrid.versions`: ``"<2.5"``,
+``">=2.4,<2.6"``, ``"==2.5.*"``; local labels such as ``+xpu`` are ignored when comparing).
+The schema is ``accelgrid/schemas/known_issues.schema.json``.
+
 Errors read like matrix.yaml's: ``FILE:LINE: key.path: message`` with suggestions.
-The in-cell half (stdlib only) is :mod:`accelgrid.known_issues_runtime`.
+The in-cell half (stdlib, pytest and packaging only) is
+:mod:`accelgrid.known_issues_runtime`.
 """
 
 from __future__ import annotations
@@ -21,19 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from . import known_issues_runtime as runtime
-from .cells import Cell
-from .matrix import PIN_NAMES, Matrix
+from .matrix import Cell, Matrix, load_matrix
 from .validation import (
     Problem,
     SourceMap,
     ValidationFailed,
     check_schema,
+    load_schema,
     load_yaml,
     suggest,
 )
 from .validation import (
     check_known as _known,
 )
+from .versions import in_range, range_is_empty
 
 DEFAULT_REGISTRY = "known_issues.yaml"
 RUNTIME_JSON = "known_issues.json"     # the cell's entries, in its results folder
@@ -43,62 +49,6 @@ REPRO_DIR = "suites/repro"
 ISSUE_ID = re.compile(
     r"^(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<number>[1-9]\d*)$")
 _ID_HINT = "an issue id like owner/repo#123"
-_RANGE = {"type": "string", "description": "a version range like \">=2.4,<2.5\""}
-_PACKAGES = [p for p in PIN_NAMES if p != "torch"]
-
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["schema", "issues"],
-    "properties": {
-        "schema": {"enum": [1]},
-        "issues": {
-            "type": "object",
-            "propertyNames": {"pattern": ISSUE_ID.pattern, "description": _ID_HINT},
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["title", "scope", "tests", "expect"],
-                "properties": {
-                    "title": {"type": "string", "minLength": 1},
-                    "url": {"type": "string"},
-                    "status": {"enum": ["open", "fixed"]},
-                    "fixed_in": {"type": "string", "pattern": r"^\d+\.\d+(\.\d+)?$",
-                                 "description": 'a torch release like "2.5"'},
-                    "note": {"type": "string"},
-                    "scope": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "devices": {"type": "array", "items": {"type": "string"},
-                                        "minItems": 1},
-                            "torch": _RANGE,
-                            "profiles": {"type": "array", "items": {"type": "string"},
-                                         "minItems": 1},
-                            "packages": {
-                                "type": "object",
-                                "propertyNames": {"enum": _PACKAGES},
-                                "additionalProperties": _RANGE,
-                            },
-                        },
-                    },
-                    "tests": {"type": "array", "minItems": 1, "items": {
-                        # a node-id pattern, or {test: pattern, torch: range} to narrow it
-                        "type": ["string", "object"],
-                        "minLength": 1,
-                        "additionalProperties": False,
-                        "required": ["test"],
-                        "properties": {"test": {"type": "string", "minLength": 1},
-                                       "torch": _RANGE},
-                    }},
-                    "expect": {"enum": list(runtime.EXPECTED_OUTCOMES)},
-                    "match": {"type": "string"},
-                },
-            },
-        },
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -129,7 +79,7 @@ class KnownIssue:
             version = cell.pins.get(package)
             if version is None:
                 return f"the cell pins no {package}"
-            if not runtime.in_range(version, text):
+            if not in_range(version, text):
                 return f"{package} {version} is outside {text}"
         return None
 
@@ -160,9 +110,6 @@ class Registry:
         raise KeyError(f"{issue_id} is not in {self.path}{suggest(issue_id, self.issues)} "
                        f"(known: {', '.join(self.issues) or 'none'})")
 
-    def for_cell(self, cell: Cell) -> list[KnownIssue]:
-        return [i for i in self.issues.values() if i.in_scope(cell)]
-
 
 def issue_url(issue_id: str) -> str:
     m = ISSUE_ID.match(issue_id)
@@ -182,7 +129,7 @@ def repro_file(issue_id: str) -> str:
 
 def _range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
     try:
-        if runtime.range_is_empty(text):
+        if range_is_empty(text):
             return [smap.problem(path, f"range '{text}' matches no version")]
     except ValueError as exc:
         return [smap.problem(path, f"bad range '{text}': {exc}")]
@@ -208,7 +155,7 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
             problems += _known("profile", prof, profiles, smap, (*base, "scope", "profiles", i))
         if "torch" in scope:
             found = _range_problems(scope["torch"], smap, (*base, "scope", "torch"))
-            if not found and not any(runtime.in_range(r, scope["torch"]) for r in releases):
+            if not found and not any(in_range(r, scope["torch"]) for r in releases):
                 found = [smap.problem((*base, "scope", "torch"),
                                       f"range '{scope['torch']}' matches no torch release of "
                                       f"{matrix.path.name} ({', '.join(releases)})")]
@@ -239,7 +186,7 @@ def load_registry(path: str | Path, matrix: Matrix) -> Registry:
     data, smap = load_yaml(path)
     if not isinstance(data, dict):
         raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
-    problems = check_schema(data, SCHEMA, smap)
+    problems = check_schema(data, load_schema("known-issues"), smap)
     if problems:
         raise ValidationFailed(problems)
     problems = _semantic_problems(data, smap, matrix)
@@ -273,8 +220,6 @@ def cell_env(cell: Cell, root: Path, folder: Path) -> dict[str, str]:
     path = registry_path(root)
     if os.environ.get(ENV_DISABLE) == "1" or not path.exists():
         return {}
-    from .matrix import load_matrix  # the runner only has the cell; scopes need the matrix
-
     registry = load_registry(path, load_matrix(root / "matrix.yaml"))
     entries = [i.runtime_entry() for i in registry.issues.values()
                if (i.devices is None or cell.device in i.devices)

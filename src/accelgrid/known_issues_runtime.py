@@ -1,12 +1,14 @@
 """The in-cell half of the known-issue registry: turn in-scope tests into strict xfails.
 
-Runs inside cell environments, so it uses the standard library and pytest only (the
-registry's YAML is loaded and validated by :mod:`accelgrid.known_issues` in the dev env;
-the runner hands this module the cell's entries as JSON through ``ACCELGRID_KNOWN_ISSUES``).
+Runs inside cell environments, so it uses the standard library, pytest and packaging
+(through :mod:`accelgrid.versions`) only (the registry's YAML is loaded and validated by
+:mod:`accelgrid.known_issues` in the dev env; the runner hands this module the cell's
+entries as JSON through ``ACCELGRID_KNOWN_ISSUES``).
 
-Torch and package ranges are checked here again against the versions installed in the
-cell's interpreter (read from package metadata, without importing anything), so a
-``--no-venv`` run with other versions than the matrix pins still gets the right entries.
+Torch and package ranges (PEP 440, see :mod:`accelgrid.versions`) are checked here again
+against the versions installed in the cell's interpreter (read from package metadata,
+without importing anything), so a ``--no-venv`` run with other versions than the matrix
+pins still gets the right entries.
 
 For a test an entry covers:
 
@@ -31,74 +33,12 @@ from typing import Any
 
 import pytest
 
-from .compat import version_tuple
+from .versions import in_range
 
 ENV_KNOWN_ISSUES = "ACCELGRID_KNOWN_ISSUES"
 UPSTREAM_MARKER = "upstream"
 EXPECTED_OUTCOMES = ("failed", "error", "skipped")
-_OPS = ("==", "!=", ">=", "<=", ">", "<")
-_CLAUSE = re.compile(r"^\s*(==|!=|>=|<=|>|<)\s*(\d+(?:\.\d+)*)(\.\*)?\s*$")
 _ENTRY_KEY = pytest.StashKey[dict]()
-
-
-# --- version ranges (shared with accelgrid.known_issues) --------------------------------
-def parse_range(text: str) -> list[tuple[str, tuple[int, ...], bool]]:
-    """``">=2.4,<2.5"`` -> ``[(">=", (2, 4), False), ("<", (2, 5), False)]``.
-
-    Clauses are ``OP VERSION`` joined by commas, OP one of ==, !=, >=, <=, >, <; ``==2.5.*``
-    / ``!=2.5.*`` match a whole series. Versions compare by their numeric release part
-    (``2.5.1+cu124`` is 2.5.1), missing parts count as 0. Raises ValueError saying why.
-    """
-    clauses = []
-    parts = str(text).split(",")
-    if not str(text).strip():
-        raise ValueError("empty range")
-    for part in parts:
-        m = _CLAUSE.match(part)
-        if not m:
-            raise ValueError(f"'{part.strip()}' is not a clause like '>=2.4' or '<2.5' "
-                             f"(operators: {', '.join(_OPS)})")
-        op, version, star = m.groups()
-        if star and op not in ("==", "!="):
-            raise ValueError(f"'{part.strip()}': '.*' only goes with == or !=")
-        clauses.append((op, tuple(int(p) for p in version.split(".")), bool(star)))
-    return clauses
-
-
-def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = max(len(a), len(b))
-    a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
-    return (a > b) - (a < b)
-
-
-def _clause_holds(version: tuple[int, ...], op: str, bound: tuple[int, ...], star: bool) -> bool:
-    if star:
-        same = version[: len(bound)] == bound
-        return same if op == "==" else not same
-    c = _cmp(version, bound)
-    return {"==": c == 0, "!=": c != 0, ">=": c >= 0, "<=": c <= 0, ">": c > 0, "<": c < 0}[op]
-
-
-def in_range(version: str, text: str | None) -> bool:
-    """Whether ``version`` (e.g. ``"2.5.1+xpu"``) lies in range ``text`` (None: any)."""
-    if text is None:
-        return True
-    v = version_tuple(version)
-    return all(_clause_holds(v, op, bound, star) for op, bound, star in parse_range(text))
-
-
-def range_is_empty(text: str) -> bool:
-    """Whether no version can satisfy ``text`` (e.g. ``">=2.6,<2.5"``); checks the bounds."""
-    clauses = parse_range(text)
-    candidates = {bound for _, bound, _ in clauses}
-    probes = set()
-    for bound in candidates:
-        probes |= {bound, bound + (0, 1), (*bound[:-1], bound[-1] + 1)}
-        if bound[-1] > 0:
-            probes.add((*bound[:-1], bound[-1] - 1, 99))
-    probes.add((0,))
-    probes.add((9999,))
-    return not any(all(_clause_holds(p, op, b, s) for op, b, s in clauses) for p in probes)
 
 
 def test_matches(nodeid: str, pattern: str) -> bool:
@@ -120,9 +60,17 @@ def covers(entry: dict[str, Any], nodeid: str, torch_version: str | None) -> boo
     for spec in entry["tests"]:
         if not test_matches(nodeid, spec["test"]):
             continue
-        if spec.get("torch") is None or (torch_version and in_range(torch_version, spec["torch"])):
+        if spec.get("torch") is None or (torch_version and _within(torch_version, spec["torch"])):
             return True
     return False
+
+
+def _within(version: str, text: str) -> bool:
+    """in_range, with a version that is not PEP 440 counting as outside."""
+    try:
+        return in_range(version, text)
+    except ValueError:
+        return False
 
 
 # --- the plugin --------------------------------------------------------------------------
@@ -146,7 +94,7 @@ def out_of_scope_reason(entry: dict[str, Any],
         version = (versions or {}).get(package) if versions is not None else _installed(package)
         if version is None:
             return f"{package} is not installed"
-        if not in_range(version, text):
+        if not _within(version, text):
             return f"{package} {version} is outside {text}"
     return None
 

@@ -1,13 +1,23 @@
-"""The matrix model: matrix.yaml's schema, its semantic checks, and typed access to it.
+"""The matrix model: matrix.yaml's semantic checks, typed access, and cells.
+
+The schema is ``accelgrid/schemas/matrix.schema.json`` (``validation.load_schema("matrix")``);
+``PIN_NAMES`` must match its pin keys (tests check it).
 
 ``load_matrix(path)`` returns a :class:`Matrix` or raises
 :class:`~accelgrid.validation.ValidationFailed` listing every problem with file, line and
-key. Cells are expanded by :mod:`accelgrid.cells`.
+key. Its ``cells`` are the matrix's device x torch x profile combinations after
+include/exclude, following GitHub Actions' matrix rules: ``exclude`` removes every
+combination whose listed keys all match; an ``include`` entry whose device/torch/profile
+match existing combinations adds its other keys (suites, timeout, workers) to them,
+otherwise it adds a new combination. Profiles that declare ``devices`` are only crossed
+with those devices. :func:`select` filters cells.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,185 +28,18 @@ from .validation import (
     SourceMap,
     ValidationFailed,
     check_schema,
+    load_schema,
     load_yaml,
     suggest,
 )
 from .validation import (
     check_known as _known,
 )
+from .versions import public_version
 
-DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps")
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
-CONTAINER_FAMILIES = ("cpu", "cuda", "xpu")
 DEFAULT_MATRIX = "matrix.yaml"
-
-_SERIES = {"type": "string", "pattern": r"^\d+\.\d+$", "description": 'a torch series like "2.13"'}
-_RELEASE = {"type": "string", "pattern": r"^\d+(\.\d+){1,2}([a-z0-9.+-]*)$",
-            "description": 'a release like "2.13.0"'}
-_NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9-]*$",
-         "description": "lower-case letters, digits and '-'"}
-_ENV = {
-    "type": "object",
-    "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$",
-                      "description": "an environment variable name"},
-    "additionalProperties": {"type": ["string", "integer"]},
-}
-_STRINGS = {"type": "array", "items": {"type": "string"}}
-_TIMEOUT = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "cell_minutes": {"type": "integer", "minimum": 1},
-        "test_seconds": {"type": "integer", "minimum": 1},
-    },
-}
-_RULE = {
-    "type": "object",
-    "additionalProperties": False,
-    "minProperties": 1,
-    "properties": {
-        "device": {"type": "string"},
-        "torch": _SERIES,
-        "profile": {"type": "string"},
-        "suites": _STRINGS,
-        "timeout": _TIMEOUT,
-        "workers": {"type": "integer", "minimum": 1},
-    },
-}
-
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["schema", "defaults", "devices", "torch", "profiles", "suites", "matrix"],
-    "properties": {
-        "schema": {"enum": [1]},
-        "defaults": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["torch", "suites"],
-            "properties": {
-                "torch": _SERIES,
-                "python": {"type": "string", "pattern": r"^3\.\d+$",
-                           "description": 'a Python version like "3.11"'},
-                "profile": {"type": "string"},
-                "suites": {**_STRINGS, "minItems": 1},
-                "timeout": _TIMEOUT,
-                "workers": {"type": "integer", "minimum": 1},
-            },
-        },
-        "tools": _STRINGS,
-        "devices": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": {"enum": list(DEVICE_TYPES)},
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["index", "detect", "runner"],
-                "properties": {
-                    "description": {"type": "string"},
-                    "index": {"type": "string", "pattern": r"^(default|https?://\S+|file://\S+)$",
-                              "description": "'default' or an index URL"},
-                    "torch_local_version": {"type": "string"},
-                    "env": _ENV,
-                    "detect": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "minProperties": 1,
-                        "properties": {
-                            "always": {"type": "boolean"},
-                            "commands_any": _STRINGS,
-                            "paths_any": _STRINGS,
-                            "system": {"enum": ["Linux", "Darwin", "Windows"]},
-                            "machine": {"type": "string"},
-                        },
-                    },
-                    "runner": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["labels"],
-                        "properties": {
-                            "labels": {**_STRINGS, "minItems": 1},
-                            "hosted": {"type": "boolean"},
-                        },
-                    },
-                    "container": {
-                        "type": ["object", "null"],
-                        "additionalProperties": False,
-                        "required": ["family", "base"],
-                        "properties": {
-                            "family": {"enum": list(CONTAINER_FAMILIES)},
-                            "base": {"type": "string", "pattern": r"^[^\s@]+@sha256:[0-9a-f]{64}$",
-                                     "description": "an image pinned by digest: "
-                                                    "name@sha256:<64 hex digits>"},
-                        },
-                    },
-                    "workers": {"type": "integer", "minimum": 1},
-                },
-            },
-        },
-        "torch": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": _SERIES,
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["torch"],
-                "properties": {
-                    **{name: _RELEASE for name in PIN_NAMES},
-                    "python": {"type": "string", "pattern": r"^3\.\d+$"},
-                },
-            },
-        },
-        "profiles": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": _NAME,
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "description": {"type": "string"},
-                    "devices": _STRINGS,
-                    "env": _ENV,
-                },
-            },
-        },
-        "suites": {
-            "type": "object",
-            "minProperties": 1,
-            "propertyNames": {"type": "string", "pattern": r"^[a-z0-9_]+$",
-                              "description": "lower-case letters, digits and '_'"},
-            "additionalProperties": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["path"],
-                "properties": {
-                    "path": {"type": "string"},
-                    "description": {"type": "string"},
-                    "needs": {"type": "array",
-                              "items": {"enum": [p for p in PIN_NAMES if p != "torch"]}},
-                    "packages": _STRINGS,
-                    "devices": _STRINGS,
-                },
-            },
-        },
-        "matrix": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["device", "torch"],
-            "properties": {
-                "device": {**_STRINGS, "minItems": 1},
-                "torch": {"type": "array", "items": _SERIES, "minItems": 1},
-                "profile": {**_STRINGS, "minItems": 1},
-                "include": {"type": "array", "items": _RULE},
-                "exclude": {"type": "array", "items": _RULE},
-            },
-        },
-    },
-}
+AXES = ("device", "torch", "profile")
 
 
 @dataclass(frozen=True)
@@ -212,10 +55,6 @@ class Device:
     container_family: str | None = None
     container_base: str | None = None
     workers: int | None = None
-
-    @property
-    def uses_default_index(self) -> bool:
-        return self.index == "default"
 
 
 @dataclass(frozen=True)
@@ -246,7 +85,46 @@ class Suite:
     description: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    device: str
+    torch: str                    # the series, e.g. "2.13"
+    profile: str
+    pins: dict[str, str]          # torch, torchao, transformers, accelerate ...
+    python: str
+    suites: tuple[str, ...]
+    suite_paths: tuple[str, ...]
+    packages: tuple[str, ...]     # everything to install beside torch, pinned
+    env: dict[str, str]           # device env + profile env
+    index: str                    # "default" or the torch index URL
+    torch_requirement: str        # e.g. "torch==2.5.1+xpu"
+    runner_labels: tuple[str, ...]
+    hosted: bool
+    cell_minutes: int
+    test_seconds: int
+    workers: int
+    is_default_torch: bool
+    container_family: str | None = None
+    container_base: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "device": self.device, "torch": self.torch,
+            "profile": self.profile, "pins": dict(self.pins), "python": self.python,
+            "suites": list(self.suites), "suite_paths": list(self.suite_paths),
+            "packages": list(self.packages), "env": dict(self.env), "index": self.index,
+            "torch_requirement": self.torch_requirement,
+            "runner_labels": list(self.runner_labels), "hosted": self.hosted,
+            "timeout": {"cell_minutes": self.cell_minutes, "test_seconds": self.test_seconds},
+            "workers": self.workers, "default_torch": self.is_default_torch,
+            "container": {"family": self.container_family, "base": self.container_base},
+            "tags": list(self.tags),
+        }
+
+
+@dataclass(frozen=True)
 class Matrix:
     path: Path
     root: Path
@@ -262,13 +140,13 @@ class Matrix:
     cell_minutes: int
     test_seconds: int
     workers: int
-    axes: dict[str, list[str]]
-    include: list[dict[str, Any]]
-    exclude: list[dict[str, Any]]
+    axes: dict[str, tuple[str, ...]]
+    include: tuple[dict[str, Any], ...]
+    exclude: tuple[dict[str, Any], ...]
     source: SourceMap
-    cells: list = field(default_factory=list)
+    cells: tuple[Cell, ...] = ()
 
-    def cell(self, name: str):
+    def cell(self, name: str) -> Cell:
         """The cell called ``name``; KeyError with a suggestion otherwise."""
         for cell in self.cells:
             if cell.name == name:
@@ -280,6 +158,14 @@ class Matrix:
 
 def _env(mapping: dict[str, Any] | None) -> dict[str, str]:
     return {k: str(v) for k, v in (mapping or {}).items()}
+
+
+def _is_version(text: str) -> bool:
+    try:
+        public_version(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]:
@@ -295,6 +181,11 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
         problems += _known("profile", defaults["profile"], profiles, smap, ("defaults", "profile"))
     for i, name in enumerate(defaults["suites"]):
         problems += _known("suite", name, suites, smap, ("defaults", "suites", i))
+    for key, spec in data["torch"].items():
+        for pin, value in spec.items():
+            if pin in PIN_NAMES and not _is_version(value):
+                problems.append(smap.problem(("torch", key, pin),
+                                             f"'{value}' is not a PEP 440 version"))
 
     for dev, spec in data["devices"].items():
         for var, value in (spec.get("env") or {}).items():
@@ -399,20 +290,20 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
         test_seconds=timeout.get("test_seconds", 900),
         workers=defaults.get("workers", 1),
         axes={
-            "device": list(axes["device"]),
-            "torch": list(axes["torch"]),
-            "profile": list(axes.get("profile") or [default_profile]),
+            "device": tuple(axes["device"]),
+            "torch": tuple(axes["torch"]),
+            "profile": tuple(axes.get("profile") or [default_profile]),
         },
-        include=list(axes.get("include") or []),
-        exclude=list(axes.get("exclude") or []),
+        include=tuple(axes.get("include") or ()),
+        exclude=tuple(axes.get("exclude") or ()),
         source=smap,
     )
 
 
-def _pairing_problems(matrix: Matrix) -> list[Problem]:
+def _pairing_problems(matrix: Matrix, cells: Iterable[Cell]) -> list[Problem]:
     problems = []
     seen = set()
-    for cell in matrix.cells:
+    for cell in cells:
         for why in compat.incompatibilities(cell.pins, cell.device):
             key = (cell.torch, why)
             if key in seen:
@@ -425,22 +316,148 @@ def _pairing_problems(matrix: Matrix) -> list[Problem]:
 
 def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
     """Load, validate and expand the matrix; raises ValidationFailed with every problem."""
-    from . import cells as cells_mod  # cells builds on this module's types
-
     path = Path(path)
     data, smap = load_yaml(path)
     if not isinstance(data, dict):
         raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
-    problems = check_schema(data, SCHEMA, smap)
+    problems = check_schema(data, load_schema("matrix"), smap)
     if problems:
         raise ValidationFailed(problems)
     problems = _semantic_problems(data, smap, path.parent)
     if problems:
         raise ValidationFailed(problems)
     matrix = _build(data, path, smap)
-    cells, problems = cells_mod.expand(matrix)
-    matrix.cells = cells
-    problems += _pairing_problems(matrix)
+    cells, problems = _expand(matrix)
+    problems += _pairing_problems(matrix, cells)
     if problems:
         raise ValidationFailed(problems)
-    return matrix
+    return dataclasses.replace(matrix, cells=tuple(cells))
+
+
+def select(cells: Iterable[Cell], *, device: list[str] | None = None,
+           torch: list[str] | None = None, profile: list[str] | None = None) -> list[Cell]:
+    """Cells matching every given filter (each filter: any of its values)."""
+    return [
+        c for c in cells
+        if (not device or c.device in device)
+        and (not torch or c.torch in torch)
+        and (not profile or c.profile in profile)
+    ]
+
+
+# --- cells: the combinations after include/exclude -------------------------------------
+def _cell_name(device: str, torch: str, profile: str, default_profile: str = "default") -> str:
+    return f"{device}-{torch}" if profile == default_profile else f"{device}-{torch}-{profile}"
+
+
+def _matches(rule: dict[str, Any], combo: dict[str, Any]) -> bool:
+    return all(combo.get(k) == rule[k] for k in AXES if k in rule)
+
+
+def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
+    """All cells of ``matrix`` (built without them) in declaration order, and the problems
+    found building them."""
+    smap = matrix.source
+    problems: list[Problem] = []
+    combos: list[dict[str, Any]] = []
+    for device in matrix.axes["device"]:
+        for torch in matrix.axes["torch"]:
+            for profile in matrix.axes["profile"]:
+                if matrix.profiles[profile].applies_to(device):
+                    combos.append({"device": device, "torch": torch, "profile": profile,
+                                   "_origin": ("matrix",)})
+    combos = [c for c in combos if not any(_matches(r, c) for r in matrix.exclude)]
+
+    for i, rule in enumerate(matrix.include):
+        origin = ("matrix", "include", i)
+        extras = {k: v for k, v in rule.items() if k not in AXES}
+        targets = [c for c in combos if _matches(rule, c)]
+        if targets:
+            for combo in targets:
+                combo.update(extras)
+                if extras:
+                    combo["_origin"] = origin  # problems with this cell point at the rule
+            continue
+        complete = all(k in rule for k in ("device", "torch"))
+        if not complete:
+            problems.append(smap.problem(origin, "matches no cell and cannot add one: "
+                                         "a new cell needs both device and torch"))
+            continue
+        combo = {"device": rule["device"], "torch": rule["torch"],
+                 "profile": rule.get("profile", matrix.default_profile), **extras,
+                 "_origin": origin}
+        profile = matrix.profiles[combo["profile"]]
+        if not profile.applies_to(combo["device"]):
+            problems.append(smap.problem(
+                (*origin, "profile"),
+                f"profile '{profile.name}' applies to {', '.join(profile.devices or ())} only, "
+                f"not {combo['device']}"))
+            continue
+        combos.append(combo)
+
+    cells: list[Cell] = []
+    seen: dict[str, tuple] = {}
+    for combo in combos:
+        cell, why = _make_cell(matrix, combo)
+        if why:
+            problems.append(smap.problem(combo["_origin"], why))
+            continue
+        if cell.name in seen:
+            problems.append(smap.problem(
+                combo["_origin"],
+                f"duplicate cell name '{cell.name}' (also from line {smap.line(seen[cell.name])})"))
+            continue
+        seen[cell.name] = combo["_origin"]
+        cells.append(cell)
+    return cells, problems
+
+
+def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str | None]:
+    device = matrix.devices[combo["device"]]
+    series = matrix.torch[combo["torch"]]
+    profile = matrix.profiles[combo["profile"]]
+    name = _cell_name(device.name, series.series, profile.name, matrix.default_profile)
+    suite_names = [
+        s for s in combo.get("suites", matrix.default_suites)
+        if matrix.suites[s].devices is None or device.name in matrix.suites[s].devices
+    ]
+    if not suite_names:
+        return None, f"cell {name} resolves to no suites (none of its suites runs on {device.name})"
+    suites = [matrix.suites[s] for s in suite_names]
+    missing = sorted({n for s in suites for n in s.needs if n not in series.pins})
+    if missing:
+        return None, (f"cell {name}: suites need {', '.join(missing)} but torch "
+                      f"{series.series} pins no version for it")
+    packages: list[str] = list(matrix.tools)
+    for pin in sorted({n for s in suites for n in s.needs}):
+        packages.append(f"{pin}=={series.pins[pin]}")
+    for suite in suites:
+        packages += [p for p in suite.packages if p not in packages]
+    torch_req = f"torch=={series.pins['torch']}"
+    if device.torch_local_version:
+        torch_req += f"+{device.torch_local_version}"
+    timeout = combo.get("timeout") or {}
+    tags = (device.name, f"torch-{series.series}", profile.name)
+    return Cell(
+        name=name,
+        device=device.name,
+        torch=series.series,
+        profile=profile.name,
+        pins=dict(series.pins),
+        python=series.python or matrix.default_python,
+        suites=tuple(suite_names),
+        suite_paths=tuple(s.path for s in suites),
+        packages=tuple(packages),
+        env={**device.env, **profile.env},
+        index=device.index,
+        torch_requirement=torch_req,
+        runner_labels=device.runner_labels,
+        hosted=device.hosted,
+        cell_minutes=timeout.get("cell_minutes", matrix.cell_minutes),
+        test_seconds=timeout.get("test_seconds", matrix.test_seconds),
+        workers=combo.get("workers", device.workers or matrix.workers),
+        is_default_torch=series.series == matrix.default_torch,
+        container_family=device.container_family,
+        container_base=device.container_base,
+        tags=tags,
+    ), None

@@ -17,8 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .compat import version_tuple
+from packaging.version import Version
+
 from .results import read_json, read_jsonl
+from .versions import version_key
 
 SCHEMA_VERSION = 1
 # When tests disagree about an op, the worst status wins.
@@ -71,8 +73,8 @@ def aggregate(folder: Path) -> dict[str, Any] | None:
     }
 
 
-def _series(cell: dict[str, Any]) -> tuple[int, ...]:
-    return version_tuple(cell.get("torch") or "0")
+def _series(cell: dict[str, Any]) -> Version:
+    return version_key(cell.get("torch"))
 
 
 def cross_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:

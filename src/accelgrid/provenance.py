@@ -26,7 +26,8 @@ PACKAGES = (
 
 
 def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    # timezone.utc, not UTC (3.11+): this runs on the cell's Python, which may be older.
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")  # noqa: UP017
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:

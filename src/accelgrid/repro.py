@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from . import detect, known_issues, outcomes, results
-from .cells import Cell
 from .errors import AccelgridError, InvalidInput
-from .matrix import Matrix
+from .matrix import Cell, Matrix
 
 REPRODUCES = "reproduces"
 FIXED = "fixed"

@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compat, contract, detect, known_issues, results
-from .cells import Cell
+from . import contract, detect, known_issues, results
+from .matrix import Cell
 from .report import ops_pages
+from .versions import version_key
 
 EXIT_CELL_TIMEOUT = 124
 
@@ -43,7 +44,7 @@ def torch_mismatch(cell: Cell, python: str) -> str | None:
     version = installed_version(python)
     if version is None:
         return f"{cell.name}: torch is not installed for {python}"
-    if compat.version_tuple(version)[:2] != compat.version_tuple(cell.torch)[:2]:
+    if version_key(version).release[:2] != version_key(cell.torch).release[:2]:
         return (f"{cell.name}: {python} has torch {version}, the cell needs torch "
                 f"{cell.torch}.x (pin {cell.torch_requirement})")
     return None

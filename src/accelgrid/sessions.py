@@ -16,8 +16,7 @@ import nox
 from nox.virtualenv import PassthroughEnv
 
 from . import contract, detect, install, results, runner
-from .cells import Cell
-from .matrix import Matrix
+from .matrix import Cell, Matrix
 
 
 def _python_in(session: nox.Session) -> str:

@@ -1,13 +1,22 @@
 """Validating YAML files against a JSON schema, with errors that name file, line and key.
 
-Used for matrix.yaml (and other strict YAML files): every problem becomes one line
-``FILE:LINE: KEY.PATH: message``, unknown keys get a "did you mean" suggestion, and the
-caller prints them instead of a traceback.
+Used for matrix.yaml and known_issues.yaml (and other strict YAML files): every problem
+becomes one line ``FILE:LINE: KEY.PATH: message``, unknown keys get a "did you mean"
+suggestion, and the caller prints them instead of a traceback.
+
+The schemas are JSON Schema (draft 2020-12) files shipped in the package,
+``accelgrid/schemas/<file>.schema.json`` (:data:`SCHEMA_FILES`): :func:`load_schema` gives
+one as a dict, :func:`schema_text` as the file's text (for editors and
+``accelgrid schema``). A ``description`` of a string, number or pattern doubles as the
+hint in type and pattern errors (``expected string, got a number (a torch series like
+"2.13")``); descriptions of mappings and lists are for editors only.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.resources
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +28,8 @@ import yaml
 from .errors import InvalidInput
 
 KeyPath = tuple[Any, ...]
+
+SCHEMA_FILES = {"matrix": "matrix.schema.json", "known-issues": "known_issues.schema.json"}
 
 
 @dataclass(frozen=True)
@@ -179,9 +190,10 @@ def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Proble
     if validator == "required":
         return [smap.problem(path, error.message.replace("is a required property", "is required"))]
     if validator == "type":
-        expected = schema["type"]
-        expected = " or ".join(expected) if isinstance(expected, list) else expected
-        hint = schema.get("description", "")
+        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        expected = " or ".join(types)
+        # A mapping's or list's description documents the section, it is no format hint.
+        hint = "" if {"object", "array"} & set(types) else schema.get("description", "")
         msg = f"expected {expected}, got {_type_name(error.instance)}"
         if isinstance(error.instance, float) and expected == "string":
             msg += f" — quote version numbers (\"{error.instance}\" is read as a number)"
@@ -226,3 +238,18 @@ def check_schema(data: Any, schema: dict, smap: SourceMap) -> list[Problem]:
             continue
         problems.extend(_describe(error, smap))
     return sorted(set(problems), key=lambda p: (p.line or 0, dotted(p.path), p.message))
+
+
+def schema_text(name: str) -> str:
+    """The JSON Schema file ``name`` (``"matrix"`` or ``"known-issues"``) as shipped in the
+    package; InvalidInput for another name."""
+    if name not in SCHEMA_FILES:
+        raise InvalidInput(f"unknown schema '{name}'; expected one of: "
+                           f"{', '.join(SCHEMA_FILES)}{suggest(name, SCHEMA_FILES)}")
+    resource = importlib.resources.files("accelgrid") / "schemas" / SCHEMA_FILES[name]
+    return resource.read_text(encoding="utf-8")
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema ``name`` (see :func:`schema_text`) as a dict."""
+    return json.loads(schema_text(name))

@@ -413,7 +413,7 @@ def run(
         "device_name": name,
         "host": platform.node(),
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "width": width,
         "tokens": tokens,
         "steps": steps,

@@ -7,9 +7,8 @@ import json
 import os
 import sys
 
-from .. import cells as cells_mod
 from .. import install
-from ..matrix import load_matrix
+from ..matrix import load_matrix, select
 from ._common import matrix_of
 
 
@@ -43,7 +42,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _cells(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
-    picked = cells_mod.select(matrix.cells, device=args.device, torch=args.torch,
+    picked = select(matrix.cells, device=args.device, torch=args.torch,
                               profile=args.profile)
     if args.json:
         print(json.dumps([c.as_dict() for c in picked], indent=2))

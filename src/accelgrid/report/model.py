@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import outcomes
-from ..compat import version_tuple
 from ..provenance import now
 from ..results import CellResults, discover, read_cell, suite_of
+from ..versions import version_key
 
 SCHEMA_VERSION = 2
 RECORD_FIELDS = ("outcome", "message", "duration", "worker", "device", "issue", "longrepr")
@@ -130,7 +130,7 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
 
 def _sort_key(col: dict[str, Any]) -> tuple:
     series = col["torch_series"] or ""
-    return (col["device"], version_tuple(series) if series[:1].isdigit() else (0,),
+    return (col["device"], version_key(series),
             col["profile"] != "default", col["profile"], col["name"])
 
 
