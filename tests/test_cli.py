@@ -98,12 +98,29 @@ def test_matrix_option_is_taken_before_and_after_the_command(tmp_path) -> None:
 @pytest.mark.parametrize("argv", [
     [], ["validate"], ["cells"], ["plan"], ["run"], ["grid"], ["baseline"], ["ops"],
     ["repro"], ["bisect"], ["ci"], ["ci", "check"], ["container"], ["container", "run"],
-    ["bench"],
+    ["bench"], ["schema"], ["bench", "offload"], ["baseline", "update"], ["ops", "build"],
 ])
 def test_every_command_has_help(argv) -> None:
     proc = _cli(*argv, "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: accelgrid")
+
+
+@pytest.mark.parametrize("name, source", [("matrix", "matrix.yaml"),
+                                          ("known-issues", "known_issues.yaml")])
+def test_schema_prints_the_schema_the_yaml_file_names(name, source) -> None:
+    import jsonschema
+    import yaml
+
+    proc = _cli("schema", name)
+    assert proc.returncode == 0, proc.stderr
+    schema = json.loads(proc.stdout)
+    jsonschema.validators.validator_for(schema).check_schema(schema)
+    modeline = (ROOT / source).read_text().splitlines()[0]
+    assert modeline.startswith("# yaml-language-server: $schema=")
+    assert json.loads((ROOT / modeline.split("=", 1)[1]).read_text()) == schema
+    jsonschema.validate(yaml.safe_load((ROOT / source).read_text()), schema)
+    assert _cli("schema", "nope").returncode == 2
 
 
 def test_version() -> None:

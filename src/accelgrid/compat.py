@@ -1,7 +1,7 @@
 """Version pairings known not to work, checked when the matrix is validated.
 
-Sources: REFERENCE.md §3–4 (torchao release notes, transformers and accelerate
-requirements). Each rule names the package, the versions it covers, and the torch range
+Sources: torchao's release notes (it declares no torch requirement), transformers'
+and accelerate's own torch requirements. Each rule names the package, the versions it covers, and the torch range
 (and device, if any) that it needs. Pairings are about releases, so a version counts as
 its release here (``packaging``'s ``base_version``): local labels, pre-, dev and post
 parts are dropped (``2.5.1+xpu`` is 2.5.1, a ``2.11.0.dev…`` nightly is 2.11.0), unlike in

@@ -33,7 +33,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-# Exact upstream texts (REFERENCE.md §2). XPU prints "happends" and a trailing space.
+# Exact upstream texts (torch-xpu-ops XPUFallback.template, PyTorch MPSFallback.mm).
+# XPU prints "happends" and a trailing space.
 XPU_FALLBACK_ONCE = (
     "Aten Op fallback from XPU to CPU happends. This may have performance implications. "
     "If need debug the fallback ops please set environment variable "
@@ -52,7 +53,6 @@ _NOT_IMPLEMENTED = re.compile(
     r"for the (XPU|MPS|CUDA) device")
 
 DISPATCH_KEY = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
-STATUSES = ("native", "decomposed", "fallback", "missing", "unknown")
 
 
 def base_op(name: str) -> str:

@@ -1,4 +1,4 @@
-"""Commands that read the matrix: ``validate``, ``cells``, ``plan``."""
+"""Commands that read the matrix: ``validate``, ``cells``, ``plan``, ``schema``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .. import install
+from .. import install, validation
 from ..matrix import load_matrix, select
 from ._common import matrix_of
 
@@ -31,6 +31,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("cell")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of matrix.yaml or known_issues.yaml",
+                       description="Print a shipped JSON Schema (draft 2020-12), e.g. for an "
+                                   "editor: matrix.yaml and known_issues.yaml name theirs in a "
+                                   "yaml-language-server modeline.")
+    p.add_argument("name", nargs="?", default="matrix", choices=sorted(validation.SCHEMA_FILES),
+                   help="which schema (default: %(default)s)")
+    p.set_defaults(func=_schema)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -82,4 +90,9 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"results     results/{cell.name}/")
     if cell.container_base:
         print(f"container   {cell.container_family} on {cell.container_base}")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    sys.stdout.write(validation.schema_text(args.name))
     return 0
