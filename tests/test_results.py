@@ -1,17 +1,14 @@
 """Finding and reading results folders for reports (accelgrid.results: discover,
-read_cell, fill_cell_name), and the import rule that keeps them below the reports."""
+read_cell, fill_cell_name)."""
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
 from report_cases import artifacts, broken_cells, write_cell
 
 from accelgrid import results
-
-SRC = Path(__file__).resolve().parents[1] / "src" / "accelgrid"
 
 
 def test_discovers_cells_in_an_artifacts_download(tmp_path: Path) -> None:
@@ -67,35 +64,3 @@ def test_fill_cell_name_from_the_records(tmp_path: Path) -> None:
     (named / results.TESTS).write_text(json.dumps(
         {"nodeid": "t.py::a", "outcome": "passed", "cell": "other"}) + "\n")
     assert results.read_cell(named).name == "cpu-2.13"
-
-
-def _imports(path: Path) -> set[str]:
-    """Modules ``path`` imports, absolute, within accelgrid."""
-    package = "accelgrid." + ".".join(path.relative_to(SRC).with_suffix("").parts[:-1])
-    package = package.rstrip(".")
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                mod = f"{base}.{node.module}" if node.module else base
-            else:
-                mod = node.module or ""
-            found.add(mod)
-            found |= {f"{mod}.{a.name}" for a in node.names}
-    return {m for m in found if m.startswith("accelgrid")}
-
-
-def test_no_import_circle_between_results_and_reports() -> None:
-    assert "accelgrid.results.discover" in _imports(SRC / "report" / "model.py")  # sees it
-    assert not {m for m in _imports(SRC / "results.py") if m.startswith("accelgrid.report")}
-    for path in (SRC / "report").glob("*.py"):
-        assert not {m for m in _imports(path) if m.startswith("accelgrid.cli")}, path
-    assert not (SRC / "grid.py").exists() and not (SRC / "baseline.py").exists()
-    # Only cli/ builds argument parsers (the benchmarks still do, for now).
-    for path in SRC.rglob("*.py"):
-        rel = path.relative_to(SRC)
-        if rel.parts[0] != "cli" and "bench" not in str(rel):
-            assert "ArgumentParser(" not in path.read_text(), path

@@ -1,0 +1,100 @@
+"""The package's shape: import layers (import-linter), no import circle, one command tree."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "accelgrid"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint_imports(src_parent: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src_parent)}
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(ROOT / ".importlinter")],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def test_import_contracts_hold() -> None:
+    proc = _lint_imports(ROOT / "src")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 kept, 0 broken" in proc.stdout
+
+
+@pytest.mark.parametrize("module, planted, broken", [
+    # results is read by the reports; it must never reach up into them.
+    ("results.py", "from . import report  # noqa\n", "Layers"),
+    # the in-cell plugin runs where only torch, pytest and the stdlib exist.
+    ("provenance.py", "import yaml  # noqa\n", "In-cell"),
+])
+def test_import_contracts_catch_a_planted_violation(tmp_path, module, planted, broken) -> None:
+    copy = tmp_path / "src" / "accelgrid"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / module
+    text = target.read_text()
+    cut = text.index("\nfrom __future__ import annotations\n") + len(
+        "\nfrom __future__ import annotations\n")
+    target.write_text(text[:cut] + planted + text[cut:])
+    proc = _lint_imports(tmp_path / "src")
+    assert proc.returncode != 0
+    assert f"{broken}" in proc.stdout and "BROKEN" in proc.stdout
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import circle in ``edges`` (module -> modules it imports), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(edges.get(m, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state and (found := visit(d)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(edges):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_cycle_finder_finds_a_planted_circle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_circle() -> None:
+    graph = grimp.build_graph("accelgrid")  # every import, function-level ones included
+    modules = sorted(m for m in graph.modules if m.startswith("accelgrid"))
+    # A package's __init__ importing its own submodules is not a circle of concepts.
+    edges = {m: {d for d in graph.find_modules_directly_imported_by(m)
+                 if d.startswith("accelgrid") and d != m and not d.startswith(m + ".")}
+             for m in modules}
+    cycle = _cycle(edges)
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_only_cli_builds_argument_parsers() -> None:
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] == "cli":
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "argparse" not in imported, f"{rel} parses a command line; that belongs in cli/"
+        assert not any(isinstance(n, ast.FunctionDef) and n.name == "main"
+                       for n in tree.body), f"{rel} has a main(); commands live in cli/"
