@@ -1,11 +1,12 @@
 """Version pairings known not to work, checked when the matrix is validated.
 
 Sources: torchao's release notes (it declares no torch requirement), transformers' and
-accelerate's own torch requirements. Each rule names the package, the versions it covers,
-and the torch range (and device, if any) that it needs. Pairings are about releases, so a version counts as
-its release here (``packaging``'s ``base_version``): local labels, pre-, dev and post
-parts are dropped (``2.5.1+xpu`` is 2.5.1, a ``2.11.0.dev…`` nightly is 2.11.0), unlike in
-known-issue ranges, which follow PEP 440 (:mod:`accelgrid.versions`).
+accelerate's own torch requirements. Each rule names the package, the versions it
+covers, and the torch range (and device, if any) that it needs. Pairings are about
+releases, so a version counts as its release here (``packaging``'s ``base_version``):
+local labels, pre-, dev and post parts are dropped (``2.5.1+xpu`` is 2.5.1, a
+``2.11.0.dev…`` nightly is 2.11.0), unlike in known-issue ranges, which follow PEP 440
+(:mod:`accelgrid.versions`).
 """
 
 from __future__ import annotations
