@@ -98,3 +98,14 @@ def test_only_cli_builds_argument_parsers() -> None:
         assert "argparse" not in imported, f"{rel} parses a command line; that belongs in cli/"
         assert not any(isinstance(n, ast.FunctionDef) and n.name == "main"
                        for n in tree.body), f"{rel} has a main(); commands live in cli/"
+
+
+def test_readme_layout_names_every_module() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Layout"):]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| `src/accelgrid/")]
+    named = " ".join(rows)
+    modules = {p.stem for p in SRC.rglob("*.py")
+               if not p.stem.startswith("_") and "templates" not in p.parts}
+    missing = sorted(m for m in modules if f"`{m}`" not in named)
+    assert not missing, f"README's layout table does not name {missing}"

@@ -16,6 +16,7 @@ import nox
 from nox.virtualenv import PassthroughEnv
 
 from . import contract, detect, install, results, runner
+from .errors import AccelgridError
 from .matrix import Cell, Matrix
 
 
@@ -90,6 +91,6 @@ def prepared_python(root: Path, cell: Cell, env: dict[str, str] | None = None) -
            "--install-only"]
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"{cell.name}: preparing its env failed:\n{proc.stderr[-2000:]}")
+        raise AccelgridError(f"{cell.name}: preparing its env failed:\n{proc.stderr[-2000:]}")
     # nox names env folders after the session, with '.' replaced.
     return str(root / ".nox" / cell.name.replace(".", "-") / "bin" / "python")
