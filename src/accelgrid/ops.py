@@ -245,6 +245,8 @@ RECORDS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "unimplemented ops fall back instead of failing, recorded as missing-but-fell-back",
      (contract.CAPTURE_OPS,),
      "unimplemented ops fall back instead of failing, not recorded (that needs capture)"),
+    ("IGC_EnableDPEmulation", "outcomes with FP64 emulated in software (IGC_EnableDPEmulation=1)",
+     (), ""),
 )
 ALWAYS_RECORDED = "test outcomes and provenance"
 

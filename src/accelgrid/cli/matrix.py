@@ -8,7 +8,7 @@ import os
 import sys
 
 from .. import cells as cells_mod
-from .. import install
+from .. import install, ops
 from ..matrix import load_matrix
 from ._common import matrix_of
 
@@ -62,7 +62,8 @@ def _plan(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
     cell = matrix.cell(args.cell)
     plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
-    data = {**cell.as_dict(), "install": plan.as_dict()}
+    records = ops.records(cell.env)
+    data = {**cell.as_dict(), "install": plan.as_dict(), "records": records}
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -76,6 +77,7 @@ def _plan(args: argparse.Namespace) -> int:
     if plan.env:
         print("uv env      " + " ".join(f"{k}={v}" for k, v in plan.as_dict()["env"].items()))
     print("env         " + (" ".join(f"{k}={v}" for k, v in cell.env.items()) or "(none)"))
+    print("records     " + "; ".join(records))
     pairs = zip(cell.suites, cell.suite_paths, strict=True)
     print(f"suites      {', '.join(f'{s} ({p})' for s, p in pairs)}")
     print(f"pytest      -n {cell.workers} --timeout={cell.test_seconds} --timeout-method=thread")
