@@ -242,7 +242,7 @@ def test_predicted_pages_of_the_h200_capture(tmp_path: Path) -> None:
     assert "## torch 2.5 for XPU (release/2.5 @ 7e3d00acea9f)" in md
     assert ("## torch 2.13 for XPU (release/2.13 @ 21172da81103)\n\n128 native, 46 "
             "decomposed, 0 fallback, 0 missing, 2 cuda-only, 2 unknown: the ops that would "
-            "not run on the XPU") in md
+            "fall back, be missing or cannot be predicted") in md
     # Per series, the seed-like table: the ops that would not run, calls per workload.
     per_25 = md.split("## torch 2.5 for XPU")[1].split("## torch 2.6")[0]
     assert "| `aten::linspace.default` | fallback | decomposed |" in per_25

@@ -1,15 +1,18 @@
 """Op coverage: a cell's ops (``ops.json``'s content) and the op x cell view.
 
 Input: ``results/<cell>/ops-raw/*.jsonl``, written by the recording plugin when a run
-captures ops (``ACCELGRID_CAPTURE_OPS=1``, e.g. the ``op-capture`` and
-``fallback-debug`` profiles). Each line is one test's ops with their status on the
-cell's device (classified in the cell's own interpreter by accelgrid.opcapture).
-:func:`aggregate` merges one cell's, :func:`cross_cell` compares cells; the pages
-(ops.md/.html, ops-grid.*) are rendered by :mod:`accelgrid.report.ops_pages`:
+captures ops (``ACCELGRID_CAPTURE_OPS=1``, e.g. the ``op-capture``, ``fallback-debug`` and
+``fallback-survey`` profiles). Each line is one test's ops with their status on the
+cell's device (classified in the cell's own interpreter by accelgrid.opcapture) and what
+the device's messages named. :func:`aggregate` merges one cell's, :func:`cross_cell`
+compares cells (an xpu cell against the prediction for its release), :func:`load_captured`
+and :func:`merge` feed a prediction (accelgrid.xpu_prediction); the pages (ops.md/.html,
+ops-grid.*, ops-predicted.*) are rendered by :mod:`accelgrid.report.ops_pages`:
 
     accelgrid ops build results/cpu-2.13          # ops.json, ops.md, ops.html in the folder
     accelgrid ops grid results/* --out results    # ops-grid.md/.html: op x cell, and when
                                                   # each op stopped falling back
+    accelgrid ops predict results/cuda-2.11-op-capture   # ops-predicted.*: per XPU release
 """
 
 from __future__ import annotations
@@ -176,6 +179,21 @@ def cross_cell(cells: list[dict[str, Any]], upstream: Mapping[str, Any] | None =
     return {"schema": SCHEMA_VERSION, "cells": [c["cell"] for c in cells], "ops": table,
             "stopped_falling_back": fixed_in, "fallback_seen": seen, "missing_how": how,
             "predicted": predicted, "disagreements": disagreements}
+
+
+def folder_check(folder: Path) -> dict[str, Any] | None:
+    """For an xpu cell's results folder with an ops.json: its observed statuses against the
+    prediction for its torch series, as ``{"series", "branch", "agree", "disagree",
+    "not_compared"}`` (``error`` instead when the series has no data); else None."""
+    data, problem = read_json(Path(folder) / "ops.json")
+    if problem or not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
+        return None
+    check = xpu_prediction.observed_vs_predicted(data)
+    if check is None:
+        return None
+    if check.get("error"):
+        return {"series": check["series"], "error": check["error"]}
+    return {"series": check["series"], "branch": check["branch"], **check["counts"]}
 
 
 # --- captured ops as input to a prediction ---------------------------------------------

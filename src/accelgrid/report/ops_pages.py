@@ -307,8 +307,9 @@ def _predicted_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[li
             ["op", "predicted", f"captured ({doc['captured'].get('device_type')})", *wls]
             if rows else [], rows,
             ", ".join(f"{c[st]} {st}" for st in xpu_prediction.STATUSES)
-            + (": the ops that would not run on the XPU, with their calls per workload."
-               if rows else ": every captured op would run on the XPU.")))
+            + (": the ops that would fall back, be missing or cannot be predicted, with their "
+               "calls per workload."
+               if rows else ": every captured op would run natively or decomposed.")))
     seed = doc.get("seed")
     if seed:
         tables.append((
