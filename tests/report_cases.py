@@ -131,3 +131,70 @@ def ops_cell(folder: Path, name: str, torch: str, statuses: dict[str, str],
     (cell / "ops-raw").mkdir(parents=True)
     (cell / "ops-raw" / "gw0.jsonl").write_text("\n".join(lines) + "\n")
     return cell
+
+
+def _rec(wl: str, ops_: dict[str, str], fallback=(), missing=(), fell_back=(),
+         notice=False) -> dict:
+    """One ops-raw line as OpCaptureHook writes it (OpCapture.report() and its keys)."""
+    return {"nodeid": f"suites/hf_examples/test_workloads.py::test_workload[{wl}]",
+            "workload": wl, "device_type": "xpu",
+            "ops": {op: {"count": 2, "phases": {"forward": 2}, "status": s}
+                    for op, s in ops_.items()},
+            "host_calls": 0, "fallback_seen": sorted(fallback), "missing": sorted(missing),
+            "missing_fell_back": sorted(fell_back), "generic_fallback_notice": notice}
+
+
+def xpu_survey_cell(folder: Path, name: str = "xpu-2.5-fallback-survey") -> Path:
+    """A results folder as a fallback-survey cell on torch 2.5 would leave it: SYNTHETIC
+    (no Intel GPU ran it), built from real names: captured calls of docs/cuda/ops-cuda-2.11.json,
+    kernels of release/2.5's fallback list, a seed "manual" op that raised, one that fell
+    back through PYTORCH_ENABLE_XPU_FALLBACK=1."""
+    cell = folder / name
+    (cell / "ops-raw").mkdir(parents=True)
+    (cell / "env.json").write_text(json.dumps({"cell": name, "device_type": "xpu",
+                                               "torch": {"version": "2.5.1+xpu"}}))
+    records = [
+        _rec("instance-segmentation",
+             {"aten::linspace.default": "fallback", "aten::addmm.default": "native",
+              "aten::_foreach_mul_.Tensor": "missing"},
+             fallback={"aten::linspace.out", "aten::_foreach_mul_.Tensor"},
+             fell_back={"aten::_foreach_mul_.Tensor"}),
+        _rec("semantic-segmentation",
+             {"aten::linspace.default": "fallback", "aten::nll_loss2d_forward.default": "missing"},
+             fallback={"aten::linspace.out"}, missing={"aten::nll_loss2d_forward"}),
+    ]
+    (cell / "ops-raw" / "gw0.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records))
+    return cell
+
+
+CUDA_CAPTURE = Path(__file__).resolve().parents[1] / "docs" / "cuda" / "ops-cuda-2.11.json"
+# (op, what the synthetic xpu cell "observed", what release/2.5's lists predict)
+PLANTED = [
+    ("aten::linspace.default", "native", "fallback"),  # linspace.out is on 2.5's list
+    ("aten::topk.default", "fallback", "native"),  # 2.5 has topk kernels
+    ("aten::_foreach_mul_.Scalar", "missing", "native"),  # 2.5 has _foreach_mul.Scalar
+]
+
+
+def synthetic_xpu_ops(series: str = "2.5", torch: str = "2.5.1+xpu",
+                      cell: str = "xpu-2.5-fallback-survey") -> dict:
+    """SYNTHETIC, no Intel GPU ran it: an xpu cell's ops.json content built from the real
+    captured names of docs/cuda/ops-cuda-2.11.json (an H200 run). Each op gets the status
+    release/``series``'s lists predict, as a run agreeing with upstream would observe
+    (cuDNN ops left out: an XPU run calls others; unknown stays unknown), then the
+    :data:`PLANTED` statuses replace three of them."""
+    from accelgrid import xpu_prediction as xp
+
+    capture = json.loads(CUDA_CAPTURE.read_text())
+    predicted = xp.predict(capture["ops"], series)
+    ops = {op: {**rec, "status": predicted[op]} for op, rec in capture["ops"].items()
+           if predicted[op] != "cuda-only"}
+    for op, observed, _ in PLANTED:
+        ops[op]["status"] = observed
+    counts = {s: sum(1 for e in ops.values() if e["status"] == s)
+              for s in ("missing", "fallback", "unknown", "decomposed", "native")}
+    return {"schema": 1, "cell": cell, "device_type": "xpu", "torch": torch,
+            "synthetic": "no Intel GPU ran this: tests/report_cases.py built it",
+            "workloads": capture["workloads"], "counts": counts,
+            "generic_fallback_notice": False, "fallback_seen": [], "missing": [], "ops": ops}

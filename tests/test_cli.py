@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cli
+from accelgrid import cli, ops
 from accelgrid.cli import run as cli_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +49,42 @@ def test_plan_prints_everything_without_doing_it() -> None:
     unknown = _cli("plan", "xpu-2.55")
     assert unknown.returncode == 2 and "did you mean 'xpu-2.5'" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+CAPTURE = "aten ops per test and how the device runs each (capture)"
+DEBUG = "every CPU fallback by op (PYTORCH_DEBUG_XPU_FALLBACK=1)"
+FELL_BACK = "unimplemented ops fall back instead of failing, recorded as missing-but-fell-back"
+# Every xpu profile of matrix.yaml: a cell of it, and what `plan` says it records.
+XPU_RECORDS = {
+    "default": ("xpu-2.13", []),
+    "fp64-emulation": ("xpu-2.5-fp64-emulation",
+                       ["outcomes with FP64 emulated in software (IGC_EnableDPEmulation=1)"]),
+    "fallback-debug": ("xpu-2.13-fallback-debug", [CAPTURE, DEBUG]),
+    "cpu-fallback": ("xpu-2.13-cpu-fallback",
+                     ["unimplemented ops fall back instead of failing, not named (that needs "
+                      "capture and PYTORCH_DEBUG_XPU_FALLBACK=1)"]),
+    "fallback-survey": ("xpu-2.13-fallback-survey", [CAPTURE, DEBUG, FELL_BACK]),
+    "op-capture": (None, [CAPTURE]),  # no xpu cell in the matrix: checked on its env
+}
+
+
+def test_every_xpu_profile_has_its_records_line() -> None:
+    from accelgrid.matrix import load_matrix
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    xpu_profiles = {n for n, p in matrix.profiles.items() if p.applies_to("xpu")}
+    assert xpu_profiles == set(XPU_RECORDS)
+    for profile, (cell, extra) in XPU_RECORDS.items():
+        expected = ["test outcomes and provenance", *extra]
+        if cell is None:
+            env = {**matrix.devices["xpu"].env, **matrix.profiles[profile].env}
+            assert ops.records(env) == expected
+            continue
+        assert matrix.cell(cell).profile == profile
+        assert ops.records(matrix.cell(cell).env) == expected
+        proc = _cli("plan", cell)
+        assert f"records     {'; '.join(expected)}\n" in proc.stdout
+        assert json.loads(_cli("plan", cell, "--json").stdout)["records"] == expected
 
 
 def test_run_takes_options_after_the_cell_and_pytest_args_after_dashes() -> None:

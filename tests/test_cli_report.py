@@ -1,5 +1,5 @@
 """The report commands (accelgrid.cli.report): ``grid``, ``baseline update|show|list`` and
-``ops build|grid``: output, files, help and exit codes (0 ok, 1 nothing found or refused,
+``ops build|grid|predict``: output, files, help and exit codes (0 ok, 1 nothing found or refused,
 2 invalid input, 3 regression); and :func:`accelgrid.report.grid`, which ``nox -s grid``
 calls."""
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from report_cases import artifacts, baseline_case, ops_cell, write_cell
+from report_cases import CUDA_CAPTURE, artifacts, baseline_case, ops_cell, write_cell
 
 from accelgrid import report
 from accelgrid.cli import main
@@ -183,12 +183,103 @@ def test_ops_build_and_grid(tmp_path: Path, capsys) -> None:
     assert "none: no captured ops" in printed
     assert f"wrote {out / 'ops-grid.md'}, {out / 'ops-grid.html'}, {out / 'ops-grid.json'}" \
         in printed
+    # Synthetic xpu cells: each is compared with the prediction for its release (2.5 has
+    # roll kernels: the made-up fallback disagrees).
+    assert ("xpu-2.5 observed vs predicted from torch-xpu-ops release/2.5: 1 agree, "
+            "1 disagree, 0 not compared") in printed
     view = json.loads((out / "ops-grid.json").read_text())
     assert view["cells"] == ["xpu-2.5", "xpu-2.13"]
     assert view["stopped_falling_back"] == {"aten::roll.default": {"xpu": "2.13.0+xpu"}}
-    assert "| `aten::roll.default` | fallback | native | xpu: torch 2.13.0+xpu |" in (
-        out / "ops-grid.md").read_text()
+    assert view["disagreements"] == [{"cell": "xpu-2.5", "op": "aten::roll.default",
+                                      "observed": "fallback", "predicted": "native"}]
+    assert ("| `aten::roll.default` | fallback | native ≠ | native | native | "
+            "xpu: torch 2.13.0+xpu |") in (out / "ops-grid.md").read_text()
     assert (new / "ops.json").is_file()  # grid builds each cell's pages too
+
+
+def test_ops_predict_on_the_h200_capture(tmp_path: Path, capsys) -> None:
+    capture = tmp_path / "cuda" / "ops-cuda-2.11.json"
+    capture.parent.mkdir()
+    shutil.copy(CUDA_CAPTURE, capture)
+    matrix = str(Path(__file__).resolve().parents[1] / "matrix.yaml")
+    # Default: the matrix's xpu series; files beside the input.
+    assert main(["--matrix", matrix, "ops", "predict", str(capture)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"captured: {capture}: cuda-2.11-op-capture (cuda, torch 2.11.0+cu130), 178 ops",
+        "xpu 2.5 (release/2.5): 120 native, 47 decomposed, 3 fallback, 4 missing, "
+        "2 cuda-only, 2 unknown",
+        "xpu 2.6 (release/2.6): 125 native, 47 decomposed, 1 fallback, 1 missing, "
+        "2 cuda-only, 2 unknown",
+        "xpu 2.8 (release/2.8): 126 native, 46 decomposed, 0 fallback, 2 missing, "
+        "2 cuda-only, 2 unknown",
+        "xpu 2.11 (release/2.11): 127 native, 46 decomposed, 0 fallback, 1 missing, "
+        "2 cuda-only, 2 unknown",
+        "xpu 2.13 (release/2.13): 128 native, 46 decomposed, 0 fallback, 0 missing, "
+        "2 cuda-only, 2 unknown",
+        "xpu 2.14 (release/2.14): 128 native, 46 decomposed, 0 fallback, 0 missing, "
+        "2 cuda-only, 2 unknown",
+        f"wrote {capture.parent / 'ops-predicted.json'}, {capture.parent / 'ops-predicted.md'}, "
+        f"{capture.parent / 'ops-predicted.html'}"]
+    doc = json.loads((capture.parent / "ops-predicted.json").read_text())
+    assert doc["series"] == ["2.5", "2.6", "2.8", "2.11", "2.13", "2.14"]
+    assert doc["ops"]["aten::linspace.default"]["predicted"]["2.5"] == "fallback"
+    assert doc["stopped_falling_back"]["aten::_foreach_mul_.Tensor"] == "2.6"
+    assert doc["seed"] is None
+    # Chosen series, another folder, JSON on stdout.
+    assert main(["ops", "predict", str(capture), "--series", "2.6", "--series", "2.5",
+                 "--out", str(tmp_path / "o"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["series"] == ["2.5", "2.6"]
+    assert printed == json.loads((tmp_path / "o" / "ops-predicted.json").read_text())
+    # Every series in the data: 2.4 brings the seed's table.
+    assert main(["ops", "predict", str(capture), "--all-series", "--out",
+                 str(tmp_path / "all")]) == 0
+    out = capsys.readouterr().out
+    assert "xpu 2.4 (release/2.4): 90 native, 45 decomposed, 23 fallback, 16 missing, " \
+           "2 cuda-only, 2 unknown" in out
+    assert "Agreement with the seed's table: 26 of 26 rows (100 %) (series 2.4)" in out
+
+
+def test_ops_predict_from_a_results_folder_and_merged(tmp_path: Path, capsys) -> None:
+    a = ops_cell(tmp_path / "r", "cpu-2.13-op-capture", "2.13.0+cpu",
+                 {"aten::linspace.default": "decomposed", "aten::addmm.default": "native"},
+                 device_type="cpu")
+    b = tmp_path / "ops.json"
+    shutil.copy(CUDA_CAPTURE, b)
+    assert main(["ops", "predict", str(a), "--series", "2.5"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "xpu 2.5 (release/2.5): 1 native, 0 decomposed, 1 fallback, 0 missing, "
+        "0 cuda-only, 0 unknown")
+    assert (a / "ops-predicted.md").is_file()  # in the cell's folder
+    assert main(["ops", "predict", str(a), str(b), "--series", "2.5", "--out",
+                 str(tmp_path / "both")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"captured: {a}, {b}: cpu-2.13-op-capture + cuda-2.11-op-capture "
+                     "(cpu, cuda, torch 2.11.0+cu130, 2.13.0+cpu), 178 ops")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["ops", "predict", "nope.json", "--series", "2.5"], "nope.json: no such file or folder"),
+    (["ops", "predict", "README.md", "--series", "2.5"], "README.md: not an ops.json"),
+    (["ops", "predict", "docs/cuda/ops-cuda-2.11.json", "--series", "2.3"],
+     "no torch-xpu-ops data for series 2.3; have 2.4, 2.5,"),
+])
+def test_ops_predict_refuses_bad_input_with_exit_2(argv, message, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert main(argv) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert err.startswith("accelgrid ops: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_ops_predict_on_a_folder_without_ops(tmp_path: Path, capsys) -> None:
+    empty = write_cell(tmp_path, "cpu-2.13", {"suites/s/t.py::a": "passed"})
+    assert main(["ops", "predict", str(empty), "--series", "2.5"]) == EXIT_INVALID
+    assert "no captured ops (no ops-raw/*.jsonl nor ops.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # one or the other
+        main(["ops", "predict", str(empty), "--series", "2.5", "--all-series"])
+    assert exc.value.code == 2
 
 
 def test_ops_exit_codes(tmp_path: Path, capsys) -> None:
@@ -211,9 +302,11 @@ def test_ops_exit_codes(tmp_path: Path, capsys) -> None:
      ["--dir", "--cell", "--keep-missing", "--allow-partial", "--matrix"]),
     (["baseline", "show", "--help"], ["--json", "--dir"]),
     (["baseline", "list", "--help"], ["--dir"]),
-    (["ops", "--help"], ["build", "grid", "ACCELGRID_CAPTURE_OPS"]),
+    (["ops", "--help"], ["build", "grid", "predict", "ACCELGRID_CAPTURE_OPS"]),
     (["ops", "build", "--help"], ["results"]),
     (["ops", "grid", "--help"], ["--out"]),
+    (["ops", "predict", "--help"], ["RESULTS_OR_OPS_JSON", "--series", "--all-series",
+                                    "--out", "--json", "runtime routing"]),
 ])
 def test_help(argv: list[str], words: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -234,7 +327,7 @@ def test_help_through_the_entry_point() -> None:
 
 
 @pytest.mark.parametrize("argv", [["baseline"], ["baseline", "prune"], ["ops"],
-                                  ["ops", "build"], ["baseline", "show"]])
+                                  ["ops", "build"], ["ops", "predict"], ["baseline", "show"]])
 def test_usage_errors_exit_2(argv: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)

@@ -148,9 +148,23 @@ def test_profiles_only_cross_their_devices(matrix) -> None:
 def test_select_filters(matrix) -> None:
     picked = select(matrix.cells, device=["xpu"], torch=["2.13"])
     assert {c.name for c in picked} == {"xpu-2.13", "xpu-2.13-fallback-debug",
-                                        "xpu-2.13-cpu-fallback"}
+                                        "xpu-2.13-cpu-fallback", "xpu-2.13-fallback-survey"}
     assert select(matrix.cells, profile=["mps-fallback"])[0].name == "mps-2.13-mps-fallback"
     assert select(matrix.cells) == list(matrix.cells)
+
+
+def test_fallback_survey_cells(matrix) -> None:
+    survey = select(matrix.cells, profile=["fallback-survey"])
+    assert [c.name for c in survey] == ["xpu-2.5-fallback-survey", "xpu-2.6-fallback-survey",
+                                        "xpu-2.13-fallback-survey"]
+    for cell in survey:
+        assert cell.env["PYTORCH_ENABLE_XPU_FALLBACK"] == "1"
+        assert cell.env["PYTORCH_DEBUG_XPU_FALLBACK"] == "1"
+        assert cell.env["ACCELGRID_CAPTURE_OPS"] == "1"
+    # fallback-debug keeps its meaning: named fallbacks, unimplemented ops still raise.
+    debug = matrix.cell("xpu-2.13-fallback-debug").env
+    assert "PYTORCH_ENABLE_XPU_FALLBACK" not in debug
+    assert debug["PYTORCH_DEBUG_XPU_FALLBACK"] == debug["ACCELGRID_CAPTURE_OPS"] == "1"
 
 
 def test_include_extras_apply_to_matching_cells(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from report_cases import xpu_survey_cell  # noqa: E402
+
 from accelgrid import opcapture, ops, runner  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
 from accelgrid.report import ops_pages  # noqa: E402
@@ -252,3 +254,171 @@ def test_report_keeps_one_row_per_called_op() -> None:
     # The kernels the messages name are not extra rows: the program called the op above.
     assert "aten::linspace.out" not in report["ops"]
     assert "aten::topk.values" not in report["ops"]
+
+
+# --- what the messages said reaches ops.json -------------------------------------------
+
+def _has_kernel_on(registered: set[str]):
+    """The dispatcher as an XPU build answers it: kernels on the XPU key for the names in
+    ``registered`` (torch-xpu-ops registers its fallback list op by op there), the real
+    answer of this CPU build for any other key. Only the XPU answers are simulated."""
+    real = torch._C._dispatch_has_kernel_for_dispatch_key
+
+    def has(name: str, key: str) -> bool:
+        if key == "XPU":
+            return name in registered
+        return real(name, key)
+
+    return has
+
+
+def test_unimplemented_fallbacks_need_the_flag_and_no_device_kernel(monkeypatch) -> None:
+    seen = ops_parse(_xpu_line("linspace.out"), _xpu_line("_foreach_mul_.Tensor"))["fallback"]
+    assert seen == {"aten::linspace.out", "aten::_foreach_mul_.Tensor"}
+    # release/2.5 lists linspace.out (a per-op XPU registration); _foreach_mul_.Tensor has
+    # neither a kernel nor an entry there: it reaches the catch-all fallback.
+    monkeypatch.setattr(torch._C, "_dispatch_has_kernel_for_dispatch_key",
+                        _has_kernel_on({"aten::linspace.out"}))
+    on = {"PYTORCH_ENABLE_XPU_FALLBACK": "1"}
+    assert opcapture.unimplemented_fallbacks(seen, "xpu", on) == {"aten::_foreach_mul_.Tensor"}
+    assert opcapture.unimplemented_fallbacks(seen, "xpu", {}) == set()
+    assert opcapture.unimplemented_fallbacks(
+        seen, "xpu", {"PYTORCH_ENABLE_XPU_FALLBACK": "0"}) == set()
+    assert opcapture.unimplemented_fallbacks(seen, "cuda", on) == set()  # no such flag
+    assert opcapture.flag_on("1") and opcapture.flag_on(" 2 ")
+    assert not opcapture.flag_on("0") and not opcapture.flag_on("yes") and \
+        not opcapture.flag_on(None)
+
+
+def test_report_says_missing_but_fell_back(monkeypatch) -> None:
+    monkeypatch.setattr(torch._C, "_dispatch_has_kernel_for_dispatch_key",
+                        _has_kernel_on({"aten::linspace.out"}))
+    monkeypatch.setenv("PYTORCH_ENABLE_XPU_FALLBACK", "1")
+    with opcapture.OpCapture("xpu") as cap:  # no XPU here: the calls below are host calls
+        torch.linspace(0, 1, 5)
+        os.write(2, (_xpu_line("linspace.out") + "\n").encode())
+        os.write(2, (_xpu_line("_foreach_mul_.Tensor") + "\n").encode())
+    report = cap.report()
+    assert report["fallback_seen"] == ["aten::_foreach_mul_.Tensor", "aten::linspace.out"]
+    assert report["missing_fell_back"] == ["aten::_foreach_mul_.Tensor"]
+    assert report["missing"] == []  # nothing raised
+    # Named by messages only (the host calls are not the device's): rows of their own.
+    assert report["ops"]["aten::_foreach_mul_.Tensor"] == {"count": 0, "phases": {},
+                                                          "status": "missing"}
+    assert report["ops"]["aten::linspace.out"]["status"] == "fallback"
+    assert report["host_calls"] >= 1
+
+
+def test_aggregate_keeps_fallback_seen_and_both_kinds_of_missing(tmp_path: Path) -> None:
+    data = ops.aggregate(xpu_survey_cell(tmp_path))
+    lin = data["ops"]["aten::linspace.default"]
+    assert lin["status"] == "fallback"
+    assert lin["fallback_seen"] == {"aten::linspace.out": ["instance-segmentation",
+                                                           "semantic-segmentation"]}
+    fm = data["ops"]["aten::_foreach_mul_.Tensor"]
+    assert fm["missing_fell_back"] == {"aten::_foreach_mul_.Tensor": ["instance-segmentation"]}
+    assert ops.missing_how(fm) == "fell-back"
+    nll = data["ops"]["aten::nll_loss2d_forward.default"]
+    assert nll["missing_seen"] == {"aten::nll_loss2d_forward": ["semantic-segmentation"]}
+    assert ops.missing_how(nll) == "not-implemented"
+    assert ops.missing_how(data["ops"]["aten::addmm.default"]) is None
+    assert "fallback_seen" not in data["ops"]["aten::addmm.default"]
+    assert data["fallback_seen"] == [
+        {"kernel": "aten::_foreach_mul_.Tensor", "ops": ["aten::_foreach_mul_.Tensor"],
+         "workloads": ["instance-segmentation"], "missing_fell_back": True},
+        {"kernel": "aten::linspace.out", "ops": ["aten::linspace.default"],
+         "workloads": ["instance-segmentation", "semantic-segmentation"],
+         "missing_fell_back": False}]
+    assert data["missing"] == [
+        {"op": "aten::_foreach_mul_.Tensor", "how": "fell-back",
+         "ops": ["aten::_foreach_mul_.Tensor"], "workloads": ["instance-segmentation"]},
+        {"op": "aten::nll_loss2d_forward", "how": "not-implemented",
+         "ops": ["aten::nll_loss2d_forward.default"], "workloads": ["semantic-segmentation"]}]
+    md = ops_pages.cell_markdown(data)
+    assert "2 missing, 1 fallback, 1 native (of the missing, 1 fell back)" in md
+    assert "| op | status | messages named | instance-segmentation | semantic-segmentation |" in md
+    assert ("| `aten::_foreach_mul_.Tensor` | missing (fell back) | "
+            "aten::_foreach_mul_.Tensor | 2 |  |") in md
+    assert "| `aten::linspace.default` | fallback | aten::linspace.out | 2 | 2 |" in md
+    assert "| `aten::nll_loss2d_forward.default` | missing (not implemented) |" in md
+    assert ("| `aten::linspace.out` | registered fallback | aten::linspace.default | "
+            "instance-segmentation, semantic-segmentation |") in md
+    assert ("| `aten::_foreach_mul_.Tensor` | missing, fell back | "
+            "aten::_foreach_mul_.Tensor | instance-segmentation |") in md
+    assert ("| `aten::nll_loss2d_forward` | not implemented | "
+            "aten::nll_loss2d_forward.default | semantic-segmentation |") in md
+
+
+XPU_MESSAGE_PAYLOAD = '''
+import os, pytest, torch
+
+# A CPU run prints no XPU fallback message: this test writes one verbatim, as
+# torch-xpu-ops does with PYTORCH_DEBUG_XPU_FALLBACK=1, to fd 2 (where c10 logs go).
+LINE = ("[W0612 10:00:00.000000000 XPUFallback.template:17] Warning: The operator "
+        "'aten::linspace.out on the XPU backend is falling back to run on the CPU. "
+        "(function operator())")
+
+@pytest.mark.parametrize("wl", ["mlp", "grid"])
+def test_workload(wl, device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), foreach=False)
+    x = torch.randn(4, 8)
+    if wl == "grid":
+        x = x + torch.linspace(0, 1, 8)
+        os.write(2, (LINE + "\\n").encode())
+    torch.nn.functional.cross_entropy(model(x), torch.tensor([0, 1, 0, 1])).backward()
+    opt.step()
+'''
+
+
+def test_recorded_cpu_run_feeds_ops_predict(mini_project, python, tmp_path: Path,
+                                            monkeypatch, capsys) -> None:
+    from accelgrid.cli import main
+
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_wl.py").write_text(XPU_MESSAGE_PAYLOAD)
+    monkeypatch.setenv("ACCELGRID_CAPTURE_OPS", "1")
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    folder = proj / "results" / "cpu-2.13"
+    data = json.loads((folder / "ops.json").read_text())
+    # The message reached ops.json through the plugin, next to the call it matched.
+    lin = data["ops"]["aten::linspace.default"]
+    assert lin["status"] == "fallback"
+    assert lin["fallback_seen"] == {"aten::linspace.out": ["grid"]}
+    assert data["fallback_seen"] == [{"kernel": "aten::linspace.out",
+                                      "ops": ["aten::linspace.default"], "workloads": ["grid"],
+                                      "missing_fell_back": False}]
+    assert "| `aten::linspace.default` | fallback | aten::linspace.out |" in \
+        (folder / "ops.md").read_text()
+    # (Before the capture ran inside pytest's own fd capture, lines written to fd 2 were lost.)
+
+    # The real capture, fed to the command: every series in the data.
+    capsys.readouterr()
+    assert main(["ops", "predict", str(folder), "--all-series"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    n = len(data["ops"])
+    assert out[0] == f"captured: {folder}: cpu-2.13 (cpu, torch {data['torch']}), {n} ops"
+    assert [line.split(" ", 2)[1] for line in out[1:12]] == [f"2.{m}" for m in range(4, 15)]
+    doc = json.loads((folder / "ops-predicted.json").read_text())  # beside the input
+    assert doc["series"] == [f"2.{m}" for m in range(4, 15)]
+    for s, counts in doc["counts"].items():
+        assert sum(counts.values()) == n, s
+        assert out[1 + doc["series"].index(s)] == (
+            f"xpu {s} (release/{s}): " + ", ".join(f"{counts[k]} {k}" for k in counts))
+    pred = {op: e["predicted"] for op, e in doc["ops"].items()}
+    # Upstream facts (release/2.4's fallback list: linspace.out, sigmoid.out, lerp.Scalar_out;
+    # 2.5 implements sigmoid and lerp, 2.6 linspace).
+    assert pred["aten::linspace.default"]["2.4"] == pred["aten::linspace.default"]["2.5"] \
+        == "fallback"
+    assert pred["aten::linspace.default"]["2.6"] == "native"
+    assert pred["aten::sigmoid.default"]["2.4"] == "fallback"
+    assert pred["aten::sigmoid.default"]["2.5"] == "native"
+    assert pred["aten::lerp_.Scalar"]["2.4"] == "fallback"
+    assert pred["aten::addmm.default"]["2.4"] == "native"
+    assert doc["stopped_falling_back"]["aten::linspace.default"] == "2.6"
+    assert doc["stopped_falling_back"]["aten::lerp_.Scalar"] == "2.5"
+    assert doc["seed"]["agreement"].startswith("Agreement with the seed's table: ")
+    md = (folder / "ops-predicted.md").read_text()
+    assert "| `aten::linspace.default` | fallback | fallback | native |" in md

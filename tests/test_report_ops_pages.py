@@ -8,7 +8,14 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from report_cases import ops_cell, write_cell
+from report_cases import (
+    CUDA_CAPTURE,
+    PLANTED,
+    ops_cell,
+    synthetic_xpu_ops,
+    write_cell,
+    xpu_survey_cell,
+)
 
 from accelgrid import ops
 from accelgrid.report import ops_pages
@@ -72,11 +79,39 @@ def test_cell_pages_have_the_same_table(tmp_path: Path) -> None:
 
 
 def test_cell_pages_name_missing_ops_and_the_generic_notice(tmp_path: Path) -> None:
+    # A missing entry as ops.json had it before `how` and `ops`: read as not implemented.
     data = {**_data(tmp_path), "generic_fallback_notice": True,
             "missing": [{"op": "aten::nll_loss2d_forward", "workloads": ["conv"]}]}
     md = ops_pages.cell_markdown(data)
-    assert "run the `fallback-debug` profile to name every op" in md
-    assert "Missing: `aten::nll_loss2d_forward` (hit by conv)" in md
+    assert "run the `fallback-debug` or `fallback-survey` profile to name every op" in md
+    assert "## Missing" in md
+    assert "| `aten::nll_loss2d_forward` | not implemented | (no captured call) | conv |" in md
+    page = _Tables(ops_pages.cell_html(data))
+    assert page.rows[-2] == [("", "op"), ("", "how"), ("", "captured ops"), ("", "workloads")]
+    assert page.rows[-1] == [("op", "aten::nll_loss2d_forward"), ("", "not implemented"),
+                             ("", "(no captured call)"), ("", "conv")]
+
+
+def test_cell_html_shows_what_the_messages_named(tmp_path: Path) -> None:
+    data = ops.aggregate(xpu_survey_cell(tmp_path))
+    md = ops_pages.cell_markdown(data)
+    page = _Tables(ops_pages.cell_html(data))
+    assert page.rows[0] == [("", "op"), ("", "status"), ("", "messages named"),
+                            ("", "instance-segmentation"), ("", "semantic-segmentation")]
+    rows = {r[0][1]: r[1:] for r in reversed(page.rows[1:])}  # the first table's win
+    assert rows["aten::_foreach_mul_.Tensor"][0] == ("missing", "missing (fell back)")
+    assert rows["aten::linspace.default"][:2] == [("fallback", "fallback"),
+                                                  ("", "aten::linspace.out")]
+    assert [("", "op"), ("", "kernel"), ("", "kind"), ("", "captured ops"),
+            ("", "workloads")][1:] in page.rows
+    assert [("op", "aten::linspace.out"), ("", "registered fallback"),
+            ("", "aten::linspace.default"),
+            ("", "instance-segmentation, semantic-segmentation")] in page.rows
+    assert [("op", "aten::_foreach_mul_.Tensor"), ("", "fell back"),
+            ("", "aten::_foreach_mul_.Tensor"), ("", "instance-segmentation")] in page.rows
+    # The main table's rows, in the same order in both pages.
+    md_ops = re.findall(r"^\| `([^`]+)` \| [a-z]", md, re.M)[: len(data["ops"])]
+    assert md_ops == [r[0][1] for r in page.rows[1: 1 + len(data["ops"])]] == list(data["ops"])
 
 
 def test_pages_escape_what_they_show(tmp_path: Path) -> None:
@@ -104,25 +139,124 @@ def test_write_cell(tmp_path: Path) -> None:
 
 
 def test_cross_pages(tmp_path: Path) -> None:
-    old = ops.aggregate(ops_cell(tmp_path, "xpu-2.5", "2.5.1+xpu",
-                                 {"aten::roll.default": "fallback"}))
-    new = ops.aggregate(ops_cell(tmp_path, "xpu-2.13", "2.13.0+xpu",
+    # Cells of another device than xpu: no prediction beside them.
+    old = ops.aggregate(ops_cell(tmp_path, "mps-2.5", "2.5.1",
+                                 {"aten::roll.default": "fallback"}, device_type="mps"))
+    new = ops.aggregate(ops_cell(tmp_path, "mps-2.13", "2.13.0",
                                  {"aten::roll.default": "native",
-                                  "aten::addmm.default": "native"}))
+                                  "aten::addmm.default": "native"}, device_type="mps"))
     view = ops.cross_cell([new, old])
+    assert view["predicted"] == {} and view["disagreements"] == []
     md = ops_pages.cross_markdown(view)
-    assert "| op | xpu-2.5 | xpu-2.13 | stopped falling back in |" in md
+    assert "| op | mps-2.5 | mps-2.13 | stopped falling back in |" in md
     assert "| `aten::addmm.default` |  | native |  |" in md
-    assert "| `aten::roll.default` | fallback | native | xpu: torch 2.13.0+xpu |" in md
+    assert "| `aten::roll.default` | fallback | native | mps: torch 2.13.0 |" in md
+    assert "predicted" not in md
     page = _Tables(ops_pages.cross_html(view))
     assert page.title == "Op coverage across cells"
-    assert [t for _, t in page.rows[0]] == ["op", "xpu-2.5", "xpu-2.13",
+    assert [t for _, t in page.rows[0]] == ["op", "mps-2.5", "mps-2.13",
                                             "stopped falling back in"]
     assert page.rows[1] == [("op", "aten::addmm.default"), ("", ""), ("native", "native"),
                             ("", "")]
     assert page.rows[2] == [("op", "aten::roll.default"), ("fallback", "fallback"),
-                            ("native", "native"), ("", "xpu: 2.13.0+xpu")]
+                            ("native", "native"), ("", "mps: 2.13.0")]
     paths = ops_pages.write_cross(view, tmp_path / "out")
     assert {p.name for p in paths.values()} == set(ops_pages.CROSS_FILES)
     assert json.loads(paths["json"].read_text()) == view
     assert paths["md"].read_text() == md
+
+
+# --- observed beside predicted -----------------------------------------------------------
+
+def test_cross_cell_flags_every_disagreement_with_the_prediction() -> None:
+    capture = json.loads(CUDA_CAPTURE.read_text())
+    xpu = synthetic_xpu_ops()  # SYNTHETIC: see report_cases.synthetic_xpu_ops
+    view = ops.cross_cell([xpu, capture])
+    assert view["cells"] == ["cuda-2.11-op-capture", "xpu-2.5-fallback-survey"]
+    assert list(view["predicted"]) == ["xpu-2.5-fallback-survey"]  # xpu cells only
+    check = view["predicted"]["xpu-2.5-fallback-survey"]
+    assert check["series"] == "2.5" and check["branch"] == "release/2.5"
+    planted = [{"cell": "xpu-2.5-fallback-survey", "op": op, "observed": o, "predicted": p}
+               for op, o, p in sorted(PLANTED)]
+    assert view["disagreements"] == planted
+    unknown = sum(1 for e in xpu["ops"].values() if e["status"] == "unknown")
+    assert check["counts"] == {"agree": len(xpu["ops"]) - len(PLANTED) - unknown,
+                               "disagree": len(PLANTED), "not_compared": unknown}
+    md = ops_pages.cross_markdown(view)
+    assert ("| op | cuda-2.11-op-capture | xpu-2.5-fallback-survey | "
+            "xpu-2.5-fallback-survey predicted (release/2.5) | stopped falling back in |") in md
+    assert "| `aten::linspace.default` | decomposed | native | fallback ≠ |  |" in md
+    assert "| `aten::topk.default` | native | fallback | native ≠ |  |" in md
+    assert "| `aten::addmm.default` | native | native | native |  |" in md
+    assert ("- xpu-2.5-fallback-survey observed vs predicted from torch-xpu-ops release/2.5: "
+            f"{check['counts']['agree']} agree, 3 disagree, {unknown} not compared") in md
+    assert "| `aten::linspace.default` | xpu-2.5-fallback-survey | native | fallback |" in md
+    page = _Tables(ops_pages.cross_html(view))
+    row = next(r for r in page.rows if r[0] == ("op", "aten::linspace.default"))
+    assert row[1:4] == [("decomposed", "decomposed"), ("native", "native"),
+                        ("fallback disagree", "fallback ≠")]
+    flagged = [r[0][1] for r in page.rows if any("disagree" in c for c, _ in r[1:4])]
+    assert sorted(set(flagged)) == sorted(op for op, _, _ in PLANTED)
+
+
+def test_cross_cell_says_when_a_series_has_no_data() -> None:
+    xpu = synthetic_xpu_ops(torch="3.0.0+xpu", cell="xpu-3.0")
+    view = ops.cross_cell([xpu])
+    check = view["predicted"]["xpu-3.0"]
+    assert check["error"] == "no torch-xpu-ops data for torch 3.0.0+xpu"
+    assert view["disagreements"] == []
+    assert "- xpu-3.0: no torch-xpu-ops data for torch 3.0.0+xpu; nothing predicted." in \
+        ops_pages.cross_markdown(view)
+    assert "xpu-3.0 predicted (no data)" in ops_pages.cross_markdown(view)
+
+
+def test_cross_cell_shows_fallback_kernels_and_missing_kinds(tmp_path: Path) -> None:
+    data = ops.aggregate(xpu_survey_cell(tmp_path))
+    view = ops.cross_cell([data])
+    assert view["fallback_seen"]["aten::linspace.default"] == {
+        "xpu-2.5-fallback-survey": ["aten::linspace.out"]}
+    assert view["missing_how"] == {
+        "aten::_foreach_mul_.Tensor": {"xpu-2.5-fallback-survey": "fell-back"},
+        "aten::nll_loss2d_forward.default": {"xpu-2.5-fallback-survey": "not-implemented"}}
+    md = ops_pages.cross_markdown(view)
+    assert "| `aten::linspace.default` | fallback (linspace.out) | fallback |  |" in md
+    assert "| `aten::_foreach_mul_.Tensor` | missing (fell back) | missing |  |" in md
+    assert "| `aten::nll_loss2d_forward.default` | missing (not implemented) | native ≠ |" in md
+
+
+# --- predicted per release ---------------------------------------------------------------
+
+def test_predicted_pages_of_the_h200_capture(tmp_path: Path) -> None:
+    from accelgrid import xpu_prediction as xp
+
+    capture = ops.load_captured(CUDA_CAPTURE)
+    doc = xp.predicted_view(capture, ["2.5", "2.6", "2.13"])
+    md = ops_pages.predicted_markdown(doc)
+    assert md.startswith("# XPU op coverage predicted: cuda-2.11-op-capture "
+                         "(cuda, torch 2.11.0+cu130)\n")
+    assert "| 2.5 | release/2.5 @ 7e3d00acea9f | 120 | 47 | 3 | 4 | 2 | 2 |" in md
+    assert "| 2.13 | release/2.13 @ 21172da81103 | 128 | 46 | 0 | 0 | 2 | 2 |" in md
+    assert "| `aten::linspace.default` | fallback | native | native | 2.6 |" in md
+    assert ("| `aten::_scaled_dot_product_efficient_attention_backward.default` | missing | "
+            "missing | native | 2.13 |") in md
+    assert "## torch 2.5 for XPU (release/2.5 @ 7e3d00acea9f)" in md
+    assert ("## torch 2.13 for XPU (release/2.13 @ 21172da81103)\n\n128 native, 46 "
+            "decomposed, 0 fallback, 0 missing, 2 cuda-only, 2 unknown: the ops that would "
+            "fall back, be missing or cannot be predicted") in md
+    # Per series, the seed-like table: the ops that would not run, calls per workload.
+    per_25 = md.split("## torch 2.5 for XPU")[1].split("## torch 2.6")[0]
+    assert "| `aten::linspace.default` | fallback | decomposed |" in per_25
+    assert "`aten::addmm.default`" not in per_25
+    assert "seed" not in md.lower()  # 2.4 not asked for
+    page = _Tables(ops_pages.predicted_html(doc))
+    assert page.title.startswith("XPU op coverage predicted: cuda-2.11-op-capture")
+    assert [("op", "aten::linspace.default"), ("fallback", "fallback"), ("native", "native"),
+            ("native", "native"), ("", "2.6")] in page.rows
+    paths = ops_pages.write_predicted(doc, tmp_path)
+    assert {p.name for p in paths.values()} == set(ops_pages.PREDICTED_FILES)
+    assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(doc))
+    with_seed = ops_pages.predicted_markdown(xp.predicted_view(capture, ["2.4"]))
+    assert "## The seed's table, predicted for 2.4" in with_seed
+    assert "Agreement with the seed's table: 26 of 26 rows (100 %)" in with_seed
+    assert "| `aten::linspace.out` | explicit (fallback) | aten::linspace.default | fallback " \
+           "| yes | agree |" in with_seed

@@ -296,3 +296,27 @@ def test_html_filters_in_browser(tmp_path: Path) -> None:
         assert link.get_attribute("href") == ISSUE["url"] and link.text == "#127929"
     finally:
         driver.quit()
+
+
+def test_markdown_says_how_an_xpu_cell_compares_with_the_prediction(tmp_path: Path) -> None:
+    from report_cases import PLANTED, synthetic_xpu_ops
+
+    from accelgrid import results
+
+    # SYNTHETIC xpu cell (no Intel GPU ran it): its ops.json from real op names.
+    data = synthetic_xpu_ops()
+    cell = write_cell(tmp_path, data["cell"], {"suites/smoke/t.py::a": "passed"},
+                      torch=data["torch"])
+    results.write_json(cell / "ops.json", data)
+    plain = write_cell(tmp_path, "cpu-2.13", {"suites/smoke/t.py::a": "passed"})
+    model = report.build([cell, plain])
+    check = {c["name"]: c["ops_vs_predicted"] for c in model["columns"]}
+    assert check["cpu-2.13"] is None
+    xpu = check[data["cell"]]
+    assert xpu["series"] == "2.5" and xpu["branch"] == "release/2.5"
+    assert xpu["disagree"] == len(PLANTED)
+    md = render_markdown.render(model)
+    assert (f"- 🔎 **{data['cell']}** ops observed vs predicted: {xpu['agree']} agree, "
+            f"{len(PLANTED)} disagree with torch-xpu-ops release/2.5 "
+            "(`accelgrid ops grid` lists them)") in md
+    assert json.loads(render_json.render(model))["columns"][1]["ops_vs_predicted"] == xpu

@@ -261,3 +261,61 @@ def test_packaged_data_matches_a_fresh_extraction(tmp_path: Path) -> None:
                     os.environ["TORCH_XPU_OPS_REPO"], "--out", str(out)], check=True)
     packaged = resources.files("accelgrid").joinpath("data", "xpu_ops.json")
     assert out.read_text() == packaged.read_text(encoding="utf-8")
+
+
+# --- choosing series, observed vs predicted --------------------------------------------
+
+def test_series_of_and_the_matrix_series() -> None:
+    from accelgrid.matrix import load_matrix
+
+    assert xp.series_of("2.5.1+xpu") == "2.5" and xp.series_of("2.13.0") == "2.13"
+    assert xp.series_of(None) is None and xp.series_of("nightly") is None
+    cells = load_matrix(ROOT / "matrix.yaml").cells
+    assert xp.matrix_series(cells) == ["2.5", "2.6", "2.8", "2.11", "2.13", "2.14"]
+
+
+def test_choose_series(upstream: dict) -> None:
+    from accelgrid.errors import InvalidInput
+
+    assert xp.choose_series(all_series=True, upstream=upstream) == (
+        xp.series_names(upstream), [])
+    assert xp.choose_series(["2.6", "2.5", "2.6"], upstream=upstream) == (["2.5", "2.6"], [])
+    with pytest.raises(InvalidInput, match="no torch-xpu-ops data for series 3.0"):
+        xp.choose_series(["3.0"], upstream=upstream)
+
+    class Cell:
+        def __init__(self, device: str, torch: str) -> None:
+            self.device, self.torch = device, torch
+
+    cells = [Cell("xpu", "2.13"), Cell("xpu", "3.0"), Cell("cuda", "2.4"), Cell("xpu", "2.5")]
+    chosen, notes = xp.choose_series(cells=cells, upstream=upstream)
+    assert chosen == ["2.5", "2.13"]
+    assert notes == ["the matrix's xpu series 3.0 has no torch-xpu-ops data; left out"]
+    with pytest.raises(InvalidInput, match="no xpu cell"):
+        xp.choose_series(cells=[Cell("cuda", "2.4")], upstream=upstream)
+
+
+def test_predicted_view_is_predict_all_per_series(capture: dict, upstream: dict) -> None:
+    doc = xp.predicted_view(capture, ["2.13", "2.5"], upstream)
+    assert doc["series"] == ["2.5", "2.13"]
+    full = xp.predict_all(capture, upstream)
+    for op, e in doc["ops"].items():
+        assert e["predicted"] == {"2.5": full["2.5"][op], "2.13": full["2.13"][op]}
+        assert e["captured"] == capture["ops"][op]["status"]
+    assert doc["counts"] == {s: xp.series_counts(full)[s] for s in ("2.5", "2.13")}
+    assert doc["releases"]["2.5"]["branch"] == "release/2.5"
+    assert doc["ops"]["aten::linspace.default"]["stopped_falling_back"] == "2.13"
+    assert "stopped_falling_back" not in doc["ops"]["aten::mm.default"]
+
+
+def test_observed_vs_predicted_only_for_xpu(capture: dict, upstream: dict) -> None:
+    assert xp.observed_vs_predicted(capture, upstream) is None  # a cuda cell
+    xpu = {"device_type": "xpu", "torch": "2.6.0+xpu",
+           "ops": {"aten::linspace.default": {"status": "fallback"},
+                   "aten::mm.default": {"status": "native"},
+                   "aten::pixel_shuffle.default": {"status": "unknown"}}}
+    check = xp.observed_vs_predicted(xpu, upstream)
+    assert check["branch"] == "release/2.6"
+    assert check["disagreements"] == [{"op": "aten::linspace.default", "observed": "fallback",
+                                       "predicted": "native"}]
+    assert check["counts"] == {"agree": 1, "disagree": 1, "not_compared": 1}

@@ -10,8 +10,12 @@ parsed, so each op can be classified for the device:
 
   native      the dispatcher has a kernel for the device's key
   decomposed  no device kernel, but a CompositeImplicitAutograd one (needs none)
-  fallback    seen falling back to the CPU at run time
-  missing     the workload hit "not currently implemented" for it
+  fallback    seen falling back to the CPU at run time, through a per-op registration
+              (torch-xpu-ops' fallback list, ``PYTORCH_XPU_FALLBACK_OP``)
+  missing     the workload hit "not currently implemented" for it; or, with
+              ``PYTORCH_ENABLE_XPU_FALLBACK=1`` (``PYTORCH_ENABLE_MPS_FALLBACK=1``), it fell
+              back through the catch-all fallback that flag installs: the device has no
+              kernel of its own for it (``missing_fell_back`` in the report)
   unknown     none of the above could be decided
 
 Messages and captured names are matched by base op (:func:`base_op`): a fallback message
@@ -53,6 +57,12 @@ _NOT_IMPLEMENTED = re.compile(
     r"for the (XPU|MPS|CUDA) device")
 
 DISPATCH_KEY = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
+# The flag that makes a device's catch-all fallback run unimplemented ops on the CPU
+# instead of raising "not currently implemented" (XPUFallback.template: the boxed
+# ``TORCH_LIBRARY_IMPL(_, XPU, m)`` fallback; MPSFallback.mm likewise). Such ops print the
+# same fallback message as ops registered to fall back one by one, so the dispatcher tells
+# them apart: a per-op registration is a kernel on the device's key, the catch-all is not.
+ENABLE_FALLBACK = {"xpu": "PYTORCH_ENABLE_XPU_FALLBACK", "mps": "PYTORCH_ENABLE_MPS_FALLBACK"}
 
 
 def base_op(name: str) -> str:
@@ -107,6 +117,37 @@ def parse_messages(text: str) -> dict[str, set[str]]:
     if XPU_FALLBACK_ONCE.strip() in text:
         found["generic_fallback"].add("xpu")
     return found
+
+
+def flag_on(value: str | None) -> bool:
+    """An env flag as torch-xpu-ops reads it (``std::stoi(v) != 0``): "1" on, "0" off."""
+    try:
+        return int(str(value).strip()) != 0
+    except ValueError:
+        return False
+
+
+def unimplemented_fallbacks(kernels: set[str], device_type: str,
+                            env: Any = None) -> set[str]:
+    """The kernels among ``kernels`` (named by fallback messages) that fell back only
+    because :data:`ENABLE_FALLBACK`'s flag is on: the device registers no kernel of its own
+    for them, so without the flag they would have raised "not currently implemented"."""
+    flag = ENABLE_FALLBACK.get(device_type)
+    env = os.environ if env is None else env
+    if not kernels or not flag or not flag_on(env.get(flag)):
+        return set()
+    import torch
+
+    out = set()
+    for kernel in kernels:
+        try:
+            registered = torch._C._dispatch_has_kernel_for_dispatch_key(
+                _dispatcher_name(kernel), DISPATCH_KEY[device_type])
+        except RuntimeError:  # an op this torch does not know: cannot tell
+            continue
+        if not registered:
+            out.add(kernel)
+    return out
 
 
 def op_name(func: Any) -> str:
@@ -266,9 +307,14 @@ class OpCapture:
         os.unlink(self._log)
 
     def report(self) -> dict[str, Any]:
-        """{op: {"count", "phases": {phase: n}, "status"}} plus what the messages said."""
+        """{op: {"count", "phases": {phase: n}, "status"}} plus what the messages said:
+        ``fallback_seen`` (kernels named by CPU-fallback messages), ``missing`` (named by
+        "not currently implemented") and ``missing_fell_back`` (those of ``fallback_seen``
+        that had no device kernel and ran on the CPU only because of the enable flag)."""
         text = "\n".join(self.messages)
         seen = parse_messages(text)
+        fell_back = unimplemented_fallbacks(seen["fallback"], self.device_type)
+        missing = seen["missing"] | fell_back
         ops: dict[str, dict[str, Any]] = {}
         host_calls = 0
         for (phase, device), counter in self.counts.items():
@@ -284,14 +330,18 @@ class OpCapture:
                 entry["count"] += n
                 entry["phases"][phase] = entry["phases"].get(phase, 0) + n
         captured_bases = {base_op(op) for op in ops}
-        for op in seen["missing"]:  # never dispatched successfully, still worth a row
+        # Ops the messages name that no captured call matches (never dispatched
+        # successfully, or called from inside another kernel): still worth a row.
+        for op in sorted(missing | seen["fallback"]):
             if base_op(op) in captured_bases:
                 continue  # the call the program made already has a row
+            captured_bases.add(base_op(op))
             ops.setdefault(_dispatcher_name(op) if "." in op else f"{op}.default",
                            {"count": 0, "phases": {}})
         for op, entry in ops.items():
-            entry["status"] = classify(op, self.device_type, seen["fallback"], seen["missing"])
+            entry["status"] = classify(op, self.device_type, seen["fallback"], missing)
         return {"device_type": self.device_type, "ops": dict(sorted(ops.items())),
                 "host_calls": host_calls,
                 "fallback_seen": sorted(seen["fallback"]), "missing": sorted(seen["missing"]),
+                "missing_fell_back": sorted(fell_back),
                 "generic_fallback_notice": bool(seen["generic_fallback"])}

@@ -222,7 +222,10 @@ class OpCaptureHook:
         self.worker = _worker_id(config) or "main"
         self.device = os.environ.get(contract.DEVICE, "cpu")
 
-    @pytest.hookimpl(hookwrapper=True)
+    # Innermost (trylast): inside pytest's own output capture, which points fd 2 at its
+    # file when the call starts; outside it, that would take the c10 log lines (fallback
+    # messages from backward threads) away from the capture's copy of fd 2.
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item):
         from . import opcapture  # imports torch: only when capturing
 

@@ -38,16 +38,21 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from .errors import InvalidInput
 from .opcapture import base_op, overload_family
 
 __all__ = [
-    "SEED_SERIES", "STATUSES", "agreement_line", "base_op", "compare_with_seed", "counts_table",
-    "extraction_table", "load_core", "load_seed", "load_upstream", "overload_family",
-    "predict", "predict_all", "prediction_table", "seed_series_agreement", "seed_table",
-    "series_counts", "series_names", "stopped_falling_back",
+    "COMPARED", "SEED_SERIES", "STATUSES", "agreement_line", "base_op", "choose_series",
+    "compare_with_seed", "counts_table", "extraction_table", "load_core", "load_seed",
+    "load_upstream", "matrix_series", "observed_vs_predicted", "overload_family", "predict",
+    "predict_all", "predicted_view", "prediction_table", "seed_series_agreement",
+    "seed_table", "series_counts", "series_names", "series_of", "stopped_falling_back",
 ]
 
 STATUSES = ("native", "decomposed", "fallback", "missing", "cuda-only", "unknown")
+# Statuses an observed xpu cell and a prediction can be compared on; "unknown" and
+# "cuda-only" say the prediction (or the observation) cannot tell.
+COMPARED = ("native", "decomposed", "fallback", "missing")
 BAD = ("fallback", "missing")
 # Worst first, for a seed row exercised by several captured overloads.
 SEVERITY = {"missing": 5, "fallback": 4, "unknown": 3, "cuda-only": 2, "decomposed": 1,
@@ -193,6 +198,122 @@ def series_counts(predictions: Mapping[str, Mapping[str, str]]) -> dict[str, dic
     """``{series: {status: number of ops}}`` over :data:`STATUSES`."""
     return {s: {st: sum(1 for v in p.values() if v == st) for st in STATUSES}
             for s, p in sorted(predictions.items(), key=lambda kv: _version(kv[0]))}
+
+
+def series_of(version: str | None) -> str | None:
+    """The series of a torch version: ``2.5.1+xpu`` -> ``2.5``; None if it has none."""
+    m = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return f"{m[1]}.{m[2]}" if m else None
+
+
+def matrix_series(cells: Iterable[Any]) -> list[str]:
+    """The torch series of a matrix's xpu cells (``Cell.device``/``.torch``), oldest first."""
+    return sorted({c.torch for c in cells if c.device == "xpu"}, key=_version)
+
+
+def choose_series(requested: Iterable[str] | None = None, cells: Iterable[Any] | None = None,
+                  all_series: bool = False, upstream: Mapping[str, Any] | None = None
+                  ) -> tuple[list[str], list[str]]:
+    """The series to predict, oldest first, and notes: every series in the data with
+    ``all_series``, else those ``requested``, else the matrix's xpu series (``cells``).
+    A requested series without data is an :class:`InvalidInput`; a matrix series without
+    data is left out with a note."""
+    upstream = load_upstream() if upstream is None else upstream
+    have = series_names(upstream)
+    if all_series:
+        return have, []
+    if requested:
+        wanted = list(dict.fromkeys(requested))
+        unknown = [s for s in wanted if s not in upstream["series"]]
+        if unknown:
+            raise InvalidInput(f"no torch-xpu-ops data for series {', '.join(unknown)}; "
+                               f"have {', '.join(have)}")
+        return sorted(wanted, key=_version), []
+    from_matrix = matrix_series(cells or ())
+    notes = [f"the matrix's xpu series {s} has no torch-xpu-ops data; left out"
+             for s in from_matrix if s not in upstream["series"]]
+    chosen = [s for s in from_matrix if s in upstream["series"]]
+    if not chosen:
+        raise InvalidInput("the matrix has no xpu cell with torch-xpu-ops data: name "
+                           "--series or use --all-series")
+    return chosen, notes
+
+
+def _release_facts(upstream: Mapping[str, Any], series: str) -> dict[str, Any]:
+    e = upstream["series"][series]
+    return {"branch": e["branch"], "commit": e["commit"], "date": e.get("date"),
+            "kernel_list_from": e.get("native_commit") or e["commit"]}
+
+
+def predicted_view(captured: Mapping[str, Any], series: Iterable[str],
+                   upstream: Mapping[str, Any] | None = None,
+                   core: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """ops-predicted.json's content: a cell's captured ops (ops.json's content) predicted
+    for each of ``series``, with per-series counts, the op x series view (``predicted``
+    per op) and where each op stopped falling back or being missing; the seed's rows
+    when :data:`SEED_SERIES` is among ``series``."""
+    upstream = load_upstream() if upstream is None else upstream
+    core = load_core() if core is None else core
+    order = sorted(dict.fromkeys(series), key=_version)
+    ops = captured.get("ops", {})
+    preds = {s: predict(ops, s, upstream, core) for s in order}
+    fixed = stopped_falling_back(preds)
+    out_ops: dict[str, dict[str, Any]] = {}
+    for op in sorted(ops):
+        rec = ops[op] if isinstance(ops[op], Mapping) else {}
+        entry = {"captured": _status_of(ops[op]), "workloads": dict(rec.get("workloads", {})),
+                 "predicted": {s: preds[s][op] for s in order}}
+        if op in fixed:
+            entry["stopped_falling_back"] = fixed[op]
+        out_ops[op] = entry
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "captured": {k: captured.get(k) for k in ("cell", "device_type", "torch")}
+        | {"sources": list(captured.get("sources") or [])},
+        "series": order,
+        "releases": {s: _release_facts(upstream, s) for s in order},
+        "workloads": list(captured.get("workloads") or sorted(
+            {w for e in out_ops.values() for w in e["workloads"]})),
+        "counts": series_counts(preds),
+        "stopped_falling_back": fixed,
+        "ops": out_ops,
+        "seed": None,
+    }
+    if SEED_SERIES in order:
+        rows = compare_with_seed(ops, SEED_SERIES, upstream, core=core)
+        doc["seed"] = {"series": SEED_SERIES, "rows": rows, "agreement": agreement_line(rows)}
+    return doc
+
+
+def observed_vs_predicted(cell: Mapping[str, Any], upstream: Mapping[str, Any] | None = None,
+                          core: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """For an xpu cell's ops.json content: the prediction for its torch series next to what
+    it observed, and every disagreement (an op observed native but predicted fallback,
+    ...). None for other devices. Ops where either side is outside :data:`COMPARED` are
+    counted as not compared. A series without data gets ``error`` instead."""
+    if cell.get("device_type") != "xpu":
+        return None
+    upstream = load_upstream() if upstream is None else upstream
+    series = series_of(cell.get("torch"))
+    if series not in upstream["series"]:
+        return {"series": series, "error": f"no torch-xpu-ops data for torch {cell.get('torch')}",
+                "predicted": {}, "disagreements": [],
+                "counts": {"agree": 0, "disagree": 0, "not_compared": len(cell.get("ops", {}))}}
+    ops = cell.get("ops", {})
+    predicted = predict(ops, series, upstream, core)
+    disagreements = []
+    counts = {"agree": 0, "disagree": 0, "not_compared": 0}
+    for op in sorted(ops):
+        observed, guess = _status_of(ops[op]), predicted[op]
+        if observed not in COMPARED or guess not in COMPARED:
+            counts["not_compared"] += 1
+        elif observed == guess:
+            counts["agree"] += 1
+        else:
+            counts["disagree"] += 1
+            disagreements.append({"op": op, "observed": observed, "predicted": guess})
+    return {"series": series, "branch": upstream["series"][series]["branch"],
+            "predicted": predicted, "disagreements": disagreements, "counts": counts}
 
 
 # --- the seed's table ------------------------------------------------------------------

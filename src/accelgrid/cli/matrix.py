@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .. import install, validation
+from .. import install, ops, validation
 from ..matrix import load_matrix, select
 from ._common import matrix_of
 
@@ -69,7 +69,8 @@ def _plan(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
     cell = matrix.cell(args.cell)
     plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
-    data = {**cell.as_dict(), "install": plan.as_dict()}
+    records = ops.records(cell.env)
+    data = {**cell.as_dict(), "install": plan.as_dict(), "records": records}
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -83,6 +84,7 @@ def _plan(args: argparse.Namespace) -> int:
     if plan.env:
         print("uv env      " + " ".join(f"{k}={v}" for k, v in plan.as_dict()["env"].items()))
     print("env         " + (" ".join(f"{k}={v}" for k, v in cell.env.items()) or "(none)"))
+    print("records     " + "; ".join(records))
     pairs = zip(cell.suites, cell.suite_paths, strict=True)
     print(f"suites      {', '.join(f'{s} ({p})' for s, p in pairs)}")
     print(f"pytest      -n {cell.workers} --timeout={cell.test_seconds} --timeout-method=thread")

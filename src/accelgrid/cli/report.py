@@ -1,4 +1,4 @@
-"""Reports from results folders: ``accelgrid grid``, ``baseline``, ``ops``."""
+"""Reports from results folders: ``accelgrid grid``, ``baseline``, ``ops build|grid|predict``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .. import ops as ops_model
 from .. import outcomes, report
 from ..errors import AccelgridError
 from ..report import compare, ops_pages
+from ._common import matrix_of
 
 BASELINE_DESCRIPTION = """\
 Baselines: the expected outcome of every test per cell, kept in baselines/<cell>.json.
@@ -22,11 +23,28 @@ and exits 3 on any regression, so CI can gate on it.
 
 OPS_DESCRIPTION = """\
 Op coverage from results/<cell>/ops-raw/ (runs with ACCELGRID_CAPTURE_OPS=1, e.g. the
-op-capture and fallback-debug profiles).
+op-capture, fallback-debug and fallback-survey profiles).
 
   accelgrid ops build results/cpu-2.13          ops.json, ops.md, ops.html in the folder
-  accelgrid ops grid results/* --out results    ops-grid.md/.html/.json: op x cell, and
-                                                when each op stopped falling back
+  accelgrid ops grid results/* --out results    ops-grid.md/.html/.json: op x cell, when
+                                                each op stopped falling back, and an xpu
+                                                cell's observed beside predicted statuses
+  accelgrid ops predict docs/cuda/ops-cuda-2.11.json
+                                                ops-predicted.md/.html/.json: those ops
+                                                predicted per XPU release (no GPU needed)
+"""
+
+PREDICT_DESCRIPTION = """\
+Predict how a cell's captured ops would run on XPU, per torch release, from
+intel/torch-xpu-ops' registrations (its kernels and CPU-fallback list per release branch,
+shipped with accelgrid): native, decomposed, fallback, missing, cuda-only or unknown.
+Writes ops-predicted.md/.html/.json (per-series counts, the op x series view of where each
+op stopped falling back or being missing, the ops that would not run per release) and
+prints the counts. Predicted, not observed: it cannot see runtime routing or driver bugs.
+
+  accelgrid ops predict docs/cuda/ops-cuda-2.11.json            the matrix's xpu series
+  accelgrid ops predict results/cpu-2.13-op-capture --series 2.5 --series 2.6
+  accelgrid ops predict results/cuda-2.11-op-capture --all-series --json
 """
 
 
@@ -93,6 +111,26 @@ def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentPars
     p.add_argument("--out", default="results",
                    help="where to write ops-grid.* (%(default)s)")
     p.set_defaults(func=_ops)
+    p = actions.add_parser("predict", parents=[common],
+                           help="predict captured ops per XPU release (ops-predicted.*)",
+                           description=PREDICT_DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", metavar="RESULTS_OR_OPS_JSON",
+                   help="a results/<cell>/ folder with ops-raw/ (or ops.json), or an "
+                        "ops.json; several are merged")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--series", action="append", metavar="X.Y",
+                       help="an xpu torch series (repeatable; default: the matrix's xpu "
+                            "cells' series)")
+    which.add_argument("--all-series", action="store_true",
+                       help="every series with torch-xpu-ops data (2.4 on, with the seed's "
+                            "table for 2.4)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where to write ops-predicted.* (default: beside the one input; "
+                        "results/ for several)")
+    p.add_argument("--json", action="store_true",
+                   help="print ops-predicted.json instead of the counts")
+    p.set_defaults(func=_ops_predict)
 
 
 # --- grid ------------------------------------------------------------------------------
@@ -189,6 +227,24 @@ def _ops(args: argparse.Namespace) -> int:
     if not found:
         raise AccelgridError("no captured ops in " + " ".join(args.results))
     if args.what == "grid":
-        paths = ops_pages.write_cross(ops_model.cross_cell(found), Path(args.out))
+        view = ops_model.cross_cell(found)
+        paths = ops_pages.write_cross(view, Path(args.out))
+        for line in ops_pages.check_lines(view):
+            print(line)
         print(f"wrote {paths['md']}, {paths['html']}, {paths['json']}")
+    return 0
+
+
+def _ops_predict(args: argparse.Namespace) -> int:
+    cells = None if args.series or args.all_series else matrix_of(args).cells
+    made = ops_pages.predict([Path(p) for p in args.inputs], series=args.series,
+                             all_series=args.all_series, cells=cells,
+                             out=Path(args.out) if args.out else None)
+    for note in made.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(made.doc, indent=1))
+        return 0
+    for line in made.lines():
+        print(line)
     return 0

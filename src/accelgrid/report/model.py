@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes
+from .. import ops, outcomes
 from ..provenance import now
 from ..results import CellResults, discover, read_cell, suite_of
 from ..versions import version_key
@@ -125,6 +125,7 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
         "reason": cell.error or "; ".join(problems) or None,
         "path": str(cell.path),
         "baseline": None,
+        "ops_vs_predicted": ops.folder_check(cell.path),  # None unless xpu with ops.json
     }
 
 

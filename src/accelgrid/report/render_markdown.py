@@ -121,6 +121,15 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
     if partial:
         out += [""] + [f"- ⚠️ **{_md(c['name'])}** {c['status']}: {_md(short(c['reason'], 400))}"
                        for c in partial]
+    checked = [c for c in cols if c.get("ops_vs_predicted")]
+    if checked:
+        out.append("")
+    for c in checked:
+        ops = c["ops_vs_predicted"]
+        out.append(f"- 🔎 **{_md(c['name'])}** ops observed vs predicted: "
+                   + (_md(ops["error"]) if ops.get("error") else
+                      f"{ops['agree']} agree, {ops['disagree']} disagree with torch-xpu-ops "
+                      f"{_md(ops['branch'])} (`accelgrid ops grid` lists them)"))
     out += ["", "Legend: " + ", ".join(f"{SYMBOL[o]} {o}" for o in outcomes.ALL), ""]
     out += [f"- note: {_md(n)}" for n in model.get("notes", [])]
     head = "\n".join(out) + "\n"
