@@ -10,7 +10,6 @@ ci/README.md explains the workflow's design (plan job, triggers, security, grid)
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import jinja2
 
 from .errors import InvalidInput
 from .matrix import Cell, Matrix
+from .results import dumps
 
 WORKFLOW = ".github/workflows/accelgrid.yml"
 ACTIONLINT = ".github/actionlint.yaml"
@@ -110,12 +110,12 @@ def _tox_factor_problems(matrix: Matrix) -> list[str]:
 
 def _runs_on(labels: Sequence[str]) -> str:
     # JSON is valid YAML and quotes whatever needs quoting.
-    return json.dumps(labels[0]) if len(labels) == 1 else json.dumps(list(labels))
+    return dumps(labels[0]) if len(labels) == 1 else dumps(list(labels))
 
 
 def _plan_cells(groups: Sequence[JobGroup]) -> list[str]:
     return [
-        json.dumps({"cell": c.name, "job": g.id, "device": c.device, "torch": c.torch,
+        dumps({"cell": c.name, "job": g.id, "device": c.device, "torch": c.torch,
                     "profile": c.profile, "hosted": c.hosted, "timeout": c.cell_minutes})
         for g in groups for c in g.cells
     ]

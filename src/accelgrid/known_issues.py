@@ -18,7 +18,6 @@ The in-cell half (stdlib, pytest and packaging only) is
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 from . import known_issues_runtime as runtime
 from .matrix import Cell, Matrix, load_matrix
+from .results import dumps
 from .validation import (
     Problem,
     SourceMap,
@@ -226,6 +226,6 @@ def cell_env(cell: Cell, root: Path, folder: Path) -> dict[str, str]:
                and (i.profiles is None or cell.profile in i.profiles)]
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / RUNTIME_JSON
-    out.write_text(json.dumps({"cell": cell.name, "registry": str(path), "issues": entries},
+    out.write_text(dumps({"cell": cell.name, "registry": str(path), "issues": entries},
                               indent=2) + "\n", encoding="utf-8")
     return {runtime.ENV_KNOWN_ISSUES: str(out)}

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from .. import install, validation
 from ..matrix import load_matrix, select
+from ..results import dumps
 from ._common import matrix_of
 
 
@@ -53,7 +53,7 @@ def _cells(args: argparse.Namespace) -> int:
     picked = select(matrix.cells, device=args.device, torch=args.torch,
                               profile=args.profile)
     if args.json:
-        print(json.dumps([c.as_dict() for c in picked], indent=2))
+        print(dumps([c.as_dict() for c in picked], indent=2))
         return 0
     if not picked:
         print("no cell matches those filters", file=sys.stderr)
@@ -71,7 +71,7 @@ def _plan(args: argparse.Namespace) -> int:
     plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
     data = {**cell.as_dict(), "install": plan.as_dict()}
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(dumps(data, indent=2))
         return 0
     print(f"cell        {cell.name}")
     print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
