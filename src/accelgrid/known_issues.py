@@ -213,14 +213,24 @@ def registry_path(root: Path) -> Path:
     return root / DEFAULT_REGISTRY
 
 
+def registry_for_run(root: Path) -> Registry | None:
+    """The registry a cell run of the project at ``root`` uses: None without a registry
+    file or with ``ACCELGRID_NO_KNOWN_ISSUES=1``. Raises ValidationFailed for an invalid
+    one, so callers check it before they touch anything (results, environments)."""
+    path = registry_path(root)
+    if os.environ.get(ENV_DISABLE) == "1" or not os.path.lexists(path):
+        return None
+    return load_registry(path, load_matrix(root / "matrix.yaml"))
+
+
 def cell_env(cell: Cell, root: Path, folder: Path) -> dict[str, str]:
     """For the runner: write the cell's registry entries to ``folder/known_issues.json`` and
     return the env var pointing the plugin at it (nothing without a registry file, or with
     ``ACCELGRID_NO_KNOWN_ISSUES=1``). Raises ValidationFailed for an invalid registry."""
-    path = registry_path(root)
-    if os.environ.get(ENV_DISABLE) == "1" or not path.exists():
+    registry = registry_for_run(root)
+    if registry is None:
         return {}
-    registry = load_registry(path, load_matrix(root / "matrix.yaml"))
+    path = registry.path
     entries = [i.runtime_entry() for i in registry.issues.values()
                if (i.devices is None or cell.device in i.devices)
                and (i.profiles is None or cell.profile in i.profiles)]

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .. import install, validation
+from .. import contract, install, validation
 from ..matrix import load_matrix, select
 from ..results import dumps
 from ._common import matrix_of
@@ -68,7 +68,7 @@ def _cells(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
     cell = matrix.cell(args.cell)
-    plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
+    plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
     data = {**cell.as_dict(), "install": plan.as_dict()}
     if args.json:
         print(dumps(data, indent=2))
@@ -77,7 +77,7 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
     print(f"python      {cell.python}")
     print(f"torch       {cell.torch_requirement} from "
-          f"{'the default index' if plan.index == 'default' else plan.index}")
+          f"{'the default index' if plan.index == 'default' else plan.shown_index}")
     for n, step in enumerate(plan.steps, 1):
         print(f"install {n}   {step.description}: {' '.join(step.args)}")
     if plan.env:
