@@ -285,7 +285,16 @@ def load_yaml(path: Path) -> tuple[Any, SourceMap]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else None
+        if line is None and isinstance(getattr(exc, "position", None), int):  # ReaderError
+            line = text[:exc.position].count("\n") + 1
         what = getattr(exc, "problem", None) or str(exc).split("\n")[0]
+        context = getattr(exc, "context", None)
+        if context and what.startswith("but "):  # "...a single document, but found another"
+            what = f"{context}, {what}"
+        elif context and what == "second occurrence":  # an anchor defined twice
+            first = getattr(exc, "context_mark", None)
+            what = context.split(";")[0].removeprefix("found ") + (
+                f" (first on line {first.line + 1})" if first else "")
         raise _fail(name, f"invalid YAML: {what}", line) from None
     except RecursionError:  # not reached within MAX_YAML_DEPTH; a last guard
         raise _fail(name, "nested too deeply") from None
