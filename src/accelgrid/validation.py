@@ -426,11 +426,17 @@ def check_schema(data: Any, schema: dict, smap: SourceMap) -> list[Problem]:
     """Every schema violation of ``data`` as a Problem, in file order."""
     validator = _strict_validator(schema)
     problems: list[Problem] = []
+    mistyped: set[KeyPath] = set()
     for error in validator.iter_errors(data):
         if "propertyNames" in error.schema_path:
             problems.append(_name_problem(error, smap))
             continue
+        if error.validator == "type":
+            mistyped.add(tuple(error.absolute_path))
         problems.extend(_describe(error, smap))
+    # A value of the wrong type says so once (inf is no integer; that it is also above the
+    # maximum is noise).
+    problems = [p for p in problems if p.path not in mistyped or p.message.startswith("expected")]
     return sorted(set(problems), key=lambda p: (p.line or 0, dotted(p.path), p.message))
 
 
