@@ -512,7 +512,8 @@ def load_cell(path: Path) -> CellResults:
         cell.name = cell.env.get("cell") or cell.name
     records, problems = read_records(path / TESTS)
     cell.problems += problems
-    unreadable = [p for p in problems if p.startswith(f"{TESTS} ")]
+    unreadable = [p for p in problems if p.startswith(tuple(
+        f"{TESTS} {why}" for why in ("is a folder", "not a regular", "unreadable", "missing")))]
     if not os.path.lexists(path / TESTS):
         cell.error = "no tests.jsonl: the cell did not run or its results were lost"
     elif unreadable:

@@ -15,6 +15,7 @@ is read too, so a hand-written baseline can be that short.
 from __future__ import annotations
 
 import difflib
+import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -100,7 +101,7 @@ def load_dir(folder: Path, cells: Iterable[str]) -> tuple[dict[str, dict[str, st
     notes: list[str] = []
     for cell in cells:
         path = path_for(folder, cell)
-        if not path.is_file():
+        if not os.path.lexists(path):
             continue
         try:
             found[cell] = read(path)
