@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import outcomes
+from .environment import redact, redact_text
 
 TESTS = "tests.jsonl"
 COLLECTED = "collected.json"
@@ -104,6 +105,8 @@ def write_json(path: Path, data: Any) -> None:
 def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> None:
     """Append one test record in one write(2): once this returns, killing the process (or
     the whole session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
+    record = {k: redact_text(v) if k in ("message", "longrepr") and isinstance(v, str) else v
+              for k, v in record.items()}
     line = dumps(record, sort_keys=False) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -270,6 +273,9 @@ def clean_record(rec: dict[str, Any], where: str) -> tuple[dict[str, Any] | None
             if out[name] is None:
                 out.pop(name)
                 notes.append(f"{where}: {name} of {nodeid[:200]} is a {_kind(value)}; dropped")
+    for name in ("message", "longrepr"):  # test output may print a token or a URL's password
+        if isinstance(out.get(name), str):
+            out[name] = redact_text(out[name])
     issue = rec.get("issue")
     if issue is not None and not isinstance(issue, (str, dict)):
         out.pop("issue")
@@ -447,8 +453,6 @@ def clean_env(env: Any) -> tuple[dict[str, Any], list[str]]:
     """env.json's content with the types reports rely on, and a note per field that had
     another type (dropped). Flags and packages keep only text values; recorded flags are
     redacted again (an artifact may come from a version that redacted less)."""
-    from .environment import redact  # stdlib-only, like this module
-
     if not isinstance(env, dict):
         return {}, [f"env.json holds a {_kind(env)}, not a mapping; ignored"]
     notes: list[str] = []
