@@ -265,3 +265,20 @@ def test_a_valid_file_at_the_size_limit_loads_in_seconds(tmp_path) -> None:
     matrix = load_matrix(proj / "matrix.yaml")
     assert len(matrix.profiles) > 4000 and len(matrix.cells) == 5
     assert time.monotonic() - started < 20
+
+
+def test_anchors_aliases_and_merge_keys_within_bounds_still_work(tmp_path) -> None:
+    # The bounds refuse alias bombs, not aliases: sharing pins and merging a base is fine.
+    from accelgrid.matrix import load_matrix
+
+    proj = _project(tmp_path)
+    text = (proj / "matrix.yaml").read_text()
+    text = text.replace('  "2.4": {torch: "2.4.1", transformers: "4.57.6"}',
+                        '  "2.4": &old {torch: "2.4.1", transformers: "4.57.6"}')
+    text = text.replace('  "2.13": {torch: "2.13.0", transformers: "5.24.0"}',
+                        '  "2.13": {<<: *old, torch: "2.13.0", transformers: "5.24.0"}')
+    text = text.replace("  xpu:\n    index:", "  xpu:\n    index:", 1)
+    (proj / "matrix.yaml").write_text(text)
+    matrix = load_matrix(proj / "matrix.yaml")
+    assert matrix.torch["2.13"].pins == {"torch": "2.13.0", "transformers": "5.24.0"}
+    assert matrix.torch["2.4"].pins["torch"] == "2.4.1"

@@ -129,6 +129,8 @@ class _UniqueKeyLoader(_Loader):  # type: ignore[misc, valid-type]
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys may be overridden here
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
