@@ -243,12 +243,15 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
 
 # A record's fields as the reports use them: name -> accepted types (None always is).
 _TEXT_FIELDS = ("message", "longrepr", "worker", "device", "cell", "when", "pass")
+_FIELD_CHECKS = frozenset((*_TEXT_FIELDS, "duration", "issue"))
 MAX_NODEID = 4096
 
 
 def clean_record(rec: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, list[str]]:
     """A test record with the types reports rely on, and what was wrong with it; None
-    when it cannot stand for a test (its nodeid or outcome is not text)."""
+    when it cannot stand for a test (its nodeid or outcome is not text). Messages and
+    tracebacks lose credentials (:func:`accelgrid.environment.redact_text`). ``rec`` is
+    changed in place (read_jsonl's records are fresh)."""
     nodeid, outcome = rec.get("nodeid"), rec.get("outcome")
     if not isinstance(nodeid, str) or not nodeid.strip() or len(nodeid) > MAX_NODEID:
         what = ("empty" if isinstance(nodeid, str) and not nodeid.strip() else
@@ -258,29 +261,28 @@ def clean_record(rec: dict[str, Any], where: str) -> tuple[dict[str, Any] | None
         return None, [f"{where}: outcome of {nodeid[:200]} is a {_kind(outcome)}, not a "
                       "word; record skipped"]
     notes: list[str] = []
-    out = dict(rec)
-    duration = rec.get("duration")
-    if duration is not None and (isinstance(duration, bool)
-                                 or not isinstance(duration, (int, float))
-                                 or not math.isfinite(duration) or duration < 0):
-        out.pop("duration")
-        notes.append(f"{where}: duration {str(duration)[:40]!r} of {nodeid[:200]} is not a "
-                     "number of seconds; dropped")
-    for name in _TEXT_FIELDS:
-        value = rec.get(name)
-        if value is not None and not isinstance(value, str):
-            out[name] = str(value)[:10000] if isinstance(value, (int, float)) else None
-            if out[name] is None:
-                out.pop(name)
-                notes.append(f"{where}: {name} of {nodeid[:200]} is a {_kind(value)}; dropped")
-    for name in ("message", "longrepr"):  # test output may print a token or a URL's password
-        if isinstance(out.get(name), str):
-            out[name] = redact_text(out[name])
-    issue = rec.get("issue")
-    if issue is not None and not isinstance(issue, (str, dict)):
-        out.pop("issue")
-        notes.append(f"{where}: issue of {nodeid[:200]} is a {_kind(issue)}; dropped")
-    return out, notes
+    for name, value in list(rec.items()):  # a record has a handful of fields
+        if value is None or name not in _FIELD_CHECKS:
+            continue
+        if name == "duration":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    math.isfinite(value) and value >= 0):
+                del rec[name]
+                notes.append(f"{where}: duration {str(value)[:40]!r} of {nodeid[:200]} is not "
+                             "a number of seconds; dropped")
+        elif name == "issue":
+            if not isinstance(value, (str, dict)):
+                del rec[name]
+                notes.append(f"{where}: issue of {nodeid[:200]} is a {_kind(value)}; dropped")
+        elif isinstance(value, str):
+            if name in ("message", "longrepr"):  # test output may print a token
+                rec[name] = redact_text(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            rec[name] = str(value)
+        else:
+            del rec[name]
+            notes.append(f"{where}: {name} of {nodeid[:200]} is a {_kind(value)}; dropped")
+    return rec, notes
 
 
 def _kind(value: Any) -> str:
