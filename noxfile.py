@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
 
 from accelgrid import cli, report, results, sessions  # noqa: E402
+from accelgrid.environment import redact_text  # noqa: E402
 from accelgrid.errors import AccelgridError  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
-from accelgrid.validation import ValidationFailed  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -30,8 +30,9 @@ nox.options.reuse_venv = "yes"
 
 try:
     MATRIX = load_matrix(ROOT / "matrix.yaml")
-except ValidationFailed as exc:
-    sys.exit(f"matrix.yaml is invalid:\n{exc}")
+except AccelgridError as exc:
+    # One line per problem (FILE:LINE: key: message), as `accelgrid validate` prints them.
+    sys.exit(redact_text(str(exc)))
 
 nox.options.sessions = sessions.register(MATRIX) + ["grid"]
 

@@ -25,6 +25,13 @@ WORKFLOW_TEXT = (ROOT / ci.WORKFLOW).read_text()
 WORKFLOW = yaml.safe_load(WORKFLOW_TEXT)
 JOBS = WORKFLOW["jobs"]
 CELL_JOBS = {k: v for k, v in JOBS.items() if k.startswith("cells-")}
+PR_TEXT = (ROOT / ci.PR_WORKFLOW).read_text()
+PR = yaml.safe_load(PR_TEXT)
+WORKFLOWS = {ci.WORKFLOW: (WORKFLOW_TEXT, WORKFLOW), ci.PR_WORKFLOW: (PR_TEXT, PR)}
+
+
+def _triggers(workflow: dict) -> dict:
+    return workflow.get("on", workflow.get(True))  # PyYAML reads a bare `on` as True
 
 
 def _tool(name: str) -> str:
@@ -70,12 +77,13 @@ def test_check_fails_when_the_matrix_changes_without_rerendering(tmp_path, capsy
     capsys.readouterr()
     assert cli.main([*args, "check"]) == errors.EXIT_STALE
     out, err = capsys.readouterr()
-    assert '"timeout": 75' in out and f"+++ {ci.WORKFLOW} (rendered)" in out
+    timeout = ci.INSTALL_MINUTES + 75 + ci.MARGIN_MINUTES  # the job time of a 75-minute cell
+    assert f'"timeout": {timeout}' in out and f"+++ {ci.WORKFLOW} (rendered)" in out
     assert "run `accelgrid ci render`" in err and len(err.strip().splitlines()) == 1
 
     assert cli.main([*args, "render"]) == 0
     assert cli.main([*args, "check"]) == 0
-    assert '"timeout": 75' in (proj / ci.WORKFLOW).read_text()
+    assert f'"timeout": {timeout}' in (proj / ci.WORKFLOW).read_text()
 
 
 def test_check_reports_a_missing_file(tmp_path, capsys) -> None:
@@ -94,10 +102,45 @@ def test_cli_passes_its_matrix_option_to_ci(tmp_path, capsys) -> None:
 # --- linters ---------------------------------------------------------------------------
 
 
-def test_actionlint_accepts_the_workflow() -> None:
+def test_actionlint_accepts_the_workflows() -> None:
     proc = subprocess.run([_tool("actionlint"), "-no-color", "-config-file", ci.ACTIONLINT,
-                           ci.WORKFLOW], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           ci.WORKFLOW, ci.PR_WORKFLOW], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _zizmor(*paths: Path | str) -> subprocess.CompletedProcess:
+    return subprocess.run([_tool("zizmor"), "--offline", "--persona", "auditor", "--no-progress",
+                           "--format", "plain", *map(str, paths)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_zizmor_auditor_finds_nothing_but_the_justified_ignores() -> None:
+    proc = _zizmor(ci.WORKFLOW, ci.PR_WORKFLOW)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No findings to report" in proc.stdout + proc.stderr
+    # Every ignore names its rule and sits under a comment giving the reason.
+    for text in (WORKFLOW_TEXT, PR_TEXT):
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if "zizmor: ignore" in line:
+                assert line.rstrip().endswith("# zizmor: ignore[self-hosted-runner]"), line
+                assert lines[i - 2].strip().startswith("# zizmor: the runner is the point")
+    ignored = WORKFLOW_TEXT.count("zizmor: ignore[")
+    assert ignored == len({c.device for c in MATRIX.cells if not c.hosted})
+    assert "zizmor: ignore" not in PR_TEXT
+
+
+def test_zizmor_really_audits(tmp_path) -> None:
+    # Control: the same workflow without the ignores, and with a script that expands an
+    # input inside `run:`, is reported.
+    bad = tmp_path / "bad.yml"
+    bad.write_text(WORKFLOW_TEXT.replace(" # zizmor: ignore[self-hosted-runner]", "").replace(
+        'run: nox -s "$CELL"', "run: nox -s ${{ inputs.devices }}"))
+    proc = _zizmor(bad)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "self-hosted-runner" in out and "template-injection" in out
 
 
 def test_actionlint_needs_the_declared_runner_labels(tmp_path) -> None:
@@ -114,8 +157,8 @@ def test_actionlint_needs_the_declared_runner_labels(tmp_path) -> None:
 def test_check_jsonschema_accepts_the_workflow(tmp_path) -> None:
     tool = _tool("check-jsonschema")
     cmd = [tool, "--builtin-schema", "vendor.github-workflows"]
-    ok = subprocess.run([*cmd, str(ROOT / ci.WORKFLOW)], capture_output=True, text=True,
-                        timeout=120)
+    ok = subprocess.run([*cmd, str(ROOT / ci.WORKFLOW), str(ROOT / ci.PR_WORKFLOW)],
+                        capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     broken = tmp_path / "broken.yml"  # control: the schema does reject a bad job
     broken.write_text(WORKFLOW_TEXT.replace("timeout-minutes: 15", "timeout-minutes: soon"))
@@ -134,7 +177,7 @@ def test_every_cell_runs_once_on_its_devices_runner_with_its_timeout() -> None:
         job = JOBS[cells[cell.name]["job"]]
         labels = [job["runs-on"]] if isinstance(job["runs-on"], str) else job["runs-on"]
         assert labels == list(cell.runner_labels), cell.name
-        assert cells[cell.name]["timeout"] == cell.cell_minutes
+        assert cells[cell.name]["timeout"] == ci.job_minutes(cell)
         assert cells[cell.name]["hosted"] is cell.hosted
     for job in CELL_JOBS.values():
         assert job["timeout-minutes"] == "${{ matrix.timeout }}"
@@ -148,36 +191,95 @@ def test_every_cell_runs_once_on_its_devices_runner_with_its_timeout() -> None:
         assert upload["with"]["name"] == "results-${{ matrix.cell }}"
 
 
-def test_self_hosted_jobs_never_run_for_pull_requests_and_hosted_ones_do() -> None:
-    triggers = WORKFLOW.get("on", WORKFLOW.get(True))  # PyYAML reads a bare `on` as True
-    assert set(triggers) == {"pull_request", "schedule", "workflow_dispatch"}
+def test_no_pull_request_starts_a_workflow_with_a_self_hosted_job() -> None:
+    triggers = _triggers(WORKFLOW)
+    assert set(triggers) == {"schedule", "workflow_dispatch"}
     assert set(triggers["workflow_dispatch"]["inputs"]) == {"devices", "torch", "profiles"}
     assert triggers["schedule"][0]["cron"]
+    assert set(_triggers(PR)) == {"pull_request"}
     hosted = {c.device for c in MATRIX.cells if c.hosted}
     assert hosted == {"cpu"}
     for job_id, job in CELL_JOBS.items():
         cond = " ".join(job["if"].split())
         if job_id.removeprefix("cells-") in hosted:
-            assert "pull_request" not in cond
-        else:
-            assert "github.event_name != 'pull_request'" in cond
-            assert "!github.event.pull_request.head.repo.fork" in cond
+            assert "event_name" not in cond
+        else:  # a second line only; the triggers and runner groups are the guard
+            assert cond.startswith("(github.event_name == 'schedule' || "
+                                   "github.event_name == 'workflow_dispatch') && ")
+    # The pull-request workflow has no self-hosted job and only hosted cells.
+    pr_jobs = {k: v for k, v in PR["jobs"].items() if k.startswith("cells-")}
+    assert set(pr_jobs) == {f"cells-{d}" for d in hosted}
+    assert all(c["hosted"] for c in _plan_cells(PR))
+    assert sorted(c["cell"] for c in _plan_cells(PR)) == sorted(
+        c.name for c in MATRIX.cells if c.hosted)
+    for job in PR["jobs"].values():
+        labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
+        assert "self-hosted" not in [str(x).lower() for x in labels]
 
 
-def test_least_privilege_pinned_actions_and_no_secrets() -> None:
-    assert WORKFLOW["permissions"] == {"contents": "read"}
-    assert JOBS["plan"]["permissions"] == {}
-    for job in JOBS.values():
+def test_no_workflow_uses_privileged_triggers() -> None:
+    # pull_request_target and workflow_run run with the base repository's rights on a
+    # fork's events; none of the generated workflows may use them.
+    for path in (ROOT / ".github" / "workflows").glob("*.y*ml"):
+        triggers = _triggers(yaml.safe_load(path.read_text()))
+        names = set(triggers) if isinstance(triggers, dict) else set(
+            [triggers] if isinstance(triggers, str) else triggers)
+        assert not names & {"pull_request_target", "workflow_run"}, path
+
+
+def test_readme_lists_the_settings_the_design_relies_on() -> None:
+    text = " ".join((ROOT / "ci" / "README.md").read_text().split())
+    for needed in ("Require approval for all outside collaborators", "Runner groups",
+                   "Selected workflows",
+                   "OWNER/REPO/.github/workflows/accelgrid.yml@refs/heads/main",
+                   "refs/pull/N/merge", "--ephemeral", "CODEOWNERS",
+                   "Read repository contents and packages permissions"):
+        assert needed in text, needed
+
+
+def test_job_time_is_install_plus_cell_limit_plus_margin() -> None:
+    # The runner's own limit (cell_minutes, around pytest only) must fire before GitHub's,
+    # with the install before it and finalizing after it.
+    assert ci.INSTALL_MINUTES >= 15 and ci.MARGIN_MINUTES >= 5
+    for cell in MATRIX.cells:
+        assert ci.job_minutes(cell) == ci.INSTALL_MINUTES + cell.cell_minutes + ci.MARGIN_MINUTES
+    for cell in _plan_cells(WORKFLOW) + _plan_cells(PR):
+        assert cell["timeout"] == ci.job_minutes(MATRIX.cell(cell["cell"]))
+    readme = (ROOT / "ci" / "README.md").read_text()
+    assert f"`INSTALL_MINUTES` ({ci.INSTALL_MINUTES})" in readme
+    assert f"`MARGIN_MINUTES` ({ci.MARGIN_MINUTES})" in readme
+
+
+def test_a_hosted_cell_over_six_hours_of_job_is_refused(tmp_path, capsys) -> None:
+    text = (ROOT / "tests" / "base_matrix.yaml").read_text().replace(
+        "  suites: [smoke]", "  suites: [smoke]\n  timeout: {cell_minutes: 340}")
+    proj = _project(tmp_path, text)
+    assert cli.main(["--matrix", str(proj / "matrix.yaml"), "ci", "render"]) == \
+        errors.EXIT_INVALID
+    err = capsys.readouterr().err.strip()
+    assert err == (f"accelgrid ci: cell cpu-2.4 would need a job of "
+                   f"{ci.INSTALL_MINUTES + 340 + ci.MARGIN_MINUTES} minutes (install "
+                   f"{ci.INSTALL_MINUTES} + cell limit 340 + margin {ci.MARGIN_MINUTES}), over "
+                   "GitHub-hosted runners' 360: lower its timeout.cell_minutes")
+
+
+@pytest.mark.parametrize("rel", [ci.WORKFLOW, ci.PR_WORKFLOW])
+def test_least_privilege_pinned_actions_and_no_secrets(rel: str) -> None:
+    text, workflow = WORKFLOWS[rel]
+    jobs = workflow["jobs"]
+    assert workflow["permissions"] == {"contents": "read"}
+    assert jobs["plan"]["permissions"] == {}
+    for job in jobs.values():
         assert job.get("permissions", {}) in ({}, {"contents": "read"})
-    assert WORKFLOW["concurrency"]["group"]
-    uses = re.findall(r"uses: (\S+)(.*)", WORKFLOW_TEXT)
+    assert workflow["concurrency"]["group"]
+    uses = re.findall(r"uses: (\S+)(.*)", text)
     assert {u.split("@")[0] for u, _ in uses} == {repo for repo, _, _ in ci.ACTIONS.values()}
     for ref, comment in uses:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
         assert re.fullmatch(r" # v\d+\.\d+\.\d+", comment), comment
-    for step in (s for j in JOBS.values() for s in j["steps"] if "checkout" in s.get("uses", "")):
+    for step in (s for j in jobs.values() for s in j["steps"] if "checkout" in s.get("uses", "")):
         assert step["with"]["persist-credentials"] is False
-    assert "secrets." not in WORKFLOW_TEXT
+    assert "secrets." not in text
 
 
 def download_index(job: dict) -> int:
@@ -201,16 +303,15 @@ def test_grid_job_collects_every_cell_and_gates_on_the_baseline() -> None:
 
 def _run_plan(tmp_path: Path, event: str, workflow: dict = WORKFLOW, **inputs: str):
     step = workflow["jobs"]["plan"]["steps"][0]
-    script = tmp_path / "plan.py"
-    script.write_text(step["run"])
+    assert "shell" not in step  # the workflow's default, bash, as GitHub runs it
     output = tmp_path / "github_output"
     output.write_text("")
     env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output), "EVENT": event,
            "CELLS": step["env"]["CELLS"], "JOBS": step["env"]["JOBS"],
            "DEVICES": inputs.get("devices", ""), "TORCH": inputs.get("torch", ""),
            "PROFILES": inputs.get("profiles", "")}
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                           step["run"]], env=env, capture_output=True, text=True, timeout=60)
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     picked = {job: [m["cell"] for m in json.loads(v)] for job, v in outputs.items()
               if job != "any"}
@@ -218,9 +319,9 @@ def _run_plan(tmp_path: Path, event: str, workflow: dict = WORKFLOW, **inputs: s
 
 
 def test_plan_picks_hosted_cells_for_pull_requests_and_all_nightly(tmp_path) -> None:
-    proc, picked = _run_plan(tmp_path, "pull_request")
+    proc, picked = _run_plan(tmp_path, "pull_request", PR)
     assert proc.returncode == 0, proc.stderr
-    assert set(picked) == set(CELL_JOBS)
+    assert set(picked) == {k for k in PR["jobs"] if k.startswith("cells-")}
     assert [c for cells in picked.values() for c in cells] == \
         [c.name for c in MATRIX.cells if c.hosted]
     proc, picked = _run_plan(tmp_path, "schedule")
@@ -459,3 +560,62 @@ def test_each_cells_values_select_exactly_its_env(monkeypatch) -> None:
         assert plugin.get_envlist_from_factors(env_list, factors) == [ci.tox_env_name(cell)]
         section = ini[f"testenv:{ci.tox_env_name(cell)}"]
         assert f"-s {cell.name} -- {{posargs}}" in section["commands"]
+
+
+# What ci/README.md's tox table says each setting selects; the test below runs tox for
+# every row, and fails when the table and this list differ (so they cannot drift apart).
+DOC_ROWS: dict[str, tuple[dict[str, str], list[str] | None]] = {
+    "`DEVICE=cpu TORCH=2.13 PROFILE=default`": (
+        {"DEVICE": "cpu", "TORCH": "2.13", "PROFILE": "default"}, ["cpu-torch2.13-default"]),
+    "`DEVICE=cpu TORCH=2.13`": ({"DEVICE": "cpu", "TORCH": "2.13"}, ["cpu-torch2.13-default"]),
+    "`DEVICE=cpu TORCH=2.13 PROFILE=op-capture`": (
+        {"DEVICE": "cpu", "TORCH": "2.13", "PROFILE": "op-capture"},
+        ["cpu-torch2.13-op_capture"]),
+    "`DEVICE= TORCH=2.13`": ({"DEVICE": "", "TORCH": "2.13"}, [
+        ci.tox_env_name(c) for c in MATRIX.cells if c.torch == "2.13" and c.profile == "default"]),
+    "`DEVICE=xpu PROFILE=fp64-emulation`": ({"DEVICE": "xpu", "PROFILE": "fp64-emulation"},
+                                            ["xpu-torch2.5-fp64_emulation"]),
+    "`DEVICE=tpu` (no mapping)": ({"DEVICE": "tpu"}, None),
+    "none set, or all empty": ({"DEVICE": "", "TORCH": "", "PROFILE": ""}, None),
+}
+
+
+def _readme_tox_rows() -> dict[str, str]:
+    text = (ROOT / "ci" / "README.md").read_text()
+    table = text.split("| env | selects |\n| --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    rows = [[part.strip() for part in line.strip().strip("|").split(" | ", 1)]
+            for line in table.splitlines()]
+    return {env: selects for env, selects in rows}
+
+
+def test_readme_tox_table_is_the_tested_one() -> None:
+    rows = _readme_tox_rows()
+    assert list(rows) == list(DOC_ROWS)
+    for row, (_, envs) in DOC_ROWS.items():
+        shown = rows[row]
+        if envs is None:
+            assert "error, nothing runs" in shown, row
+        elif len(envs) == 1:
+            assert f"`{envs[0]}`" in shown, row
+
+
+@pytest.mark.parametrize("row", list(DOC_ROWS))
+def test_tox_selects_what_the_readme_says(tmp_path, row: str) -> None:
+    env, expected = DOC_ROWS[row]
+    proc = _tox(tmp_path, "l", **env)
+    if expected is None:
+        assert proc.returncode == 254, proc.stdout + proc.stderr
+        assert len([x for x in proc.stdout.splitlines() if x.strip()]) == 1, proc.stdout
+        return
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _default_envs(proc.stdout) == expected
+
+
+def test_tox_empty_dispatch_inputs_run_instead_of_failing(tmp_path) -> None:
+    # An empty workflow_dispatch input reaches tox as DEVICE= (set, empty): no filter,
+    # as the README says, where it used to exit 254.
+    proc = _tox(tmp_path, "run", DEVICE="", TORCH=" 2.13 ", PROFILE="")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = (tmp_path / "nox.log").read_text().splitlines()
+    assert [line.split(" -s ")[1].split()[0] for line in ran] == [
+        c.name for c in MATRIX.cells if c.torch == "2.13" and c.profile == "default"]

@@ -187,3 +187,27 @@ def test_a_closed_pipe_ends_quietly() -> None:
     proc = subprocess.run(f"{sys.executable} -m accelgrid cells --json | head -c 10",
                           shell=True, capture_output=True, text=True, cwd=ROOT)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["cells", "cells --json", "plan cpu-2.0 --json", "schema"])
+def test_a_reader_that_leaves_early_ends_every_listing_quietly(tmp_path, command) -> None:
+    # Output well over a pipe's buffer (600 cells), so the write really meets a closed
+    # pipe: exit 0, nothing on stderr (`accelgrid cells --json | head`).
+    proj = tmp_path / "p"
+    (proj / "suites" / "smoke").mkdir(parents=True)
+    series = [f"2.{i}" for i in range(30)]
+    profiles = [f"p{i}" for i in range(20)]
+    (proj / "matrix.yaml").write_text(
+        'schema: 1\ndefaults: {torch: "2.0", suites: [smoke], profile: p0}\n'
+        "devices:\n  cpu: {index: default, detect: {always: true}, "
+        "runner: {labels: [ubuntu-24.04], hosted: true}}\n"
+        "torch:\n" + "".join(f'  "{s}": {{torch: "{s}.0"}}\n' for s in series)
+        + "profiles:\n" + "".join(f"  {p}: {{}}\n" for p in profiles)
+        + "suites:\n  smoke: {path: suites/smoke}\n"
+        + f"matrix:\n  device: [cpu]\n  torch: [{', '.join(map(repr, series))}]\n"
+        + f"  profile: [{', '.join(profiles)}]\n")
+    script = (f"{sys.executable} -m accelgrid --matrix {proj / 'matrix.yaml'} {command} "
+              "| head -n 1 >/dev/null; exit ${PIPESTATUS[0]}")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""

@@ -61,7 +61,7 @@ def test_cli_prints_errors_without_traceback(name: str) -> None:
 
 
 def test_pins_must_be_pep440_versions(tmp_path: Path) -> None:
-    text = (TESTS / "base_matrix.yaml").read_text().replace("path: .", f"path: {TESTS}")
+    text = (TESTS / "base_matrix.yaml").read_text()
     (tmp_path / "m.yaml").write_text(text.replace('torch: "2.4.1"', 'torch: "2.4.1-x"'))
     with pytest.raises(ValidationFailed) as info:
         load_matrix(tmp_path / "m.yaml")

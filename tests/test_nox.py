@@ -109,3 +109,22 @@ def test_unreachable_torch_index_fails_in_one_line_before_installing(tmp_path: P
     lines = [ln for ln in proc.stderr.splitlines() if "cannot be reached" in ln]
     assert len(lines) == 1 and f"cpu-2.13: package index {index} cannot be reached" in lines[0]
     assert "uv pip install" not in proc.stderr  # nothing was installed
+
+
+def test_an_absent_device_is_refused_before_any_environment_is_made(tmp_path: Path) -> None:
+    # nox used to build the cell's venv (.nox/mps-2-13) and only then refuse.
+    default_env = ROOT / ".nox" / "mps-2-13"
+    existed = default_env.exists()
+    for extra in ([], ["--envdir", str(tmp_path / "envs")]):
+        proc = nox(*extra, "-s", "mps-2.13", env={"ACCELGRID_RESULTS_DIR": str(tmp_path)})
+        assert proc.returncode != 0
+        assert "mps-2.13: mps needs a Darwin host" in proc.stderr
+        assert "Creating virtual environment" not in proc.stderr
+    if not existed:  # (a checkout with one from before cannot tell)
+        assert not default_env.exists()
+    assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir())
+    assert not (tmp_path / "mps-2.13").exists()
+    # It is still listed, tagged, with its description.
+    listed = nox("-l", "--json", "-t", "mps")
+    sessions = {s["name"]: s for s in json.loads(listed.stdout)}
+    assert sessions["mps-2.13"]["description"].startswith("mps / torch 2.13.0 / profile default")

@@ -4,13 +4,13 @@
     accelgrid ci check         # exit 1 with a diff when the committed files differ
 
 Both the workflow and tox run a cell exactly as a developer does: ``nox -s <cell>``.
-ci/README.md explains the workflow's design (plan job, triggers, security, grid).
+ci/README.md explains the workflows' design (plan job, triggers, security, grid, job
+time) and the repository settings the self-hosted runners rely on.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,12 +20,23 @@ import jinja2
 
 from .errors import InvalidInput
 from .matrix import Cell, Matrix
+from .results import dumps
 
-WORKFLOW = ".github/workflows/accelgrid.yml"
+WORKFLOW = ".github/workflows/accelgrid.yml"        # schedule/dispatch: every cell
+PR_WORKFLOW = ".github/workflows/accelgrid-pr.yml"  # pull_request: hosted cells only
 ACTIONLINT = ".github/actionlint.yaml"
 TOX_INI = "ci/tox.ini"
 TOXFILE = "ci/toxfile.py"
-OUTPUTS = (WORKFLOW, ACTIONLINT, TOX_INI, TOXFILE)
+OUTPUTS = (WORKFLOW, PR_WORKFLOW, ACTIONLINT, TOX_INI, TOXFILE)
+
+# A cell's job does more than the cell's own time limit (timeout.cell_minutes, enforced by
+# the runner around pytest only): checkout, Python, accelgrid, then the cell environment
+# with torch (multi-GB wheels for cuda and xpu) before the limit starts, and the results
+# finalized and uploaded after it. The job gets all three, so the runner's limit always
+# fires first and the results are always finalized (ci/README.md).
+INSTALL_MINUTES = 30   # setup and installs, before the cell limit starts
+MARGIN_MINUTES = 10    # stopping pytest, finalizing and uploading results
+HOSTED_JOB_MINUTES = 360  # GitHub: a job on a GitHub-hosted runner runs at most 6 hours
 
 # Third-party actions, pinned to the commit their release tag points at (tags can move).
 ACTIONS = {
@@ -110,13 +121,18 @@ def _tox_factor_problems(matrix: Matrix) -> list[str]:
 
 def _runs_on(labels: Sequence[str]) -> str:
     # JSON is valid YAML and quotes whatever needs quoting.
-    return json.dumps(labels[0]) if len(labels) == 1 else json.dumps(list(labels))
+    return dumps(labels[0]) if len(labels) == 1 else dumps(list(labels))
+
+
+def job_minutes(cell: Cell) -> int:
+    """timeout-minutes of ``cell``'s CI job: install allowance + cell limit + margin."""
+    return INSTALL_MINUTES + cell.cell_minutes + MARGIN_MINUTES
 
 
 def _plan_cells(groups: Sequence[JobGroup]) -> list[str]:
     return [
-        json.dumps({"cell": c.name, "job": g.id, "device": c.device, "torch": c.torch,
-                    "profile": c.profile, "hosted": c.hosted, "timeout": c.cell_minutes})
+        dumps({"cell": c.name, "job": g.id, "device": c.device, "torch": c.torch,
+               "profile": c.profile, "hosted": c.hosted, "timeout": job_minutes(c)})
         for g in groups for c in g.cells
     ]
 
@@ -143,29 +159,43 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
     problems = _tox_factor_problems(matrix)
     if problems:
         raise CIError("; ".join(problems))
+    too_long = [c for c in matrix.cells if c.hosted and job_minutes(c) > HOSTED_JOB_MINUTES]
+    if too_long:
+        cell = too_long[0]
+        raise CIError(f"cell {cell.name} would need a job of {job_minutes(cell)} minutes "
+                      f"(install {INSTALL_MINUTES} + cell limit {cell.cell_minutes} + margin "
+                      f"{MARGIN_MINUTES}), over GitHub-hosted runners' {HOSTED_JOB_MINUTES}: "
+                      "lower its timeout.cell_minutes")
     groups = job_groups(matrix.cells, limit)
     source = _matrix_label(matrix)
     # The workflow is full of GitHub's own ${{ }}: give jinja other delimiters there.
     workflow_env = _environment(variable_start_string="[[", variable_end_string="]]",
                                 block_start_string="[%", block_end_string="%]",
                                 comment_start_string="[#", comment_end_string="#]")
-    workflow = workflow_env.get_template("workflow.yml.j2").render(
-        source=source,
-        groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
-                 "runs_on": _runs_on(g.runner_labels), "count": len(g.cells)} for g in groups],
-        plan_cells=_plan_cells(groups),
-        actions={k: {"uses": f"{repo}@{sha}", "version": version}
-                 for k, (repo, sha, version) in ACTIONS.items()},
-        python=matrix.default_python,
-        runner=HOSTED_RUNNER,
-        devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
-        series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
-        profiles=sorted({c.profile for c in matrix.cells}, key=list(matrix.profiles).index),
-    )
-    size = len(workflow.encode())
-    if size > max_workflow_bytes:
-        raise CIError(f"the workflow for {len(matrix.cells)} cells would be {size} bytes, over "
-                      f"GitHub's limit of {max_workflow_bytes}: split the matrix")
+    workflows = {}
+    for rel, pr in ((WORKFLOW, False), (PR_WORKFLOW, True)):
+        picked = [g for g in groups if g.hosted or not pr]
+        text = workflow_env.get_template("workflow.yml.j2").render(
+            source=source,
+            pr=pr,
+            groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
+                     "runs_on": _runs_on(g.runner_labels), "count": len(g.cells)}
+                    for g in picked],
+            plan_cells=_plan_cells(picked),
+            actions={k: {"uses": f"{repo}@{sha}", "version": version}
+                     for k, (repo, sha, version) in ACTIONS.items()},
+            python=matrix.default_python,
+            runner=HOSTED_RUNNER,
+            devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
+            series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
+            profiles=sorted({c.profile for c in matrix.cells},
+                            key=list(matrix.profiles).index),
+        )
+        size = len(text.encode())
+        if size > max_workflow_bytes:
+            raise CIError(f"the workflow for {len(matrix.cells)} cells would be {size} bytes, "
+                          f"over GitHub's limit of {max_workflow_bytes}: split the matrix")
+        workflows[rel] = text
     custom_labels = sorted({label for g in groups if not g.hosted for label in g.runner_labels
                             if label.lower() not in _ACTIONLINT_KNOWN})
     env = _environment()
@@ -185,7 +215,7 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
     )
     assert env.loader is not None
     toxfile = env.loader.get_source(env, "toxfile.py")[0]  # a plain Python file, copied
-    return {WORKFLOW: workflow, ACTIONLINT: actionlint, TOX_INI: tox_ini, TOXFILE: toxfile}
+    return {**workflows, ACTIONLINT: actionlint, TOX_INI: tox_ini, TOXFILE: toxfile}
 
 
 def write(files: dict[str, str], root: Path) -> list[Path]:

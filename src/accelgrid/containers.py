@@ -137,6 +137,9 @@ def render(matrix: Matrix, cell: Cell, *, base: str | None = None, input_hash: s
         raise ContainerError(f"cell {cell.name}: device {cell.device} has no container")
     runtime = runtime_requirements(matrix.root)
     uv_req = next((r for r in runtime if re.match(r"^uv\b", r)), "uv")
+    if torch_index and environment.url_credentials(torch_index):
+        raise ContainerError(f"{contract.TORCH_INDEX} carries credentials, which a build would "
+                             "write into the image: use a pip config (--build-arg) instead")
     plan = install.plan(cell, torch_index=torch_index, uv_env={})
     runtime = [r for r in runtime if r not in plan.steps[1].args]   # the cell pins them too
     template = _jinja(matrix.root).get_template(f"{family}.Containerfile.j2")

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Mapping
 
 # Flags torch / the Intel graphics compiler parse as integers when torch loads.
@@ -25,18 +26,32 @@ INTEGER_FLAGS = frozenset(
     }
 )
 
-SECRET_MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL")
+# A variable whose name holds one of these is a secret, whatever its value looks like.
+SECRET_MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "PASS", "PWD", "CREDENTIAL",
+                  "AUTH", "COOKIE", "SESSION", "PRIVATE", "CERT_PASS", "SIGNATURE")
+# accelgrid's own variables that a marker would catch but that hold no secret.
+NOT_SECRET = frozenset({"ACCELGRID_PASS"})
 REDACTED = "<redacted>"
 
-# Env vars worth recording in provenance (the flags that change what torch does).
-RECORDED_PREFIXES = (
-    "ACCELGRID_", "PYTORCH_", "TORCH_", "CUDA_", "CUBLAS_", "NCCL_", "ZE_", "SYCL_", "IGC_",
-    "ONEAPI_", "OverrideDefault", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "KMP_", "PIP_", "UV_",
-)
+# Values that are credentials whatever the variable is called: token formats with a
+# recognisable prefix (GitHub, Hugging Face, AWS access keys, Slack, GitLab, OpenAI-style,
+# npm, PyPI) and private-key blocks.
+_TOKEN_SHAPES = re.compile(
+    r"(?:\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
+    r"|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}"
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}"
+    r"|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,})\b"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))")
+# user[:password]@ in a URL. The userinfo runs to the *last* '@' before the path, so a
+# password with an unencoded '@' goes entirely.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/?#\s@]*(?:@[^/?#\s@]*)*@",
+                           re.IGNORECASE)
 
 
 def flag_value_problem(name: str, value: str) -> str | None:
     """Why ``value`` is not acceptable for env var ``name``, or None."""
+    if "\x00" in value:
+        return f"{name} contains a NUL character, which no environment variable can hold"
     if name in INTEGER_FLAGS and value not in ("0", "1"):
         return (
             f"{name} is read by torch as an integer when it loads; "
@@ -45,23 +60,105 @@ def flag_value_problem(name: str, value: str) -> str | None:
     return None
 
 
+# Flags that only one device's runtime reads: set for another device they do nothing,
+# which makes a cell claim a configuration it never had.
+_DEVICE_FLAGS = (
+    ("xpu", re.compile(r"^(PYTORCH_\w*XPU\w*|ZE_\w+|IGC_\w+|SYCL_\w+|"
+                       r"OverrideDefaultFP64Settings|NEOReadDebugKeys)$")),
+    ("mps", re.compile(r"^(PYTORCH_\w*MPS\w*|MTL_\w+)$")),
+    ("cuda", re.compile(r"^(PYTORCH_\w*CUDA\w*|CUBLAS_\w+|CUDNN_\w+)$")),
+)
+
+
+def flag_device(name: str) -> str | None:
+    """The device whose runtime reads env var ``name`` (``xpu`` for ZE_/IGC_/SYCL_ and
+    PYTORCH_*XPU*, ``mps`` for PYTORCH_*MPS*, ``cuda`` for PYTORCH_*CUDA*/CUBLAS_/CUDNN_),
+    or None for a flag every device may use."""
+    for device, pattern in _DEVICE_FLAGS:
+        if pattern.match(name):
+            return device
+    return None
+
+
 def is_secret(name: str) -> bool:
     upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
+    return upper not in NOT_SECRET and any(marker in upper for marker in SECRET_MARKERS)
 
 
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
+# Substrings every match of _TOKEN_SHAPES holds: texts without any skip the regex (test
+# output is long and read by the hundred thousand for a grid).
+_TOKEN_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "AKIA", "ASIA",
+                "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", "xox", "glpat-", "sk-", "npm_",
+                "pypi-", "PRIVATE KEY")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with credentials removed: user:password@ of every URL and every token of
+    a known format become ``<redacted>``."""
+    if not text:
+        return text
+    if "@" in text and "://" in text:
+        text = _URL_USERINFO.sub(r"\g<scheme>" + REDACTED + "@", text)
+    if any(hint in text for hint in _TOKEN_HINTS):
+        text = _TOKEN_SHAPES.sub(REDACTED, text)
+    return text
+
+
+def redact_url(url: str) -> str:
+    """A URL safe to show: its user:password (if any) replaced."""
+    return redact_text(url)
+
+
+def url_credentials(url: str) -> bool:
+    """Whether ``url`` carries user info (``user:password@``)."""
+    return bool(_URL_USERINFO.search(url))
+
+
+def index_url_problem(url: str, *, allow_credentials: bool = False) -> str | None:
+    """Why ``url`` cannot be a package index (``default``, an http(s) URL with a host,
+    or a file:// URL with a path), or None. Credentials are refused unless
+    ``allow_credentials`` (a URL from the environment may carry them; a committed file
+    must not)."""
+    if url == "default":
+        return None
+    shown = redact_url(url)
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        return f"'{shown}' is not a URL: it holds spaces or control characters"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port if parts.scheme in ("http", "https") else None
+    except ValueError as exc:
+        return f"'{shown}' is not a valid URL: {exc}"
+    del port
+    if parts.scheme in ("http", "https"):
+        if not parts.hostname:
+            return f"'{shown}' has no host"
+        if (parts.username or parts.password) and not allow_credentials:
+            return (f"'{shown}' carries credentials: keep them out of committed files "
+                    "(set ACCELGRID_TORCH_INDEX, or use ~/.netrc)")
+        return None
+    if parts.scheme == "file":
+        return None if parts.path not in ("", "/") else f"'{shown}' names no folder"
+    return f"'{shown}' is not an http(s):// or file:// URL"
 
 
 def redact(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy safe to write: secret-looking names lose their value, URLs their passwords."""
+    """A copy safe to write: secret-looking names lose their value, URLs their passwords,
+    token-shaped values their token."""
     out = {}
     for name, value in env.items():
-        if is_secret(name):
+        if is_secret(str(name)):
             out[name] = REDACTED
         else:
-            out[name] = _URL_USERINFO.sub(r"\g<scheme>" + REDACTED + "@", value)
+            out[name] = redact_text(value) if isinstance(value, str) else value
     return out
+
+
+# Env vars worth recording in provenance (the flags that change what torch does).
+RECORDED_PREFIXES = (
+    "ACCELGRID_", "PYTORCH_", "TORCH_", "CUDA_", "CUBLAS_", "NCCL_", "ZE_", "SYCL_", "IGC_",
+    "ONEAPI_", "OverrideDefault", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "KMP_", "PIP_", "UV_",
+)
 
 
 def recorded_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

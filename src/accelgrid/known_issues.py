@@ -18,7 +18,6 @@ The in-cell half (stdlib, pytest and packaging only) is
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from . import known_issues_runtime as runtime
+from .environment import redact_text
 from .matrix import Cell, Matrix, load_matrix
+from .results import dumps
 from .validation import (
     Problem,
     SourceMap,
@@ -34,6 +35,7 @@ from .validation import (
     check_schema,
     load_schema,
     load_yaml,
+    short,
     suggest,
 )
 from .validation import (
@@ -130,10 +132,23 @@ def repro_file(issue_id: str) -> str:
 def _range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
     try:
         if range_is_empty(text):
-            return [smap.problem(path, f"range '{text}' matches no version")]
+            return [smap.problem(path, f"range '{short(text)}' matches no version")]
     except ValueError as exc:
-        return [smap.problem(path, f"bad range '{text}': {exc}")]
+        return [smap.problem(path, f"bad range '{short(text)}': {short(str(exc), 120)}")]
     return []
+
+
+def _outside_problem(pattern: str) -> str | None:
+    """Why a test pattern points outside the project (patterns are node ids relative to
+    the project's folder), or None."""
+    path = pattern.split("::", 1)[0].replace("\\", "/")
+    if path.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", path):
+        return f"'{short(pattern)}' is not relative to the project (node ids are)"
+    if ".." in path.split("/"):
+        return f"'{short(pattern)}' leads outside the project ('..')"
+    if "\x00" in pattern:
+        return "a test pattern cannot hold a NUL character"
+    return None
 
 
 def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Problem]:
@@ -146,7 +161,8 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
         if "url" in spec and spec["url"].rstrip("/") not in (
                 issue_url(issue_id), issue_url(issue_id).replace("/issues/", "/pull/")):
             problems.append(smap.problem((*base, "url"),
-                                         f"'{spec['url']}' is not the link of {issue_id} "
+                                         f"'{redact_text(short(spec['url'], 120))}' is not "
+                                         f"the link of {issue_id} "
                                          f"(expected {issue_url(issue_id)})"))
         scope = spec["scope"]
         for i, dev in enumerate(scope.get("devices") or []):
@@ -165,16 +181,19 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
         for i, item in enumerate(spec["tests"]):
             pattern = item if isinstance(item, str) else item["test"]
             where = (*base, "tests", i) if isinstance(item, str) else (*base, "tests", i, "test")
-            if not glob.glob(str(matrix.root / pattern.split("::", 1)[0])):
+            outside = _outside_problem(pattern)
+            if outside:
+                problems.append(smap.problem(where, outside))
+            elif not glob.glob(str(matrix.root / pattern.split("::", 1)[0])):
                 problems.append(smap.problem(
-                    where, f"'{pattern}' matches no test file "
+                    where, f"'{short(pattern)}' matches no test file "
                            f"(patterns are node ids relative to {matrix.root.name}/)"))
             if isinstance(item, dict) and "torch" in item:
                 problems += _range_problems(item["torch"], smap, (*base, "tests", i, "torch"))
         if "match" in spec:
             try:
                 re.compile(spec["match"])
-            except re.error as exc:
+            except (re.error, OverflowError, RecursionError) as exc:
                 problems.append(smap.problem((*base, "match"),
                                              f"not a valid regular expression: {exc}"))
     return problems
@@ -213,19 +232,29 @@ def registry_path(root: Path) -> Path:
     return root / DEFAULT_REGISTRY
 
 
+def registry_for_run(root: Path) -> Registry | None:
+    """The registry a cell run of the project at ``root`` uses: None without a registry
+    file or with ``ACCELGRID_NO_KNOWN_ISSUES=1``. Raises ValidationFailed for an invalid
+    one, so callers check it before they touch anything (results, environments)."""
+    path = registry_path(root)
+    if os.environ.get(ENV_DISABLE) == "1" or not os.path.lexists(path):
+        return None
+    return load_registry(path, load_matrix(root / "matrix.yaml"))
+
+
 def cell_env(cell: Cell, root: Path, folder: Path) -> dict[str, str]:
     """For the runner: write the cell's registry entries to ``folder/known_issues.json`` and
     return the env var pointing the plugin at it (nothing without a registry file, or with
     ``ACCELGRID_NO_KNOWN_ISSUES=1``). Raises ValidationFailed for an invalid registry."""
-    path = registry_path(root)
-    if os.environ.get(ENV_DISABLE) == "1" or not path.exists():
+    registry = registry_for_run(root)
+    if registry is None:
         return {}
-    registry = load_registry(path, load_matrix(root / "matrix.yaml"))
+    path = registry.path
     entries = [i.runtime_entry() for i in registry.issues.values()
                if (i.devices is None or cell.device in i.devices)
                and (i.profiles is None or cell.profile in i.profiles)]
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / RUNTIME_JSON
-    out.write_text(json.dumps({"cell": cell.name, "registry": str(path), "issues": entries},
+    out.write_text(dumps({"cell": cell.name, "registry": str(path), "issues": entries},
                               indent=2) + "\n", encoding="utf-8")
     return {runtime.ENV_KNOWN_ISSUES: str(out)}

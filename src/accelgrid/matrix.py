@@ -16,10 +16,13 @@ with those devices. :func:`select` filters cells.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from . import compat, environment
 from .errors import UnknownName
@@ -30,6 +33,7 @@ from .validation import (
     check_schema,
     load_schema,
     load_yaml,
+    short,
     suggest,
 )
 from .validation import (
@@ -168,6 +172,63 @@ def _is_version(text: str) -> bool:
     return True
 
 
+def _suite_path_problem(root: Path, text: str) -> str | None:
+    """Why suite folder ``text`` is unusable: it must be a folder inside the project."""
+    rel = PurePosixPath(text.replace("\\", "/"))
+    if rel.is_absolute() or text.startswith("~") or re.match(r"^[A-Za-z]:", text):
+        return f"suite folder '{short(text)}' must be relative to the matrix's folder"
+    if ".." in rel.parts:
+        return f"suite folder '{short(text)}' leads outside the project ('..')"
+    try:
+        folder = root / text
+        if not folder.resolve().is_relative_to(root.resolve()):
+            return f"suite folder '{short(text)}' leads outside the project (a symlink)"
+        if not folder.is_dir():
+            return f"suite folder '{short(text)}' does not exist"
+    except (OSError, ValueError, RuntimeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        return f"suite folder '{short(text)}' cannot be used: {why}"
+    return None
+
+
+def _requirement_problem(text: str) -> str | None:
+    """Why ``text`` is not one requirement (``name==1.0``) for pip/uv, or None."""
+    if text.startswith("-"):
+        return f"'{short(text)}' is an installer option, not a requirement"
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        return f"'{short(text)}' is not a requirement: {short(str(exc), 120)}"
+    if req.url and environment.url_credentials(req.url):
+        return (f"'{environment.redact_text(short(text, 200))}' carries credentials: keep "
+                "them out of committed files")
+    return None
+
+
+def _flag_problems(env: dict, owner_devices: list[str] | None, smap: SourceMap,
+                   base: tuple, what: str) -> list[Problem]:
+    """Env flags that no device of ``owner_devices`` (None: every device) reads."""
+    problems = []
+    for var, value in (env or {}).items():
+        msg = environment.flag_value_problem(var, str(value))
+        if msg:
+            problems.append(smap.problem((*base, var), msg))
+            continue
+        device = environment.flag_device(var)
+        if device is None:
+            continue
+        others = [d for d in owner_devices if d != device] if owner_devices is not None else None
+        if others is None:
+            problems.append(smap.problem(
+                (*base, var), f"{var} is read by {device} only, but {what} applies to every "
+                              f"device: add devices: [{device}]"))
+        elif others:
+            problems.append(smap.problem(
+                (*base, var), f"{var} is read by {device} only, not by {', '.join(others)} "
+                              f"({what} lists {', '.join(owner_devices)})"))
+    return problems
+
+
 def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]:
     problems: list[Problem] = []
     devices = list(data["devices"])
@@ -188,32 +249,40 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                                              f"'{value}' is not a PEP 440 version"))
 
     for dev, spec in data["devices"].items():
-        for var, value in (spec.get("env") or {}).items():
-            msg = environment.flag_value_problem(var, str(value))
-            if msg:
-                problems.append(smap.problem(("devices", dev, "env", var), msg))
+        why = environment.index_url_problem(spec["index"])
+        if why:
+            problems.append(smap.problem(("devices", dev, "index"), why))
+        problems += _flag_problems(spec.get("env"), [dev], smap, ("devices", dev, "env"),
+                                   f"device {dev}")
     for prof, spec in data["profiles"].items():
         for i, dev in enumerate(spec.get("devices") or []):
             problems += _known("device", dev, devices, smap, ("profiles", prof, "devices", i))
-        for var, value in (spec.get("env") or {}).items():
-            msg = environment.flag_value_problem(var, str(value))
-            if msg:
-                problems.append(smap.problem(("profiles", prof, "env", var), msg))
+        problems += _flag_problems(spec.get("env"), spec.get("devices"), smap,
+                                   ("profiles", prof, "env"), f"profile {prof}")
     for name, spec in data["suites"].items():
         for i, dev in enumerate(spec.get("devices") or []):
             problems += _known("device", dev, devices, smap, ("suites", name, "devices", i))
-        if not (root / spec["path"]).is_dir():
-            problems.append(smap.problem(("suites", name, "path"),
-                                         f"suite folder '{spec['path']}' does not exist"))
+        why = _suite_path_problem(root, spec["path"])
+        if why:
+            problems.append(smap.problem(("suites", name, "path"), why))
+        for i, text in enumerate(spec.get("packages") or []):
+            why = _requirement_problem(text)
+            if why:
+                problems.append(smap.problem(("suites", name, "packages", i), why))
+    for i, text in enumerate(data.get("tools") or []):
+        why = _requirement_problem(text)
+        if why:
+            problems.append(smap.problem(("tools", i), why))
 
     axes = data["matrix"]
     for axis in ("device", "torch", "profile"):
-        values = axes.get(axis) or []
-        for i, value in enumerate(values):
-            if value in values[:i]:
+        first: dict[str, int] = {}
+        for i, value in enumerate(axes.get(axis) or []):
+            if value in first:
                 problems.append(smap.problem(
                     ("matrix", axis, i),
                     f"'{value}' is listed twice: its cells would have duplicate names"))
+            first.setdefault(value, i)
     for i, dev in enumerate(axes["device"]):
         problems += _known("device", dev, devices, smap, ("matrix", "device", i))
     for i, ver in enumerate(axes["torch"]):
@@ -329,6 +398,9 @@ def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
     matrix = _build(data, path, smap)
     cells, problems = _expand(matrix)
     problems += _pairing_problems(matrix, cells)
+    if not cells and not problems:
+        problems.append(smap.problem(("matrix",), "expands to no cells: the exclude rules "
+                                                  "remove every combination"))
     if problems:
         raise ValidationFailed(problems)
     return dataclasses.replace(matrix, cells=tuple(cells))

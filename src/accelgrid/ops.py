@@ -26,7 +26,7 @@ from packaging.version import Version
 from . import contract, xpu_prediction
 from .errors import InvalidInput
 from .opcapture import base_op, flag_on
-from .results import read_json, read_jsonl
+from .results import clean_env, read_json, read_jsonl
 from .versions import version_key
 
 SCHEMA_VERSION = 1
@@ -57,7 +57,7 @@ def aggregate(folder: Path) -> dict[str, Any] | None:
     if not files:
         return None
     env, _ = read_json(folder / "env.json")
-    env = env if isinstance(env, dict) else {}
+    env, _ = clean_env(env if isinstance(env, dict) else {})
     ops: dict[str, dict[str, Any]] = {}
     # (name, how) -> {"workloads", "ops"}; kernel -> {"workloads", "ops", "fell_back"}
     missing: dict[tuple[str, str], dict[str, set[str]]] = {}
@@ -68,7 +68,7 @@ def aggregate(folder: Path) -> dict[str, Any] | None:
     notice = False
     for f in files:
         records, _ = read_jsonl(f)
-        for rec in records:
+        for rec in filter(_usable, records):
             wl = rec.get("workload") or "?"
             workloads.add(wl)
             device_type = device_type or rec.get("device_type")
@@ -122,7 +122,7 @@ def aggregate(folder: Path) -> dict[str, Any] | None:
         "missing": [{"op": name, "how": how, "ops": sorted(e["ops"]),
                      "workloads": sorted(e["workloads"])}
                     for (name, how), e in sorted(missing.items())],
-        "ops": dict(sorted(ops.items(), key=lambda kv: (-SEVERITY[kv[1]["status"]], kv[0]))),
+        "ops": dict(sorted(ops.items(), key=lambda kv: (-SEVERITY.get(kv[1]["status"], 2), kv[0]))),
     }
 
 
@@ -134,6 +134,29 @@ def missing_how(entry: Mapping[str, Any]) -> str | None:
     if entry.get("missing_seen"):
         return "not-implemented"
     return "fell-back" if entry.get("missing_fell_back") else None
+
+
+def _usable(rec: dict[str, Any]) -> bool:
+    """Whether an ops-raw record has the shape :func:`aggregate` reads (records come from
+    CI artifacts too: a damaged one is skipped rather than stop every cell's pages)."""
+    def count(n: Any) -> bool:
+        return isinstance(n, int) and not isinstance(n, bool)
+
+    ops, missing = rec.get("ops", {}), rec.get("missing", [])
+    return (
+        isinstance(rec.get("workload") or "?", str)
+        and isinstance(rec.get("device_type") or "", str)
+        and isinstance(missing, list) and all(isinstance(op, str) for op in missing)
+        and all(isinstance(rec.get(k, []), list)
+                and all(isinstance(x, str) for x in rec.get(k, []))
+                for k in ("fallback_seen", "missing_fell_back"))
+        and isinstance(ops, dict)
+        and all(isinstance(info, dict) and isinstance(info.get("status"), str)
+                and count(info.get("count", 0))
+                and isinstance(info.get("phases", {}), dict)
+                and all(count(n) for n in info.get("phases", {}).values())
+                for info in ops.values())
+    )
 
 
 def _series(cell: dict[str, Any]) -> Version:

@@ -18,7 +18,10 @@ Stdlib only: the cell's interpreter writes these through the pytest plugin.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import stat
 import tempfile
 import time
 from collections import Counter
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import outcomes
+from .environment import redact, redact_text
 
 TESTS = "tests.jsonl"
 COLLECTED = "collected.json"
@@ -57,14 +61,40 @@ def suite_of(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
 
 
+def json_safe(value: Any, _depth: int = 0) -> Any:
+    """``value`` with every NaN or infinite float replaced by None: JSON (RFC 8259) has no
+    such numbers, and Python's ``NaN``/``Infinity`` make a file other readers reject."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if _depth > 200:
+        return str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, _depth + 1) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that only ever writes RFC 8259 JSON (non-finite floats become null);
+    every JSON accelgrid writes goes through here. Objects JSON does not know become
+    their ``str``."""
+    kwargs.setdefault("default", str)
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError:  # a NaN or infinity somewhere: the slow path only then
+        return json.dumps(json_safe(value), allow_nan=False, **kwargs)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Atomically replace ``path`` (a crash leaves the old or the new file, never half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    text = dumps(data, indent=2, sort_keys=False)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            fh.write(text)
             fh.write("\n")
         os.replace(tmp, path)
     except BaseException:
@@ -75,7 +105,9 @@ def write_json(path: Path, data: Any) -> None:
 def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> None:
     """Append one test record in one write(2): once this returns, killing the process (or
     the whole session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
-    line = json.dumps(record, default=str, sort_keys=False) + "\n"
+    record = {k: redact_text(v) if k in ("message", "longrepr") and isinstance(v, str) else v
+              for k, v in record.items()}
+    line = dumps(record, sort_keys=False) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode("utf-8"))
@@ -95,48 +127,209 @@ def sync(path: Path) -> None:
             os.close(fd)
 
 
+# Bounds on what reading a results file may cost: results come from CI artifacts of
+# other jobs and may be damaged or hostile.
+MAX_JSON_BYTES = 64 * 1024 * 1024     # env.json, summary.json, collected.json, baselines
+MAX_LINE_BYTES = 4 * 1024 * 1024      # one tests.jsonl / ops-raw record
+MAX_JSONL_BYTES = 1024 * 1024 * 1024  # a whole tests.jsonl
+MAX_NOTES = 20                        # notes per file; the rest are counted
+
+
+def _open_regular(path: Path) -> tuple[Any, str | None]:
+    """A binary file object for ``path`` if it is a regular file, else (None, why).
+    Never blocks on a FIFO, never follows a symlink loop forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None, "missing"
+    except IsADirectoryError:
+        return None, "is a folder, not a file"
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    except ValueError as exc:  # a NUL in the path
+        return None, f"unreadable: {exc}"
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        return None, f"unreadable: {exc.strerror or exc}"
+    if stat.S_ISDIR(info.st_mode):
+        os.close(fd)
+        return None, "is a folder, not a file"
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return None, "not a regular file"
+    return os.fdopen(fd, "rb"), None
+
+
+def _loads(text: str | bytes) -> tuple[Any, str | None]:
+    """JSON value of ``text``, or (None, why): syntax, nesting (json recurses), numbers
+    Python refuses (5,000 digits)."""
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "nested too deeply"
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 (byte {exc.start})"
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON: {str(exc)[:200]}"
+    except ValueError as exc:  # int() refusing a 5,000-digit number
+        return None, f"not JSON this reader accepts: {str(exc).split(chr(10))[0][:120]}"
+
+
+def _decode_line(raw: bytes) -> tuple[str, bool]:
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="replace"), False
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
                ) -> tuple[list[dict[str, Any]], list[str]]:
     """Objects of a JSON-lines file that have ``required`` keys, and a note per unusable
-    line (a kill mid-write leaves a truncated last line)."""
-    records, problems = [], []
-    if not path.exists():
+    line (a kill mid-write leaves a truncated last line). A file that cannot be read at
+    all gives one note starting with ``<name> unreadable`` / ``<name> is ...``."""
+    records: list[dict[str, Any]] = []
+    problems: list[str] = []
+    if not os.path.lexists(path):
         return records, problems
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
+    fh, why = _open_regular(path)
+    if fh is None:
+        return records, [f"{path.name} {why}"]
+    skipped = 0
+
+    def note(text: str) -> None:
+        nonlocal skipped
+        if len(problems) < MAX_NOTES:
+            problems.append(text)
+        else:
+            skipped += 1
+
+    total = 0
+    with fh:
+        n = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            n += 1
+            total += len(raw)
+            if total > MAX_JSONL_BYTES:
+                note(f"{path.name}: over {MAX_JSONL_BYTES} bytes; the rest is not read")
+                break
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the line
+                    raw = fh.readline(MAX_LINE_BYTES + 1)
+                    total += len(raw)
+                note(f"{path.name}:{n}: line longer than {MAX_LINE_BYTES} bytes; skipped")
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                problems.append(f"{path.name}:{n}: unreadable line (truncated write?)")
+            if not raw.strip():
+                continue
+            line, utf8 = _decode_line(raw)
+            rec, err = _loads(line)
+            if err:
+                note(f"{path.name}:{n}: unreadable line ({err})")
                 continue
             if not isinstance(rec, dict) or any(k not in rec for k in required):
-                problems.append(f"{path.name}:{n}: not a record with {', '.join(required)}")
+                note(f"{path.name}:{n}: not a record with {', '.join(required)}")
                 continue
+            if not utf8:
+                note(f"{path.name}:{n}: invalid UTF-8 replaced")
             records.append(rec)
+    if skipped:
+        problems.append(f"{path.name}: {skipped} more problems")
     return records, problems
 
 
+# A record's fields as the reports use them: name -> accepted types (None always is).
+_TEXT_FIELDS = ("message", "longrepr", "worker", "device", "cell", "when", "pass")
+_FIELD_CHECKS = frozenset((*_TEXT_FIELDS, "duration", "issue"))
+MAX_NODEID = 4096
+
+
+def clean_record(rec: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """A test record with the types reports rely on, and what was wrong with it; None
+    when it cannot stand for a test (its nodeid or outcome is not text). Messages and
+    tracebacks lose credentials (:func:`accelgrid.environment.redact_text`). ``rec`` is
+    changed in place (read_jsonl's records are fresh)."""
+    nodeid, outcome = rec.get("nodeid"), rec.get("outcome")
+    if not isinstance(nodeid, str) or not nodeid.strip() or len(nodeid) > MAX_NODEID:
+        what = ("empty" if isinstance(nodeid, str) and not nodeid.strip() else
+                "too long" if isinstance(nodeid, str) else f"a {_kind(nodeid)}")
+        return None, [f"{where}: nodeid is {what}, not a test id; record skipped"]
+    if not isinstance(outcome, str):
+        return None, [f"{where}: outcome of {nodeid[:200]} is a {_kind(outcome)}, not a "
+                      "word; record skipped"]
+    notes: list[str] = []
+    for name, value in list(rec.items()):  # a record has a handful of fields
+        if value is None or name not in _FIELD_CHECKS:
+            continue
+        if name == "duration":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    math.isfinite(value) and value >= 0):
+                del rec[name]
+                notes.append(f"{where}: duration {str(value)[:40]!r} of {nodeid[:200]} is not "
+                             "a number of seconds; dropped")
+        elif name == "issue":
+            if not isinstance(value, (str, dict)):
+                del rec[name]
+                notes.append(f"{where}: issue of {nodeid[:200]} is a {_kind(value)}; dropped")
+        elif isinstance(value, str):
+            if name in ("message", "longrepr"):  # test output may print a token
+                rec[name] = redact_text(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            rec[name] = str(value)
+        else:
+            del rec[name]
+            notes.append(f"{where}: {name} of {nodeid[:200]} is a {_kind(value)}; dropped")
+    return rec, notes
+
+
+def _kind(value: Any) -> str:
+    return {dict: "mapping", list: "list", str: "string", bool: "boolean",
+            type(None): "null"}.get(type(value), "number" if isinstance(value, (int, float))
+                                    else type(value).__name__)
+
+
 def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Test records of a tests.jsonl, and a note per unusable line."""
-    return read_jsonl(path, ("nodeid", "outcome"))
+    """Test records of a tests.jsonl, and a note per unusable line or field."""
+    raw, problems = read_jsonl(path, ("nodeid", "outcome"))
+    records = []
+    for i, rec in enumerate(raw, 1):
+        clean, notes = clean_record(rec, f"{path.name} record {i}")
+        if len(problems) < MAX_NOTES:
+            problems += notes[:MAX_NOTES - len(problems)]
+        if clean is not None:
+            records.append(clean)
+    return records, problems
 
 
-def read_json(path: Path) -> tuple[Any, str | None]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")), None
-    except FileNotFoundError:
+def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> tuple[Any, str | None]:
+    """The JSON value of ``path``, or (None, why) for a file that is missing, not a
+    regular file, over ``max_bytes``, not UTF-8, nested too deeply or not JSON."""
+    if not os.path.lexists(path):
         return None, f"{path.name} missing"
-    except (OSError, json.JSONDecodeError) as exc:
-        return None, f"{path.name} unreadable: {exc}"
+    fh, why = _open_regular(path)
+    if fh is None:
+        return None, f"{path.name} {why}"
+    with fh:
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as exc:
+            return None, f"{path.name} unreadable: {exc.strerror or exc}"
+    if len(data) > max_bytes:
+        return None, f"{path.name} unreadable: over {max_bytes} bytes"
+    value, err = _loads(data)
+    if err:
+        return None, f"{path.name} unreadable: {err}"
+    return value, None
 
 
 def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None) -> None:
     # Once per test: one small write in place, no temp file. A reader that finds it
     # half-written ignores it (read_json error), which only costs crash attribution.
     path = results / RUNNING / f"{worker}.json"
-    data = json.dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout})
+    data = dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout})
     try:
         path.write_text(data, encoding="utf-8")
     except FileNotFoundError:
@@ -239,6 +432,60 @@ def summarize(results: Path) -> dict[str, Any]:
             "problems": problems}
 
 
+# A cell name from a file (env.json, a record) must look like one before it names a
+# column or a baseline file (baselines/<cell>.json).
+CELL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+# env.json's fields as reports read them: name -> expected type.
+_ENV_TYPES: dict[str, type | tuple[type, ...]] = {
+    "cell": str, "device_type": str, "start": str, "end": str, "status": str,
+    "end_reason": str, "host": dict, "python": dict, "project": dict, "torch": dict,
+    "env": dict, "packages": dict,
+}
+# Sub-fields read from env.json's mappings: (section, key) -> accepted types.
+_ENV_SUBFIELDS: dict[tuple[str, str], tuple[type, ...]] = {
+    ("host", "name"): (str,), ("python", "version"): (str,), ("project", "commit"): (str,),
+    ("torch", "version"): (str,), ("torch", "git_version"): (str,),
+    ("torch", "cuda_runtime"): (str,), ("torch", "xpu_runtime"): (str,),
+    ("torch", "driver"): (str,), ("torch", "error"): (str,), ("torch", "devices"): (list,),
+    ("torch", "device_count"): (int,),
+}
+
+
+def clean_env(env: Any) -> tuple[dict[str, Any], list[str]]:
+    """env.json's content with the types reports rely on, and a note per field that had
+    another type (dropped). Flags and packages keep only text values; recorded flags are
+    redacted again (an artifact may come from a version that redacted less)."""
+    if not isinstance(env, dict):
+        return {}, [f"env.json holds a {_kind(env)}, not a mapping; ignored"]
+    notes: list[str] = []
+    out = dict(env)
+    for name, types in _ENV_TYPES.items():
+        value = out.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            out.pop(name)
+            notes.append(f"env.json: {name} is a {_kind(value)}; ignored")
+    for (section, key), types in _ENV_SUBFIELDS.items():
+        part = out.get(section)
+        if isinstance(part, dict) and part.get(key) is not None and (
+                not isinstance(part[key], types) or isinstance(part[key], bool)):
+            out[section] = {k: v for k, v in part.items() if k != key}
+            notes.append(f"env.json: {section}.{key} is a {_kind(part[key])}; ignored")
+    if isinstance(out.get("torch"), dict) and "devices" in out["torch"]:
+        out["torch"] = {**out["torch"], "devices": [
+            d for d in out["torch"]["devices"] if isinstance(d, dict)]}
+    for section in ("env", "packages"):
+        if isinstance(out.get(section), dict):
+            kept = {str(k): v for k, v in out[section].items() if isinstance(v, str)}
+            if len(kept) != len(out[section]):
+                notes.append(f"env.json: {section} has values that are not text; dropped")
+            out[section] = redact(kept) if section == "env" else kept
+    cell = out.get("cell")
+    if isinstance(cell, str) and not CELL_NAME.match(cell):
+        out.pop("cell")
+        notes.append(f"env.json: cell {cell[:60]!r} is not a cell name; ignored")
+    return out, notes
+
+
 @dataclass
 class CellResults:
     """A cell's results as read back for grids; ``error`` says why they are unusable."""
@@ -254,19 +501,29 @@ class CellResults:
 def load_cell(path: Path) -> CellResults:
     """Read ``results/<cell>/``; missing or corrupt parts are noted, never raised."""
     cell = CellResults(name=path.name, path=path)
-    if not path.is_dir():
-        cell.error = f"{path} is not a results folder"
+    try:
+        is_dir = path.is_dir()
+    except OSError:
+        is_dir = False
+    if not is_dir:
+        cell.error = f"{path} is not a results folder" + (
+            " (a symlink loop)" if path.is_symlink() and not path.exists() else "")
         return cell
     env, err = read_json(path / ENV)
     if err:
         cell.problems.append(err)
-    elif isinstance(env, dict):
-        cell.env = env
-        cell.name = env.get("cell") or cell.name
+    else:
+        cell.env, notes = clean_env(env)
+        cell.problems += notes
+        cell.name = cell.env.get("cell") or cell.name
     records, problems = read_records(path / TESTS)
     cell.problems += problems
-    if not (path / TESTS).exists():
+    unreadable = [p for p in problems if p.startswith(tuple(
+        f"{TESTS} {why}" for why in ("is a folder", "not a regular", "unreadable", "missing")))]
+    if not os.path.lexists(path / TESTS):
         cell.error = "no tests.jsonl: the cell did not run or its results were lost"
+    elif unreadable:
+        cell.error = unreadable[0]
     elif not records:
         cell.error = "tests.jsonl holds no test records"
     cell.tests = last_outcomes(records)
@@ -306,7 +563,11 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
             found += inner or [path]
     unique: dict[Path, Path] = {}
     for folder in found:
-        unique.setdefault(folder.resolve(), folder)
+        try:
+            key = folder.resolve()
+        except (OSError, RuntimeError):  # a symlink loop: keep it, it shows as errored
+            key = Path(os.path.abspath(folder))
+        unique.setdefault(key, folder)
     return list(unique.values()), notes
 
 
@@ -331,7 +592,7 @@ def fill_cell_name(cell: CellResults) -> None:
     if cell.env.get("cell"):
         return
     for rec in cell.tests.values():
-        if isinstance(rec.get("cell"), str) and rec["cell"]:
+        if isinstance(rec.get("cell"), str) and CELL_NAME.match(rec["cell"]):
             cell.name = rec["cell"]
             return
 
@@ -340,7 +601,7 @@ def read_cell(folder: Path) -> CellResults:
     """A cell's results for a report: :func:`load_cell`, named by its records when
     env.json lacks the name, with outcomes this version does not know turned into errors
     (with the reason). A folder that does not exist is an errored cell; nothing raises."""
-    if not folder.exists():
+    if not os.path.lexists(folder):
         cell = CellResults(name=folder.name, path=folder)
         cell.error = f"results folder {folder} does not exist"
         return cell

@@ -15,8 +15,8 @@ from pathlib import Path
 import nox
 from nox.virtualenv import PassthroughEnv
 
-from . import contract, detect, install, results, runner
-from .errors import AccelgridError
+from . import contract, detect, environment, install, known_issues, results, runner
+from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
 
 
@@ -28,38 +28,63 @@ def _python_in(session: nox.Session) -> str:
     return str(exe)
 
 
+MAX_WORKERS = 256  # as matrix.yaml's workers
+
+
+def _workers_override() -> int | None:
+    """$ACCELGRID_WORKERS as a number of workers (InvalidInput for anything else)."""
+    text = os.environ.get(contract.WORKERS, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise InvalidInput(f"{contract.WORKERS}={text[:40]!r}: expected a whole number of "
+                           f"workers from 1 to {MAX_WORKERS}")
+    return int(text)
+
+
+def _fail(session: nox.Session, message: str) -> None:
+    """Stop the session with one line, never showing a credential."""
+    session.error(environment.redact_text(message))
+
+
 def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     """The body of every cell session."""
+    try:
+        _run_cell_session(session, matrix, cell)
+    except AccelgridError as exc:  # e.g. an invalid known_issues.yaml: one line
+        _fail(session, str(exc) if hasattr(exc, "problems") else f"{cell.name}: {exc}")
+
+
+def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     device = matrix.devices[cell.device]
     reason = detect.absent_reason(cell.device, device.detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
-        session.error(f"{cell.name}: {reason}")
+        _fail(session, f"{cell.name}: {reason}")
+    # Everything the run reads is checked before anything is installed or replaced.
+    known_issues.registry_for_run(matrix.root)
+    workers = _workers_override()
     python = _python_in(session)
     if isinstance(session.virtualenv, PassthroughEnv):
         mismatch = runner.torch_mismatch(cell, python)
         if mismatch:
-            session.error(mismatch + " (--no-venv runs on the current interpreter)")
+            _fail(session, mismatch + " (--no-venv runs on the current interpreter)")
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
         plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
         problem = install.index_problem(plan.index)
         if problem:
-            session.error(f"{cell.name}: {problem}")
+            _fail(session, f"{cell.name}: {problem}")
         session.env.update(plan.env)
         for step in plan.steps:
             session.log(f"{cell.name}: installing {step.description}")
-            session.install(*step.args)
+            session.install(*step.args, env=step.env or None)
     # session.run returns None under --install-only: the env is ready, run nothing.
     if session.run(python, "-c", "pass", silent=True, external=True) is None:
         return
     out = results.results_root(matrix.root)
-    rc = runner.run_cell(
-        cell, python, matrix.root, out, session.posargs,
-        workers=int(os.environ[contract.WORKERS]) if os.environ.get(contract.WORKERS)
-        else None,
-    )
+    rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
     if rc != 0:
-        session.error(f"{cell.name}: pytest exited with {rc} (results in {out / cell.name})")
+        _fail(session, f"{cell.name}: pytest exited with {rc} (results in {out / cell.name})")
 
 
 def _describe(cell: Cell) -> str:
@@ -68,8 +93,24 @@ def _describe(cell: Cell) -> str:
 
 
 def register(matrix: Matrix) -> list[str]:
-    """Register a nox session per cell; returns the sessions a plain ``nox`` runs."""
+    """Register a nox session per cell; returns the sessions a plain ``nox`` runs.
+
+    A cell whose device is not on this host gets a session without an environment
+    (``python=False``) that only says so: nox would otherwise build its venv first.
+    ``ACCELGRID_SKIP_DETECT=1`` registers every cell as runnable."""
+    reasons = {name: why for name, dev in matrix.devices.items()
+               if (why := detect.absent_reason(name, dev.detect))}
+    absent = {} if os.environ.get(contract.SKIP_DETECT) else reasons
     for cell in matrix.cells:
+        if cell.device in absent:
+
+            def _absent(session: nox.Session, _cell: Cell = cell) -> None:
+                _fail(session, f"{_cell.name}: {absent[_cell.device]}")
+
+            _absent.__doc__ = _describe(cell)
+            nox.session(name=cell.name, python=False, tags=list(cell.tags),
+                        default=False)(_absent)
+            continue
 
         def _session(session: nox.Session, _cell: Cell = cell) -> None:
             run_cell_session(session, matrix, _cell)
@@ -77,8 +118,7 @@ def register(matrix: Matrix) -> list[str]:
         _session.__doc__ = _describe(cell)
         nox.session(name=cell.name, python=cell.python, venv_backend="uv",
                     tags=list(cell.tags), default=False)(_session)
-    present = detect.present_devices({d: matrix.devices[d] for d in matrix.axes["device"]
-                                      if d in matrix.devices})
+    present = [d for d in matrix.axes["device"] if d in matrix.devices and d not in reasons]
     return [c.name for c in matrix.cells
             if c.device in present and c.is_default_torch and c.profile == matrix.default_profile]
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import json
+import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,8 +61,16 @@ def dotted(path: KeyPath) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + short(part, 80)
     return out
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """``value`` as text, cut to ``limit`` characters (a message stays one short line
+    whatever the input holds)."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 @dataclass
@@ -82,6 +92,7 @@ class SourceMap:
 
 
 def _index(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
+    # Depth and size were bounded by _check_graph, so the recursion is too.
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             sub = (*path, key_node.value)
@@ -94,12 +105,32 @@ def _index(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
             _index(item, sub, lines)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (YAML silently keeps the last)."""
+# Bounds on what a YAML input file may be, checked before any work that grows with them
+# (a 350-byte file of nested aliases expands to 387 million values).
+MAX_YAML_BYTES = 1024 * 1024   # matrix.yaml is ~8 KB, known_issues.yaml ~10 KB
+MAX_YAML_DEPTH = 32            # nesting levels; the schemas need 7
+MAX_YAML_VALUES = 200_000      # values (keys, items, scalars) with every alias expanded
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_TAG_WORD = {"int": "a number", "float": "a number", "bool": "a boolean",
+             "null": "null", "timestamp": "a date"}
+_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe\x00\x00", "UTF-32"),
+         (b"\xfe\xff", "UTF-16"), (b"\xff\xfe", "UTF-16"))
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_Loader):  # type: ignore[misc, valid-type]
+    """SafeLoader (libyaml's when available) that refuses duplicate mapping keys (YAML
+    silently keeps the last) and turns a value Python cannot build (a 5,000-digit
+    integer, February 30th) into an error at its line."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys may be overridden here
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -111,24 +142,166 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            what = str(exc).split("\n")[0][:200]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {node.value[:40]!r}: {what}"
+                if isinstance(node.value, str) else f"cannot read this value: {what}",
+                node.start_mark) from None
 
-def load_yaml(path: Path) -> tuple[Any, SourceMap]:
-    """Parse ``path``; syntax errors become a ValidationFailed with the line."""
+
+def _fail(name: str, message: str, line: int | None = None) -> ValidationFailed:
+    return ValidationFailed([Problem(name, line, (), message)])
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_YAML_BYTES (never blocks on a FIFO,
+    never reads /dev/zero forever)."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise ValidationFailed([Problem(name, None, (), "file not found")]) from None
+        raise _fail(name, "file not found") from None
+    except IsADirectoryError:
+        raise _fail(name, "is a folder, not a file") from None
     except OSError as exc:
-        raise ValidationFailed([Problem(name, None, (), f"cannot read: {exc}")]) from None
+        raise _fail(name, f"cannot read: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise _fail(name, "is a folder, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise _fail(name, "not a regular file (a device, pipe or socket)")
+        if info.st_size > MAX_YAML_BYTES:
+            raise _fail(name, f"too large: {info.st_size} bytes (the limit is "
+                              f"{MAX_YAML_BYTES})")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise _fail(name, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_YAML_BYTES:  # grew while being read
+        raise _fail(name, f"too large: over {MAX_YAML_BYTES} bytes")
+    return data
+
+
+def _decode(data: bytes, name: str) -> str:
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            raise _fail(name, f"encoded as {encoding}: save it as UTF-8")
+    if b"\x00" in data:
+        line = data[:data.index(b"\x00")].count(b"\n") + 1
+        raise _fail(name, "contains NUL bytes (UTF-16 or a binary file?): save it as UTF-8 "
+                          "text", line)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise _fail(name, f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot be decoded; "
+                          "save it as UTF-8", line) from None
+
+
+def _check_graph(root: yaml.Node, name: str) -> None:
+    """Bound the composed node graph before anything walks it: nesting depth, values with
+    aliases expanded (an alias bomb is small as text and huge expanded), an alias inside
+    its own anchor (a recursive structure), and mapping keys (strings only)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.ScalarNode):
+            size[key], depth[key] = 1, 0
+            continue
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = list(node.value)
+        if done:
+            on_path.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
+            line = node.start_mark.line + 1
+            if depth[key] > MAX_YAML_DEPTH:
+                raise _fail(name, f"nested more than {MAX_YAML_DEPTH} levels deep", line)
+            if size[key] > MAX_YAML_VALUES:
+                raise _fail(name, f"aliases expand this to more than {MAX_YAML_VALUES} values",
+                            line)
+            continue
+        if key in size:
+            continue  # an alias of a node already measured
+        if key in on_path:
+            raise _fail(name, "an alias refers to the structure it is part of (a recursive "
+                              "structure)", node.start_mark.line + 1)
+        on_path.add(key)
+        if len(on_path) > MAX_YAML_DEPTH:
+            raise _fail(name, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                        node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key_node, _ in node.value:
+                _check_key(key_node, name)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                raise _fail(name, "an alias refers to the structure it is part of (a "
+                                  "recursive structure)", child.start_mark.line + 1)
+            if id(child) not in size:
+                stack.append((child, False))
+
+
+def _check_key(node: yaml.Node, name: str) -> None:
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag in (_STR_TAG, _MERGE_TAG):
+            return
+        word = _TAG_WORD.get(node.tag.rsplit(":", 1)[-1], f"a {node.tag.rsplit(':', 1)[-1]}")
+        raise _fail(name, f"key {node.value[:40]!r} is read as {word}: keys must be strings "
+                          f"(quote it)", line)
+    kind = "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
+    raise _fail(name, f"{kind} cannot be a key: keys must be strings", line)
+
+
+def load_yaml(path: Path) -> tuple[Any, SourceMap]:
+    """Parse ``path``; every problem (syntax, encoding, size, depth, aliases, keys)
+    becomes a ValidationFailed naming the file (and the line when there is one).
+
+    Bounded before any work that grows with the input: a regular file of at most
+    MAX_YAML_BYTES, UTF-8, at most MAX_YAML_DEPTH levels and MAX_YAML_VALUES values with
+    aliases expanded, no recursive alias, string keys only."""
+    name = str(path)
+    text = _decode(_read_bounded(Path(path)), name)
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_graph(node, name)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else None
-        what = getattr(exc, "problem", None) or str(exc)
-        raise ValidationFailed([Problem(name, line, (), f"invalid YAML: {what}")]) from None
+        if line is None and isinstance(getattr(exc, "position", None), int):  # ReaderError
+            line = text[:exc.position].count("\n") + 1
+        what = getattr(exc, "problem", None) or str(exc).split("\n")[0]
+        context = getattr(exc, "context", None)
+        if context and what.startswith("but "):  # "...a single document, but found another"
+            what = f"{context}, {what}"
+        elif context and what == "second occurrence":  # an anchor defined twice
+            first = getattr(exc, "context_mark", None)
+            what = context.split(";")[0].removeprefix("found ") + (
+                f" (first on line {first.line + 1})" if first else "")
+        raise _fail(name, f"invalid YAML: {what}", line) from None
+    except RecursionError:  # not reached within MAX_YAML_DEPTH; a last guard
+        raise _fail(name, "nested too deeply") from None
+    finally:
+        loader.dispose()
     smap = SourceMap(name)
     if node is not None:
         _index(node, (), smap.lines)
@@ -182,7 +355,8 @@ def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Proble
             problems.append(
                 smap.problem(
                     (*path, key),
-                    f"unknown key '{key}'; expected one of: {expected}{suggest(key, known)}",
+                    f"unknown key '{short(key)}'; expected one of: {expected}"
+                    f"{suggest(short(key), known)}",
                 )
             )
         if problems:
@@ -195,6 +369,9 @@ def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Proble
         # A mapping's or list's description documents the section, it is no format hint.
         hint = "" if {"object", "array"} & set(types) else schema.get("description", "")
         msg = f"expected {expected}, got {_type_name(error.instance)}"
+        if isinstance(error.instance, float) and "integer" in types:
+            msg = (f"expected integer, got {short(error.instance)} "
+                   "(a whole number, no decimal point)")
         if isinstance(error.instance, float) and expected == "string":
             msg += f" — quote version numbers (\"{error.instance}\" is read as a number)"
         return [smap.problem(path, msg + (f" ({hint})" if hint else ""))]
@@ -203,16 +380,26 @@ def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Proble
         return [
             smap.problem(
                 path,
-                f"'{error.instance}' is not one of: {', '.join(choices)}"
-                f"{suggest(error.instance, choices)}",
+                f"'{short(error.instance)}' is not one of: {', '.join(choices)}"
+                f"{suggest(short(error.instance), choices)}",
             )
         ]
     if validator == "pattern":
         hint = schema.get("description", f"matching {schema['pattern']}")
-        return [smap.problem(path, f"'{error.instance}' is not valid: expected {hint}")]
+        return [smap.problem(path, f"'{short(error.instance)}' is not valid: expected {hint}")]
     if validator in ("minItems", "minProperties"):
         return [smap.problem(path, "must not be empty")]
-    return [smap.problem(path, error.message)]
+    if validator == "minLength":
+        return [smap.problem(path, "must not be empty")]
+    if validator == "maxLength":
+        return [smap.problem(path, f"too long: {len(error.instance)} characters (at most "
+                                   f"{schema['maxLength']})")]
+    if validator in ("minimum", "maximum"):
+        hint = schema.get("description")
+        side = "below the minimum" if validator == "minimum" else "above the maximum"
+        return [smap.problem(path, f"{short(error.instance)} is {side} of "
+                                   f"{schema[validator]}" + (f" ({hint})" if hint else ""))]
+    return [smap.problem(path, short(error.message, 300))]
 
 
 def _name_problem(error: jsonschema.ValidationError, smap: SourceMap) -> Problem:
@@ -221,22 +408,37 @@ def _name_problem(error: jsonschema.ValidationError, smap: SourceMap) -> Problem
     path = (*error.absolute_path, key)
     if "enum" in error.schema:
         known = [str(c) for c in error.schema["enum"]]
-        return smap.problem(path, f"unknown name '{key}'; expected one of: {', '.join(known)}"
-                                  f"{suggest(key, known)}")
+        return smap.problem(path, f"unknown name '{short(key)}'; expected one of: "
+                                  f"{', '.join(known)}{suggest(short(key), known)}")
     hint = error.schema.get("description", "not allowed")
-    return smap.problem(path, f"invalid name '{key}': expected {hint}")
+    return smap.problem(path, f"invalid name '{short(key)}': expected {hint}")
+
+
+def _strict_validator(schema: dict) -> Any:
+    """A validator for ``schema`` whose ``integer`` is a whole number written as one:
+    JSON Schema counts 2.0 as an integer, but ``workers: 2.0`` is a typo (and True is no
+    number at all)."""
+    cls = jsonschema.validators.validator_for(schema)
+    checker = cls.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(cls, type_checker=checker)(schema)
 
 
 def check_schema(data: Any, schema: dict, smap: SourceMap) -> list[Problem]:
     """Every schema violation of ``data`` as a Problem, in file order."""
-    validator_cls = jsonschema.validators.validator_for(schema)
-    validator = validator_cls(schema)
+    validator = _strict_validator(schema)
     problems: list[Problem] = []
+    mistyped: set[KeyPath] = set()
     for error in validator.iter_errors(data):
         if "propertyNames" in error.schema_path:
             problems.append(_name_problem(error, smap))
             continue
+        if error.validator == "type":
+            mistyped.add(tuple(error.absolute_path))
         problems.extend(_describe(error, smap))
+    # A value of the wrong type says so once (inf is no integer; that it is also above the
+    # maximum is noise).
+    problems = [p for p in problems if p.path not in mistyped or p.message.startswith("expected")]
     return sorted(set(problems), key=lambda p: (p.line or 0, dotted(p.path), p.message))
 
 

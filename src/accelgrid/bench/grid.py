@@ -10,7 +10,6 @@ Prints the figures and writes them to ``docs/bench-grid.md``.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import random
@@ -25,6 +24,7 @@ from .. import outcomes, results
 from .. import report as grid
 from ..errors import InvalidInput
 from ..report import compare as baseline
+from ..results import dumps
 
 DEVICES = ("cpu", "cuda", "xpu", "mps")
 SERIES = ("2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13")
@@ -94,7 +94,7 @@ def synthesize(root: Path, cells: int, tests: int, seed: int = 0,
                 rec.update(outcome=outcomes.CRASHED, message="the test process died")
             elif r < 0.102:
                 rec.update(outcome=outcomes.TIMEOUT, message="Timeout (>900.0s)")
-            lines.append(json.dumps(rec))
+            lines.append(dumps(rec))
         (folder / results.TESTS).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folders
 
@@ -111,7 +111,7 @@ def _baselines(folders: list[Path], out: Path, seed: int) -> None:
             doc["tests"][nodeid] = rng.choice([outcomes.PASSED, outcomes.FAILED])
         path = baseline.path_for(out, cell.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc), encoding="utf-8")
+        path.write_text(dumps(doc), encoding="utf-8")
 
 
 def max_cells() -> int:

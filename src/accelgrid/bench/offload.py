@@ -28,7 +28,6 @@ import gc
 import importlib
 import importlib.util
 import inspect
-import json
 import math
 import platform
 import statistics
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends import dispatch
 from ..errors import EXIT_INVALID, AccelgridError, InvalidInput
+from ..results import dumps
 
 if TYPE_CHECKING:  # an annotation only: running the benchmark loads no matrix
     from ..matrix import Matrix
@@ -420,7 +420,7 @@ def run(
         "warmup": warmup,
     }
     report = {"meta": meta, "bandwidth": bandwidth, "results": rows}
-    (out / "bench_offload.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "bench_offload.json").write_text(dumps(report, indent=2) + "\n")
     table = markdown_table(rows)
     header = (
         f"torch {meta['torch']}, torchao {meta['torchao']}, {name}; pinned copies "

@@ -11,7 +11,6 @@ Prints progress, writes JSON and a Markdown table.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -26,6 +25,7 @@ from typing import Any
 
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
+from ..results import dumps
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_REPEAT = 3
@@ -102,7 +102,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench-overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "bench-overhead.json").write_text(dumps(report, indent=2) + "\n")
         (out / "bench-overhead.md").write_text(md)
     print(md, end="")
     return report

@@ -18,6 +18,7 @@ import os
 import sys
 
 from .. import __version__
+from ..environment import redact_text
 from ..errors import AccelgridError
 from ._common import DEFAULT_MATRIX, common_parser
 
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         if str(exc):
             # Validation errors start with FILE:LINE already; others get the command's name.
             located = hasattr(exc, "problems")
-            print(str(exc) if located else f"accelgrid {args.command}: {exc}", file=sys.stderr)
+            text = str(exc) if located else f"accelgrid {args.command}: {exc}"
+            print(redact_text(text), file=sys.stderr)  # an error never shows a credential
         return exc.return_code
     except BrokenPipeError:
         # `accelgrid cells | head`: the reader left; say nothing more.

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from .. import install, ops, validation
+from .. import contract, install, ops, validation
 from ..matrix import load_matrix, select
+from ..results import dumps
 from ._common import matrix_of
 
 
@@ -53,7 +53,7 @@ def _cells(args: argparse.Namespace) -> int:
     picked = select(matrix.cells, device=args.device, torch=args.torch,
                               profile=args.profile)
     if args.json:
-        print(json.dumps([c.as_dict() for c in picked], indent=2))
+        print(dumps([c.as_dict() for c in picked], indent=2))
         return 0
     if not picked:
         print("no cell matches those filters", file=sys.stderr)
@@ -68,17 +68,17 @@ def _cells(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
     cell = matrix.cell(args.cell)
-    plan = install.plan(cell, torch_index=os.environ.get("ACCELGRID_TORCH_INDEX"))
+    plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
     records = ops.records(cell.env)
     data = {**cell.as_dict(), "install": plan.as_dict(), "records": records}
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(dumps(data, indent=2))
         return 0
     print(f"cell        {cell.name}")
     print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
     print(f"python      {cell.python}")
     print(f"torch       {cell.torch_requirement} from "
-          f"{'the default index' if plan.index == 'default' else plan.index}")
+          f"{'the default index' if plan.index == 'default' else plan.shown_index}")
     for n, step in enumerate(plan.steps, 1):
         print(f"install {n}   {step.description}: {' '.join(step.args)}")
     if plan.env:

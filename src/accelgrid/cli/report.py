@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections import Counter
@@ -13,6 +12,7 @@ from .. import ops as ops_model
 from .. import outcomes, report
 from ..errors import AccelgridError
 from ..report import compare, ops_pages
+from ..results import dumps
 from ._common import matrix_of
 
 BASELINE_DESCRIPTION = """\
@@ -185,7 +185,7 @@ def _baseline_update(args: argparse.Namespace) -> int:
 def _baseline_show(args: argparse.Namespace) -> int:
     base = compare.load(_baseline_dir(args), args.cell)
     if args.json:
-        print(json.dumps(base.tests, indent=1))
+        print(dumps(base.tests, indent=1))
         return 0
     counts = Counter(base.tests.values())
     print(f"{base.cell}: {len(base.tests)} tests in {base.path}")
@@ -243,7 +243,7 @@ def _ops_predict(args: argparse.Namespace) -> int:
     for note in made.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
-        print(json.dumps(made.doc, indent=1))
+        print(dumps(made.doc, indent=1))
         return 0
     for line in made.lines():
         print(line)

@@ -15,7 +15,7 @@ is read too, so a hand-written baseline can be that short.
 from __future__ import annotations
 
 import difflib
-import json
+import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,7 +25,7 @@ from typing import Any
 from .. import outcomes
 from ..errors import InvalidInput, UnknownName
 from ..provenance import now
-from ..results import CellResults, discover, fill_cell_name, load_cell
+from ..results import CellResults, discover, dumps, fill_cell_name, load_cell, read_json
 from .model import new_row, row_key
 
 SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VERSION)
@@ -77,12 +77,17 @@ def path_for(folder: Path, cell: str) -> Path:
     return Path(folder) / f"{cell}.json"
 
 
+def _document(path: Path) -> Any:
+    """A baseline file's JSON (bounded, regular files only); ValueError naming the file."""
+    data, err = read_json(Path(path))
+    if err:
+        raise ValueError(f"{path}: {err.removeprefix(Path(path).name + ' ')}")
+    return data
+
+
 def read(path: Path) -> dict[str, str]:
     """nodeid -> expected outcome. Raises ValueError naming the file if it is malformed."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON: {exc}") from exc
+    data = _document(path)
     tests = data.get("tests") if isinstance(data, dict) and "tests" in data else data
     if not isinstance(tests, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in tests.items()):
@@ -96,7 +101,7 @@ def load_dir(folder: Path, cells: Iterable[str]) -> tuple[dict[str, dict[str, st
     notes: list[str] = []
     for cell in cells:
         path = path_for(folder, cell)
-        if not path.is_file():
+        if not os.path.lexists(path):
             continue
         try:
             found[cell] = read(path)
@@ -128,7 +133,7 @@ def load(folder: Path, cell: str) -> Baseline:
         raise UnknownName(f"no baseline for {cell} in {folder}/{hint}")
     try:
         tests = read(path)
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = _document(path)
     except (OSError, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
     if isinstance(doc, dict) and "tests" in doc:
@@ -170,7 +175,7 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     """Write a baseline document: one test per line, in the order given."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # One test per line, sorted: baselines are reviewed as diffs in pull requests.
-    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    path.write_text(dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
 
 
 @dataclass

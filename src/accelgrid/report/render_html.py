@@ -5,12 +5,12 @@ message, traceback and the cell's provenance."""
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
 from markupsafe import Markup
 
 from .. import outcomes
+from ..results import dumps
 from . import compare
 from ._common import short, templates
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
@@ -110,7 +110,7 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
 
 def _script_json(data: Any) -> Markup:
     """JSON safe inside <script> (no "</script>" or "<!--" can end it early)."""
-    text = json.dumps(data, default=str, ensure_ascii=False, separators=(",", ":"))
+    text = dumps(data, ensure_ascii=False, separators=(",", ":"))
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e")
                   .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from ..results import dumps
 
 
 def render(model: dict[str, Any]) -> str:
     """grid.json: the model without tracebacks (they stay in the HTML)."""
     def dump(value: Any) -> str:
-        return json.dumps(value, default=str, ensure_ascii=False)
+        return dumps(value, ensure_ascii=False)
 
     # One column, row or change per line: readable and diffable, and json's C encoder
     # (indent= would fall back to the pure-Python one, 10x slower on big grids).

@@ -20,12 +20,23 @@ if TYPE_CHECKING:
     from tox.config.sets import ConfigSet
     from tox.session.state import State
 
-# A cell without a profile in its name runs the default profile (cpu-2.13), so an unset
-# PROFILE means "default" rather than "every profile". Set before tox-gh-actions reads
-# the environment (its hook runs after this module is imported).
-if os.environ.get("GITHUB_ACTIONS") == "true" and not os.environ.get("PROFILE") and (
-        os.environ.get("DEVICE") or os.environ.get("TORCH")):
-    os.environ["PROFILE"] = "default"
+# The variables [gh-actions:env] maps (ci/tox.ini).
+FILTERS = ("DEVICE", "TORCH", "PROFILE")
+
+if os.environ.get("GITHUB_ACTIONS") == "true":
+    # An empty value (an empty workflow_dispatch input) is an unset one: no filter. Values
+    # lose surrounding blanks. Done before tox-gh-actions reads the environment (its hook
+    # runs after this module is imported).
+    for _var in FILTERS:
+        if _var in os.environ:
+            if os.environ[_var].strip():
+                os.environ[_var] = os.environ[_var].strip()
+            else:
+                del os.environ[_var]
+    # A cell without a profile in its name runs the default profile (cpu-2.13), so an
+    # unset PROFILE means "default" rather than "every profile".
+    if not os.environ.get("PROFILE") and (os.environ.get("DEVICE") or os.environ.get("TORCH")):
+        os.environ["PROFILE"] = "default"
 
 
 def _fail_on_no_env(state: State) -> bool:

@@ -1,0 +1,281 @@
+"""Issue 16, secrets and the environment: no credential in any output, log, error or file.
+
+Redaction by variable name (TOKEN, SECRET, KEY, PASSWORD, CREDENTIAL, AUTH, PASS, PWD,
+COOKIE, SESSION, PRIVATE...) and by value shape (GitHub, Hugging Face, AWS, Slack, GitLab
+tokens; user:password@ in URLs, an unencoded '@' included); an index URL with
+credentials in ACCELGRID_TORCH_INDEX: `accelgrid plan`, the index check, the cell session
+and its install commands; environment variables accelgrid reads, checked."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from accelgrid import cli, contract, environment, errors, install, results, sessions
+from accelgrid.matrix import load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRIX = load_matrix(ROOT / "matrix.yaml")
+R = environment.REDACTED
+GH = "ghp_" + "A1b2C3d4E5" * 4
+TOKENS = {
+    "github-classic": GH,
+    "github-oauth": "gho_" + "x" * 36,
+    "github-app": "ghs_" + "Z9" * 18,
+    "github-fine-grained": "github_pat_11ABCDEFG0" + "a" * 60,
+    "hugging-face": "hf_" + "abcdefghij" * 3 + "ABCD",
+    "aws-access-key": "AKIAIOSFODNN7EXAMPLE",
+    "aws-temporary-key": "ASIA" + "ABCDEFGHIJKLMNOP",
+    "slack-bot": "xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx",
+    "slack-user": "xoxp-1234567890-abcdefghij",
+    "gitlab": "glpat-" + "abcDEF123_" * 2,
+    "openai-style": "sk-" + "proj" + "A" * 40,
+    "private-key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk=\n"
+                   "-----END OPENSSH PRIVATE KEY-----",
+}
+SECRET_NAMES = ["TORCH_HUB_AUTH", "HF_AUTH", "PIP_PASSWORD", "DB_PASS", "MYSQL_PWD",
+                "UV_HTTP_COOKIE", "HF_SESSION", "PYTORCH_PRIVATE_MIRROR", "HF_TOKEN",
+                "ACCELGRID_API_KEY", "TORCH_SECRET", "AWS_CREDENTIALS", "my_passwd",
+                "ACCELGRID_BASIC_AUTH_HEADER"]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_names_are_redacted_whatever_the_value(name: str) -> None:
+    assert environment.is_secret(name)
+    assert environment.redact({name: "plain"}) == {name: R}
+
+
+@pytest.mark.parametrize("name", ["ACCELGRID_PASS", "PYTORCH_ENABLE_XPU_FALLBACK",
+                                  "ZE_AFFINITY_MASK", "ACCELGRID_CELL", "OMP_NUM_THREADS"])
+def test_ordinary_names_keep_their_value(name: str) -> None:
+    assert environment.redact({name: "1"}) == {name: "1"}
+
+
+@pytest.mark.parametrize("kind", list(TOKENS))
+def test_token_shaped_values_are_redacted_under_any_name(kind: str) -> None:
+    token = TOKENS[kind]
+    for text in (token, f"prefix {token} suffix", f"Authorization: token {token}"):
+        out = environment.redact({"ACCELGRID_NOTE": text})["ACCELGRID_NOTE"]
+        assert token not in out and R in out, (kind, out)
+        assert environment.redact_text(text) == out
+
+
+@pytest.mark.parametrize("url,shown", [
+    ("https://user:pw@host/whl", f"https://{R}@host/whl"),
+    ("https://user:p@ss@host/whl", f"https://{R}@host/whl"),         # unencoded '@'
+    ("https://user:p@s@s:w@host:8443/x?y=1", f"https://{R}@host:8443/x?y=1"),
+    ("https://tok@host/simple", f"https://{R}@host/simple"),
+    ("pkg @ https://u:p@h/pkg.whl", f"pkg @ https://{R}@h/pkg.whl"),
+    ("a https://u:1@a/ and http://v:2@b/", f"a https://{R}@a/ and http://{R}@b/"),
+    ("HTTPS://U:P@H/", f"HTTPS://{R}@H/"),
+    ("git+https://u:p@github.com/o/r.git", f"git+https://{R}@github.com/o/r.git"),
+])
+def test_url_credentials_are_removed_entirely(url: str, shown: str) -> None:
+    assert environment.redact_text(url) == shown
+
+
+@pytest.mark.parametrize("text", ["https://download.pytorch.org/whl/xpu",
+                                  "https://host/path@v1", "user@example.com",
+                                  "suites/hf_examples/test_x.py::test_hf_models[bert]",
+                                  "task-1234567890abcdefghijklmnop", "AKIA-not-a-key"])
+def test_ordinary_text_is_kept(text: str) -> None:
+    assert environment.redact_text(text) == text
+
+
+def test_recorded_env_and_the_grid_never_hold_them(tmp_path) -> None:
+    env = {"TORCH_HUB_AUTH": "s3cret", "HF_HOME": "/x", "PIP_INDEX_URL": "https://u:p@ss@m/s",
+           "ACCELGRID_NOTE": GH, "PYTORCH_DEBUG_XPU_FALLBACK": "1"}
+    out = environment.recorded_env(env)
+    assert out == {"ACCELGRID_NOTE": R, "HF_HOME": "/x", "PIP_INDEX_URL": f"https://{R}@m/s",
+                   "PYTORCH_DEBUG_XPU_FALLBACK": "1", "TORCH_HUB_AUTH": R}
+
+
+def test_record_messages_lose_tokens_when_written_and_when_read(tmp_path) -> None:
+    cell = tmp_path / "cpu-2.13"
+    cell.mkdir()
+    results.append_record(cell / results.TESTS, {
+        "nodeid": "t.py::a", "outcome": "failed", "message": f"401 for https://u:pw@h/ {GH}",
+        "longrepr": f"E   token={GH}"})
+    text = (cell / results.TESTS).read_text()
+    assert GH not in text and "u:pw" not in text
+    # An artifact written by a version that did not redact: the grid does.
+    (cell / results.TESTS).write_text(json.dumps({
+        "nodeid": "t.py::a", "outcome": "failed", "message": f"x {GH}"}) + "\n")
+    assert cli.main(["grid", str(cell), "--out", str(tmp_path / "g")]) == 0
+    for name in ("grid.json", "grid.md", "grid.html"):
+        assert GH not in (tmp_path / "g" / name).read_text()
+
+
+# --- ACCELGRID_TORCH_INDEX with credentials -----------------------------------------------
+INDEX = "https://user:p@ss@mirror.example/whl"
+
+
+def test_plan_never_prints_the_password(monkeypatch, capsys) -> None:
+    monkeypatch.setenv(contract.TORCH_INDEX, INDEX)
+    for args in (["plan", "xpu-2.13"], ["plan", "cpu-2.13", "--json"]):
+        assert cli.main(args) == 0
+        out = capsys.readouterr().out
+        assert "p@ss" not in out and "user" not in out and "mirror.example/whl" in out
+    plan = install.plan(MATRIX.cell("xpu-2.13"), torch_index=INDEX, uv_env={})
+    first = plan.steps[0]
+    assert first.args == (MATRIX.cell("xpu-2.13").torch_requirement,)  # no URL on the line
+    assert first.env["UV_EXTRA_INDEX_URL"] == INDEX == first.env["PIP_EXTRA_INDEX_URL"]
+    assert plan.as_dict()["steps"][0]["env"]["UV_EXTRA_INDEX_URL"] == f"https://{R}@mirror" \
+                                                                      ".example/whl"
+
+
+def test_an_index_without_credentials_stays_on_the_command_line() -> None:
+    plan = install.plan(MATRIX.cell("xpu-2.13"), uv_env={})
+    assert plan.steps[0].args[:2] == ("--extra-index-url", "https://download.pytorch.org/whl/xpu")
+    assert plan.steps[0].env == {}
+
+
+def test_credentialed_index_is_added_to_pips_extra_indexes() -> None:
+    plan = install.plan(MATRIX.cell("cpu-2.13"), torch_index=INDEX,
+                        uv_env={"UV_EXTRA_INDEX_URL": "https://other/simple"})
+    assert plan.steps[0].env["UV_EXTRA_INDEX_URL"] == f"{INDEX} https://other/simple"
+
+
+@pytest.mark.parametrize("value,says", [
+    ("http:///", "'http:///' has no host"),
+    ("https://:1/x", "has no host"),
+    ("https://u:pw@[::1/x", "is not a valid URL"),
+    ("ftp://host/x", "is not an http(s):// or file:// URL"),
+    ("https://host/ x", "holds spaces or control characters"),
+    ("file://", "names no folder"),
+])
+def test_a_bad_torch_index_is_one_line(monkeypatch, capsys, value: str, says: str) -> None:
+    monkeypatch.setenv(contract.TORCH_INDEX, value)
+    assert cli.main(["plan", "cpu-2.13"]) == errors.EXIT_INVALID
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("accelgrid plan: ACCELGRID_TORCH_INDEX: ") and says in err, err
+    assert "pw" not in err and len(err.splitlines()) == 1
+
+
+class _AuthIndex(http.server.BaseHTTPRequestHandler):
+    expected = "Basic " + base64.b64encode(b"user:p@ss").decode()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        ok = self.headers.get("Authorization") == self.expected
+        self.send_response(200 if ok else 401)
+        self.end_headers()
+        self.wfile.write(b"<a href='torch-2.13.0.whl'>torch</a>" if ok else b"no")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def auth_index():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AuthIndex)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_index_check_sends_credentials_as_basic_auth(auth_index) -> None:
+    port = auth_index
+    assert install.index_problem(f"http://user:p@ss@127.0.0.1:{port}/whl") is None
+    wrong = install.index_problem(f"http://user:nope@127.0.0.1:{port}/whl")
+    assert wrong == (f"package index http://{R}@127.0.0.1:{port}/whl answered HTTP 401 for "
+                     f"http://{R}@127.0.0.1:{port}/whl/torch/")
+    assert "nope" not in wrong
+
+
+def test_an_unreachable_credentialed_index_is_one_line_without_the_password() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # `https://user:pw@host/whl` used to raise http.client.InvalidURL (nonnumeric port)
+    # showing the password three times.
+    for url in (f"http://user:p@ss@127.0.0.1:{port}/whl", "https://user:pw@[::1/whl"):
+        msg = install.index_problem(url, timeout=5)
+        assert msg and "\n" not in msg and "p@ss" not in msg and ":pw" not in msg, msg
+
+
+class _Session:
+    """What run_cell_session uses of a nox session, recording what nox would log."""
+
+    def __init__(self, tmp_path: Path):
+        from nox.virtualenv import VirtualEnv
+
+        self.virtualenv = VirtualEnv.__new__(VirtualEnv)
+        self.bin = str(tmp_path / "bin")
+        self.env: dict[str, str] = {}
+        self.posargs: list[str] = []
+        self.logged: list[str] = []
+        self.installs: list[tuple[tuple[str, ...], dict | None]] = []
+
+    def log(self, text: str) -> None:
+        self.logged.append(text)
+
+    def install(self, *args: str, env=None) -> None:
+        self.logged.append("uv pip install " + " ".join(args))  # what nox prints
+        self.installs.append((args, env))
+
+    def run(self, *args, **kwargs):
+        return None  # as under --install-only
+
+    def error(self, text: str):
+        self.logged.append(text)
+        raise SystemExit(text)
+
+
+def test_the_cell_session_installs_without_logging_the_password(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(contract.TORCH_INDEX, INDEX)
+    monkeypatch.setattr(install, "index_problem", lambda index, timeout=15.0: None)
+    monkeypatch.setattr(environment, "pip_settings", lambda python=None: {})
+    session = _Session(tmp_path)
+    sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
+    assert "p@ss" not in "\n".join(session.logged)
+    (args, env), _ = session.installs
+    assert args == ("torch==2.13.0",) and env["UV_EXTRA_INDEX_URL"] == INDEX
+
+
+def test_the_cell_session_fails_in_one_line_on_an_unreachable_credentialed_index(
+        tmp_path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, contract.TORCH_INDEX: f"http://user:p@ss@127.0.0.1:{port}/whl",
+           contract.RESULTS_DIR: str(tmp_path / "results")}
+    proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"),
+                           "--envdir", str(tmp_path / "envs"), "-s", "cpu-2.13"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "p@ss" not in out and "Traceback" not in out and "InvalidURL" not in out
+    assert f"cpu-2.13: package index http://{R}@127.0.0.1:{port}/whl cannot be reached" in out
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "10000", "-1", "2.0", "1e3"])
+def test_a_bad_workers_override_is_one_line(tmp_path, monkeypatch, value: str) -> None:
+    monkeypatch.setenv(contract.WORKERS, value)
+    monkeypatch.setenv(contract.TORCH_INDEX, "")
+    monkeypatch.setattr(install, "index_problem", lambda index, timeout=15.0: None)
+    monkeypatch.setattr(environment, "pip_settings", lambda python=None: {})
+    session = _Session(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
+    assert str(info.value) == (f"cpu-2.13: ACCELGRID_WORKERS={value!r}: expected a whole "
+                               "number of workers from 1 to 256")
+    assert session.installs == []  # refused before anything was installed
+
+
+def test_a_container_build_refuses_a_credentialed_index() -> None:
+    from accelgrid import containers
+
+    with pytest.raises(containers.ContainerError) as info:
+        containers.render(MATRIX, MATRIX.cell("cpu-2.13"), torch_index=INDEX)
+    assert "carries credentials" in str(info.value) and "p@ss" not in str(info.value)
