@@ -19,6 +19,7 @@ import torch
 
 from accelgrid.backends import dispatch
 
+from .optimizers import adamw_flags
 from .workloads import BATCH_SIZE, Workload
 
 MAX_STEPS = 3
@@ -75,11 +76,30 @@ def training_arguments(
     return TrainingArguments(**{k: v for k, v in kwargs.items() if k in known})
 
 
+def adamw_kwargs(args: Any, impl: str | None = None) -> dict[str, Any]:
+    """The AdamW kwargs Trainer itself derives from ``args`` (lr, betas, eps: its
+    ``get_optimizer_cls_and_kwargs``), with ``impl``'s ``fused``/``foreach`` flags
+    (:data:`optimizers.ADAMW_IMPLS`) in place of whatever ``args.optim`` implied, or
+    with no flags at all when ``impl`` is None."""
+    from transformers import Trainer
+
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    if cls is not torch.optim.AdamW:
+        raise ValueError(f"args.optim={args.optim!r} is not torch's AdamW ({cls})")
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("fused", "foreach")}
+    return kwargs if impl is None else {**kwargs, **adamw_flags(impl)}
+
+
 def make_trainer(
     workload: Workload, device: str, output_dir: str | Path, *,
-    gradient_checkpointing: bool = False, **overrides: Any,
+    gradient_checkpointing: bool = False, optimizer: str | None = None, **overrides: Any,
 ) -> Any:
-    """A Trainer over ``workload``; ``processing_class`` or the older ``tokenizer`` kwarg."""
+    """A Trainer over ``workload``; ``processing_class`` or the older ``tokenizer`` kwarg.
+
+    ``optimizer`` (``fused``, ``foreach``, ``forloop``) picks torch AdamW's
+    implementation through ``optimizer_cls_and_kwargs``, so Trainer still builds its own
+    param groups (weight decay) and scheduler; None keeps Trainer's default optimizer.
+    """
     from transformers import Trainer
 
     args = training_arguments(
@@ -89,6 +109,11 @@ def make_trainer(
         model=workload.model, args=args, train_dataset=workload.train_dataset,
         eval_dataset=workload.eval_dataset,
     )
+    if optimizer is not None:
+        if "optimizer_cls_and_kwargs" not in _params(Trainer.__init__):
+            # Older than both pinned versions (4.57.5, 5.x); kept as a clear message.
+            raise TypeError("this transformers' Trainer has no optimizer_cls_and_kwargs")
+        kwargs["optimizer_cls_and_kwargs"] = (torch.optim.AdamW, adamw_kwargs(args, optimizer))
     if workload.data_collator is not None:
         kwargs["data_collator"] = workload.data_collator
     if workload.processing_class is not None:

@@ -1,8 +1,10 @@
 """One Trainer run per Hugging Face example, on the cell's device.
 
-Each test: first-step loss/gradients on the device (compared with a CPU fp32 reference
-on accelerators), a few Trainer steps with memory metrics, an evaluation, and a
-save_pretrained/from_pretrained round trip checked on the device.
+Each ``test_workload``: first-step loss/gradients on the device (compared with a CPU
+fp32 reference on accelerators), a few Trainer steps with memory metrics, an
+evaluation, and a save_pretrained/from_pretrained round trip checked on the device.
+``test_workload_optimizer`` adds the AdamW implementation (fused / foreach / for-loop)
+as a dimension, on two cheap workloads only (see its docstring).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 
 from accelgrid.outcomes import not_run
 
-from . import harness
+from . import harness, optimizers
 from .workloads import RANDOM_LOSS, WORKLOADS, MissingModelClass
 
 # Trainer computes an eval loss only for models with label arguments or return_loss;
@@ -111,3 +113,75 @@ def test_workload(name: str, gradient_checkpointing: bool, device: str, tmp_path
     assert want, "the model returned no tensors"
     assert all(torch.isfinite(t).all() for t in want if t.is_floating_point())
     torch.testing.assert_close(got, want)
+
+
+# The optimizer dimension, not on all 14 workloads (see test_workload_optimizer): every
+# AdamW implementation on text-classification (the seed's MRPC column: foreach ops), and
+# the for-loop one on multiple-choice too (its ROBERTA column: for-loop ops).
+OPTIMIZER_CASES = [
+    pytest.param(name, impl, id=f"{name}-adamw-{impl}")
+    for name, impl in [
+        *(("text-classification", impl) for impl in optimizers.ADAMW_IMPLS),
+        ("multiple-choice", "forloop"),
+    ]
+]
+
+
+@pytest.mark.parametrize(("name", "impl"), OPTIMIZER_CASES)
+def test_workload_optimizer(name: str, impl: str, device: str, tmp_path) -> None:
+    """Trainer with torch AdamW's ``fused``, ``foreach`` or ``forloop`` implementation.
+
+    Why a dimension: the three run different aten ops (``_fused_adamw_``; the
+    ``_foreach_*`` family; per-tensor ``lerp``/``addcmul``/``addcdiv``), and Trainer's
+    default hides two of them: transformers on torch >= 2.8 picks fused AdamW, so the
+    foreach ops the seed saw missing on XPU never ran, and neither did the for-loop ops
+    it saw falling back. Why only here: the ops depend on the optimizer, not on the
+    model, and the cpu cell's suites must stay under 3 minutes on 2 cores, so the
+    workloads keep Trainer's default (one run each, in test_workload) and only the
+    cheapest, text-classification (BERT, ~1.4 s a case), runs all three, plus the
+    for-loop on multiple-choice (RoBERTa), the model the seed saw the for-loop ops
+    with. This test is only what differs per implementation: Trainer steps and the
+    update itself; evaluation and the save round trip are test_workload's.
+
+    On accelerators the implementation is checked against a CPU fp32 reference: the
+    same parameters and gradients (the workload's first-step gradients, computed on the
+    CPU), ``MAX_STEPS`` AdamW steps with ``impl`` on the device versus the for-loop on
+    the CPU (optimizers.PARAM_RTOL/ATOL). Comparing whole Trainer runs instead would not
+    work: Adam divides by sqrt(v), so reduction-order noise on gradients that are zero
+    in exact arithmetic becomes a full ``lr``-sized step of either sign.
+    """
+    try:
+        workload = WORKLOADS[name]()
+    except MissingModelClass as exc:
+        not_run(str(exc))
+
+    _, grads = harness.first_step(copy.deepcopy(workload.model), harness.first_batch(workload),
+                                  "cpu")
+    trained = {n for n, g in grads.items() if g.abs().sum() > 0}
+    assert trained, "no parameter received a non-zero gradient"
+    before = {n: p.detach().clone() for n, p in workload.model.named_parameters()}
+
+    trainer = harness.make_trainer(workload, device, tmp_path / "out", optimizer=impl)
+    assert trainer.args.device.type == device, (
+        f"Trainer picked {trainer.args.device}, the cell's device is {device}"
+    )
+    result = trainer.train()
+    assert optimizers.impl_of(trainer.optimizer) == impl, trainer.optimizer
+    assert result.global_step == harness.MAX_STEPS
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert len(losses) == harness.MAX_STEPS, trainer.state.log_history
+    assert all(harness.finite(v) for v in losses), f"training losses {losses}"
+    after = {n: p.detach().cpu() for n, p in trainer.model.named_parameters()}
+    assert all(torch.isfinite(p).all() for p in after.values()), "non-finite parameters"
+    unchanged = sorted(n for n in trained if torch.equal(after[n], before[n]))
+    assert not unchanged, f"parameters with gradients but not updated: {unchanged}"
+
+    if device != "cpu":
+        # Trainer's weight decay (0 by default) on every tensor: the decayed and
+        # undecayed groups then coincide.
+        kwargs = {**harness.adamw_kwargs(trainer.args), "weight_decay": trainer.args.weight_decay}
+        got = optimizers.adamw_steps(before, grads, device, impl, harness.MAX_STEPS, **kwargs)
+        ref = optimizers.adamw_steps(before, grads, "cpu", optimizers.REFERENCE_IMPL,
+                                     harness.MAX_STEPS, **kwargs)
+        optimizers.assert_params_close(got, ref, what=f"AdamW {impl} on {device} vs "
+                                       f"{optimizers.REFERENCE_IMPL} on cpu")

@@ -277,14 +277,20 @@ def build_object_detection(config_overrides: dict[str, Any] | None = None) -> Wo
 
 def build_instance_segmentation(config_overrides: dict[str, Any] | None = None) -> Workload:
     """run_instance_segmentation.py: Mask2Former (Swin backbone) on 64 px images; sizes
-    must be multiples of 32. Its loss samples points with torch.rand, so it is random."""
+    must be multiples of 32. Its loss samples points with torch.rand, so it is random.
+
+    Two Swin blocks in the stages whose feature map is larger than the window (16 and 8
+    px against 4): every second block is a shifted-window block (``torch.roll``), as in
+    the real checkpoint (swin-tiny, depths 2-2-6-2); with one block per stage no shift ran.
+    The smaller stages keep one block: at or below the window size Swin does not shift.
+    """
     Mask2FormerConfig, Mask2FormerForUniversalSegmentation, Mask2FormerImageProcessor = _tf(
         "Mask2FormerConfig", "Mask2FormerForUniversalSegmentation", "Mask2FormerImageProcessor"
     )
     SwinConfig = _tf("SwinConfig")
     with _seeded() as rng:
         backbone = SwinConfig(
-            image_size=64, patch_size=4, num_channels=3, embed_dim=16, depths=[1, 1, 1, 1],
+            image_size=64, patch_size=4, num_channels=3, embed_dim=16, depths=[2, 2, 1, 1],
             num_heads=[1, 1, 2, 2], window_size=4,
             out_features=["stage1", "stage2", "stage3", "stage4"],
         )
@@ -349,7 +355,9 @@ def build_semantic_segmentation(config_overrides: dict[str, Any] | None = None) 
 
 
 def build_image_pretraining(config_overrides: dict[str, Any] | None = None) -> Workload:
-    """run_mim.py: SimMIM-style masked image modelling with Swin and ``bool_masked_pos``."""
+    """run_mim.py: SimMIM-style masked image modelling with Swin and ``bool_masked_pos``.
+    Two blocks per stage, so the first stage (8 px against a window of 4) runs a
+    shifted-window block (``torch.roll``), as every stage of a real Swin does."""
     SwinConfig, SwinForMaskedImageModeling, ViTImageProcessor = _tf(
         "SwinConfig", "SwinForMaskedImageModeling", "ViTImageProcessor"
     )
@@ -358,7 +366,7 @@ def build_image_pretraining(config_overrides: dict[str, Any] | None = None) -> W
         # must restore the input resolution.
         config = _config(
             SwinConfig, config_overrides, image_size=32, patch_size=4, num_channels=3,
-            embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4, encoder_stride=8,
+            embed_dim=16, depths=[2, 2], num_heads=[1, 2], window_size=4, encoder_stride=8,
         )
         model = SwinForMaskedImageModeling(config)
         processor = ViTImageProcessor(
@@ -534,7 +542,9 @@ def _seq2seq_rows(tokenizer: Any, rng: np.random.Generator, summarise: bool) -> 
 
 def build_translation(config_overrides: dict[str, Any] | None = None) -> Workload:
     """run_translation.py: Marian encoder-decoder; labels padded with -100 and
-    decoder inputs shifted by DataCollatorForSeq2Seq."""
+    decoder inputs shifted by DataCollatorForSeq2Seq. ``swish`` (SiLU) feed-forward
+    activations like the real Helsinki-NLP/opus-mt checkpoints (MarianConfig's default
+    is gelu)."""
     MarianConfig, MarianMTModel, DataCollatorForSeq2Seq = _tf(
         "MarianConfig", "MarianMTModel", "DataCollatorForSeq2Seq"
     )
@@ -544,8 +554,8 @@ def build_translation(config_overrides: dict[str, Any] | None = None) -> Workloa
             MarianConfig, config_overrides, vocab_size=VOCAB_SIZE, d_model=32,
             encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
             decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37,
-            max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
+            max_position_embeddings=64, activation_function="swish",
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
             decoder_start_token_id=tokenizer.pad_token_id,
         )
         model = MarianMTModel(config)
