@@ -35,6 +35,7 @@ WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected
 DEVICES = "ACCELGRID_DEVICES"          # a subset of the host's devices, e.g. "0,2"
+HOST_ROOT = "ACCELGRID_HOST_ROOT"      # where detection reads sys/ and dev/ (tests: a fake tree)
 NO_KNOWN_ISSUES = "ACCELGRID_NO_KNOWN_ISSUES"  # "1": raw outcomes, registry off
 TRANSFORMERS_SRC = "ACCELGRID_TRANSFORMERS_SRC"  # transformers checkout for example scripts
 CONTAINER_ENGINE = "ACCELGRID_CONTAINER_ENGINE"  # docker | podman | buildah

@@ -2,8 +2,20 @@
 without importing torch (so it is cheap and works before anything is installed).
 
 Rules (all given ones must hold): ``always``; ``system`` / ``machine`` (platform);
-``paths_any`` (any glob matches, e.g. ``/dev/dri/renderD*``); ``commands_any`` (any
-command on PATH that runs successfully, e.g. ``nvidia-smi``).
+``paths_any`` (any glob matches); ``commands_any`` (any command on PATH that runs
+successfully, e.g. ``nvidia-smi``); ``pci_vendor`` (a display-class PCI device of that
+vendor behind a DRM render node, e.g. ``"0x8086"`` for Intel GPUs).
+
+Intel GPUs are found and named from sysfs alone (:func:`pci_gpus`, :func:`intel_gpus`):
+``/sys/class/drm/renderD*/device/{vendor,device,class}``, with the render node present in
+``/dev/dri``. That accepts the supported driver-only setup (no ``sycl-ls`` without oneAPI,
+no ``xpu-smi`` on client GPUs), refuses an NVIDIA host that happens to have oneAPI, and
+counts only Intel GPUs. ``sycl-ls`` / ``xpu-smi`` only enrich :func:`xpu_inventory` when
+present. Every sysfs function takes ``root`` (default ``$ACCELGRID_HOST_ROOT`` or ``/``),
+so tests run on a fake tree.
+
+The Deep Learning Essentials check for torch series whose wheels do not bring the SYCL
+runtime is :func:`runtime_problem`.
 """
 
 from __future__ import annotations
@@ -11,11 +23,116 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import re
 import shutil
 import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import contract
+
+INTEL = 0x8086
+DISPLAY_CLASS = 0x03   # PCI base class "display controller" (class 0x03xxxx)
+
+# Intel GPU families by PCI device id, from the Linux kernel's include/drm/intel/pciids.h
+# (torvalds/linux at 0755a4e3e809610a14befc9ad28d35e2e460da68: INTEL_PVC_IDS,
+# INTEL_ATS_M_IDS, INTEL_DG2_IDS, INTEL_BMG_IDS, INTEL_LNL_IDS, INTEL_MTL_IDS, INTEL_ARL_IDS,
+# INTEL_PTL_IDS). Family keys are the names torch-xpu-ops' CI uses for its runners and
+# per-hardware skip lists (pvc, bmg, lnl, arc, mtl); matrix.yaml's devices.xpu.hardware
+# and known_issues.yaml's scope.hardware use them (the schema's enum, tests check).
+FAMILIES: dict[str, tuple[str, frozenset[int]]] = {
+    "pvc": ("Intel Data Center GPU Max (Ponte Vecchio)", frozenset({
+        0x0B69, 0x0B6E, 0x0BD4, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB,
+        0x0BE0, 0x0BE1, 0x0BE5})),
+    "ats-m": ("Intel Data Center GPU Flex (ATS-M)", frozenset({0x56C0, 0x56C2, 0x56C1})),
+    "dg2": ("Intel Arc A-series (Alchemist, DG2)", frozenset({
+        0x56A0, 0x56A1, 0x56A2, 0x56BE, 0x56BF, 0x5690, 0x5691, 0x5692,      # G10
+        0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA, 0x56BB, 0x56BC, 0x56BD,      # G11
+        0x5693, 0x5694, 0x5695,
+        0x56A3, 0x56A4, 0x56B2, 0x56B3, 0x5696, 0x5697})),                    # G12
+    "bmg": ("Intel Arc B-series (Battlemage)", frozenset({
+        0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE216,
+        0xE220, 0xE221, 0xE222, 0xE223})),
+    "lnl": ("Intel Core Ultra 200V graphics (Lunar Lake)", frozenset({0x6420, 0x64A0, 0x64B0})),
+    "mtl": ("Intel Core Ultra graphics (Meteor Lake)", frozenset({
+        0x7D40, 0x7D45, 0x7D55, 0x7D60, 0x7DD5})),
+    "arl": ("Intel Core Ultra 200H/U/S graphics (Arrow Lake)", frozenset({
+        0x7D51, 0x7DD1, 0x7D41, 0x7D67, 0xB640})),
+    "ptl": ("Intel Core Ultra series 3 graphics (Panther Lake)", frozenset({
+        0xB080, 0xB081, 0xB082, 0xB083, 0xB084, 0xB085, 0xB086, 0xB087, 0xB08F, 0xB090,
+        0xB0A0, 0xB0B0})),
+}
+_FAMILY_OF = {pci_id: name for name, (_, ids) in FAMILIES.items() for pci_id in ids}
+
+
+def family_of(pci_device: int) -> str | None:
+    """The Intel GPU family of a PCI device id (``0x56c0`` -> ``"ats-m"``), or None."""
+    return _FAMILY_OF.get(pci_device)
+
+
+def host_root(root: str | Path | None = None) -> Path:
+    """The filesystem root holding sys/ and dev/: ``root``, else $ACCELGRID_HOST_ROOT, else /."""
+    return Path(root if root is not None else os.environ.get(contract.HOST_ROOT) or "/")
+
+
+@dataclass(frozen=True)
+class PciGpu:
+    """A DRM render node and the PCI device behind it."""
+
+    node: str            # "renderD128"
+    vendor: int
+    device: int
+    pci_class: int
+    dev_node: bool       # /dev/dri/<node> exists (a container without --device lacks it)
+
+    @property
+    def family(self) -> str | None:
+        return family_of(self.device) if self.vendor == INTEL else None
+
+    @property
+    def name(self) -> str:
+        if self.family:
+            return FAMILIES[self.family][0]
+        return f"PCI {self.vendor:#06x}:{self.device:#06x}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "pci_id": f"{self.vendor:04x}:{self.device:04x}",
+                "family": self.family, "name": self.name}
+
+
+def _hex_file(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="ascii").strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def _node_number(path: str) -> int:
+    m = re.search(r"(\d+)$", path)
+    return int(m[1]) if m else 0
+
+
+def pci_gpus(root: str | Path | None = None) -> list[PciGpu]:
+    """Every display-class PCI device behind a DRM render node, in render-node order."""
+    base = host_root(root)
+    found = []
+    for path in sorted(glob.glob(str(base / "sys/class/drm/renderD*")), key=_node_number):
+        device = Path(path) / "device"
+        vendor, pci_id, pci_class = (_hex_file(device / n) for n in ("vendor", "device", "class"))
+        if vendor is None or pci_id is None or pci_class is None:
+            continue
+        if pci_class >> 16 != DISPLAY_CLASS:
+            continue
+        node = Path(path).name
+        found.append(PciGpu(node, vendor, pci_id, pci_class, (base / "dev/dri" / node).exists()))
+    return found
+
+
+def intel_gpus(root: str | Path | None = None) -> list[PciGpu]:
+    """The Intel GPUs of this host (usable ones: their /dev/dri node exists)."""
+    return [g for g in pci_gpus(root) if g.vendor == INTEL and g.dev_node]
 
 
 def _command_works(command: str) -> bool:
@@ -28,8 +145,10 @@ def _command_works(command: str) -> bool:
         return False
 
 
-def absent_reason(device: str, rules: dict[str, Any]) -> str | None:
-    """None when the device is present, else a one-line reason it is not."""
+def absent_reason(device: str, rules: Mapping[str, Any], root: str | Path | None = None
+                  ) -> str | None:
+    """None when the device is present, else a one-line reason it is not (``root``: see
+    :func:`host_root`)."""
     if rules.get("always"):
         return None
     system = rules.get("system")
@@ -44,6 +163,21 @@ def absent_reason(device: str, rules: dict[str, Any]) -> str | None:
     commands = rules.get("commands_any") or []
     if commands and not any(_command_works(c) for c in commands):
         return f"{device} not present: none of {', '.join(commands)} is on PATH and working"
+    vendor = rules.get("pci_vendor")
+    if vendor:
+        return _pci_vendor_problem(device, int(str(vendor), 16), root)
+    return None
+
+
+def _pci_vendor_problem(device: str, vendor: int, root: str | Path | None) -> str | None:
+    gpus = [g for g in pci_gpus(root) if g.vendor == vendor]
+    where = host_root(root) / "sys/class/drm/renderD*"
+    if not gpus:
+        return f"{device} not present: no GPU of PCI vendor {vendor:#06x} under {where}"
+    if not any(g.dev_node for g in gpus):
+        return (f"{device} not present: {gpus[0].name} at {gpus[0].node} but "
+                f"{host_root(root) / 'dev/dri' / gpus[0].node} is missing "
+                "(in a container: pass --device /dev/dri)")
     return None
 
 
@@ -73,17 +207,30 @@ def _nvidia_ids() -> list[str]:
 
 
 def _xpu_ids() -> list[str]:
-    exe = shutil.which("sycl-ls")
-    if exe:
-        try:
-            out = subprocess.run([exe], capture_output=True, text=True, timeout=60,
-                                 check=False).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        gpus = [ln for ln in out.splitlines() if "level_zero:gpu" in ln]
-        if gpus:
-            return [str(i) for i in range(len(gpus))]
-    return [str(i) for i in range(len(glob.glob("/dev/dri/renderD*")))]
+    # Level Zero numbers the Intel GPUs it reports 0..n-1 (ZE_AFFINITY_MASK's numbering).
+    return [str(i) for i in range(len(intel_gpus()))]
+
+
+def _tool_lines(cmd: list[str], keep: str = "") -> list[str]:
+    exe = shutil.which(cmd[0])
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=60,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln.strip() for ln in out.splitlines() if ln.strip() and keep in ln][:32]
+
+
+def xpu_inventory(root: str | Path | None = None, tools: bool = True) -> dict[str, Any]:
+    """What this host has for xpu cells: its Intel GPUs from sysfs (node, PCI id, family,
+    name), and, when installed, what ``sycl-ls`` and ``xpu-smi discovery`` say."""
+    report: dict[str, Any] = {"gpus": [g.as_dict() for g in intel_gpus(root)]}
+    if tools:
+        report["sycl-ls"] = _tool_lines(["sycl-ls"], "level_zero")
+        report["xpu-smi"] = _tool_lines(["xpu-smi", "discovery"])
+    return report
 
 
 # device -> how to enumerate its devices on this host without importing torch.
