@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from fake_hosts import fake_gpu
 
 from accelgrid import detect
 
@@ -18,22 +19,6 @@ def _fake_command(folder: Path, name: str, rc: int, out: str = "") -> None:
     path = folder / name
     path.write_text(f"#!/bin/sh\nprintf '%s' '{out}'\nexit {rc}\n")
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
-
-
-def fake_gpu(root: Path, node: int, vendor: int, device: int, pci_class: int = 0x030000,
-             dev_node: bool = True) -> None:
-    """/sys/class/drm/renderD<node>/device/{vendor,device,class} (+ /dev/dri/renderD<node>),
-    the way the kernel lays them out (values in hex, newline-terminated)."""
-    pci = root / "sys/devices/pci0000:00" / f"0000:{node - 100:02x}:00.0"
-    pci.mkdir(parents=True)
-    for name, value in (("vendor", vendor), ("device", device), ("class", pci_class)):
-        (pci / name).write_text(f"{value:#06x}\n" if name != "class" else f"{value:#08x}\n")
-    drm = root / "sys/class/drm" / f"renderD{node}"
-    drm.mkdir(parents=True)
-    (drm / "device").symlink_to(pci)
-    if dev_node:
-        (root / "dev/dri").mkdir(parents=True, exist_ok=True)
-        (root / "dev/dri" / f"renderD{node}").write_text("")
 
 
 def test_detect_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +131,30 @@ def test_family_table_has_no_id_twice() -> None:
             seen[pci_id] = name
     assert detect.family_of(0x56C0) == "ats-m" and detect.family_of(0x56C1) == "ats-m"
     assert detect.family_of(0x0BD5) == "pvc" and detect.family_of(0xE20B) == "bmg"
+
+
+# --- the runtime bundle of torch 2.5 +xpu -------------------------------------------------
+def test_runtime_check(tmp_path: Path) -> None:
+    from accelgrid.matrix import load_matrix
+
+    matrix = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
+    old, new = matrix.cell("xpu-2.5"), matrix.cell("xpu-2.13")
+    assert detect.runtime_problem(new, {}) is None           # the wheels bring it
+    assert detect.runtime_problem(matrix.cell("cpu-2.5"), {}) is None
+    missing = detect.runtime_problem(old, {})
+    assert missing == (
+        "xpu-2.5: torch 2.5.1+xpu needs Intel GPU dependencies for PyTorch 2.5 "
+        "(intel-for-pytorch-gpu-dev-0.5) 0.5.3 installed and sourced: "
+        "source /opt/intel/oneapi/pytorch-gpu-dev-0.5/oneapi-vars.sh && "
+        "source /opt/intel/oneapi/pti/0.9/env/vars.sh (ONEAPI_ROOT is not set; see docs/xpu.md)")
+    assert "\n" not in missing
+    lib = tmp_path / "compiler/lib"
+    lib.mkdir(parents=True)
+    env = {"ONEAPI_ROOT": str(tmp_path), "LD_LIBRARY_PATH": f"/nowhere:{lib}"}
+    assert detect.runtime_problem(old, env).endswith(
+        "(libsycl.so.7 is not on LD_LIBRARY_PATH; see docs/xpu.md)")
+    (lib / "libsycl.so.8").write_text("")                     # a 2025 runtime is not it
+    assert "libsycl.so.7 is not on" in detect.runtime_problem(old, env)
+    (lib / "libsycl.so.7").write_text("")
+    assert detect.runtime_problem(old, env) is None
+    assert detect.runtime_problem(old, {"ACCELGRID_SKIP_RUNTIME_CHECK": "1"}) is None

@@ -165,3 +165,20 @@ def test_include_extras_apply_to_matching_cells(tmp_path: Path) -> None:
     assert all(c.workers == 1 for c in matrix.cells if c.device == "xpu")
     # hf is an xpu-only suite; cpu cells do not get it.
     assert all(c.suites == ("smoke",) for c in cpu)
+
+
+# --- runtime per torch series -------------------------------------------------------------
+def test_xpu_runtime_per_torch_series(matrix) -> None:
+    """torch 2.5 +xpu wheels need Intel's bundle sourced; from 2.6 the wheels bring it."""
+    old = matrix.cell("xpu-2.5").runtime
+    assert old is not None and not old.from_wheels
+    assert old.version == "0.5.3"
+    assert old.env_scripts[0] == "/opt/intel/oneapi/pytorch-gpu-dev-0.5/oneapi-vars.sh"
+    assert (old.check_env, old.check_library) == ("ONEAPI_ROOT", "libsycl.so.7")
+    assert all("=" in p for p in old.apt_packages)   # pinned for container images
+    assert matrix.cell("xpu-2.5-fp64-emulation").runtime == old
+    for name in ("xpu-2.6", "xpu-2.8", "xpu-2.11", "xpu-2.13", "xpu-2.14"):
+        assert matrix.cell(name).runtime.from_wheels, name
+    assert all(c.runtime is None for c in matrix.cells if c.device != "xpu")
+    assert matrix.cell("xpu-2.5").as_dict()["runtime"]["check"] == {
+        "env": "ONEAPI_ROOT", "library": "libsycl.so.7"}

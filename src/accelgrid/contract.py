@@ -34,6 +34,7 @@ RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go
 WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected
+SKIP_RUNTIME_CHECK = "ACCELGRID_SKIP_RUNTIME_CHECK"  # "1": run without the runtime bundle check
 DEVICES = "ACCELGRID_DEVICES"          # a subset of the host's devices, e.g. "0,2"
 HOST_ROOT = "ACCELGRID_HOST_ROOT"      # where detection reads sys/ and dev/ (tests: a fake tree)
 NO_KNOWN_ISSUES = "ACCELGRID_NO_KNOWN_ISSUES"  # "1": raw outcomes, registry off

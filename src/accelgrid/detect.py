@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import contract
+from .matrix import Cell
 
 INTEL = 0x8086
 DISPLAY_CLASS = 0x03   # PCI base class "display controller" (class 0x03xxxx)
@@ -188,6 +189,36 @@ def _alias(machine: str) -> str:
 def present_devices(devices: dict[str, Any]) -> list[str]:
     """Names of the matrix's devices present here (``devices``: name -> Device)."""
     return [name for name, dev in devices.items() if absent_reason(name, dev.detect) is None]
+
+
+def _library_on_path(name: str, search_path: str) -> bool:
+    return any(d and (Path(d) / name).exists() for d in search_path.split(os.pathsep))
+
+
+def runtime_problem(cell: Cell, env: Mapping[str, str] | None = None) -> str | None:
+    """One line when ``cell``'s torch needs a runtime bundle (``devices.<d>.runtime``) that
+    is not sourced in ``env`` (default: this process's environment), else None. Sourced
+    means: the check variable is set and the check library is in an LD_LIBRARY_PATH
+    folder, as the bundle's env script leaves them. ``ACCELGRID_SKIP_RUNTIME_CHECK=1``
+    skips it."""
+    rt = cell.runtime
+    if rt is None or rt.from_wheels:
+        return None
+    env = os.environ if env is None else env
+    if env.get(contract.SKIP_RUNTIME_CHECK) == "1":
+        return None
+    why = None
+    if rt.check_env and not env.get(rt.check_env):
+        why = f"{rt.check_env} is not set"
+    elif rt.check_library and not _library_on_path(rt.check_library,
+                                                   env.get("LD_LIBRARY_PATH", "")):
+        why = f"{rt.check_library} is not on LD_LIBRARY_PATH"
+    if why is None:
+        return None
+    scripts = " && ".join(f"source {script}" for script in rt.env_scripts)
+    torch = cell.torch_requirement.removeprefix("torch==")
+    return (f"{cell.name}: torch {torch} needs {rt.name} {rt.version} installed and "
+            f"sourced: {scripts} ({why}; see docs/xpu.md)")
 
 
 # How a process is pinned to some of the host's devices (set before torch is imported).

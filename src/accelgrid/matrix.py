@@ -35,11 +35,53 @@ from .validation import (
 from .validation import (
     check_known as _known,
 )
-from .versions import public_version
+from .versions import in_range, public_version, range_is_empty
 
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
 DEFAULT_MATRIX = "matrix.yaml"
 AXES = ("device", "torch", "profile")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a device's torch wheels need beside them for a range of torch releases
+    (``devices.<d>.runtime``): a bundle installed and sourced (Intel's Deep Learning
+    Essentials for torch 2.5 +xpu), or nothing (``from_wheels``: the runtime comes as pip
+    dependencies of torch, from 2.6 on)."""
+
+    torch: str                              # PEP 440 range of torch releases, e.g. "<2.6"
+    name: str
+    from_wheels: bool = False
+    version: str | None = None
+    env_scripts: tuple[str, ...] = ()       # what to source, in order
+    check_env: str | None = None            # set once sourced, e.g. ONEAPI_ROOT
+    check_library: str | None = None       # on LD_LIBRARY_PATH once sourced, e.g. libsycl.so.7
+    apt_repository: str | None = None      # "URL SUITE COMPONENT" (containers)
+    apt_key: str | None = None
+    apt_packages: tuple[str, ...] = ()
+    source: str = ""                        # where the fact comes from
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"torch": self.torch, "name": self.name,
+                               "from_wheels": self.from_wheels}
+        if not self.from_wheels:
+            out.update(version=self.version, env_scripts=list(self.env_scripts),
+                       check={"env": self.check_env, "library": self.check_library},
+                       apt={"repository": self.apt_repository, "key": self.apt_key,
+                            "packages": list(self.apt_packages)})
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    def describe(self) -> str:
+        """One line for ``accelgrid plan``."""
+        if self.from_wheels:
+            return f"{self.name} (GPU driver only)"
+        checks = [f"{self.check_env} set" if self.check_env else "",
+                  f"{self.check_library} on LD_LIBRARY_PATH" if self.check_library else ""]
+        return (f"{self.name} {self.version}, sourced: "
+                f"{'; '.join(f'source {x}' for x in self.env_scripts)} "
+                f"(checked: {', '.join(c for c in checks if c)})")
 
 
 @dataclass(frozen=True)
@@ -55,6 +97,7 @@ class Device:
     container_family: str | None = None
     container_base: str | None = None
     workers: int | None = None
+    runtime: tuple[Runtime, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +151,7 @@ class Cell:
     container_family: str | None = None
     container_base: str | None = None
     tags: tuple[str, ...] = ()
+    runtime: Runtime | None = None      # what torch needs beside it (devices.<d>.runtime)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -121,6 +165,7 @@ class Cell:
             "workers": self.workers, "default_torch": self.is_default_torch,
             "container": {"family": self.container_family, "base": self.container_base},
             "tags": list(self.tags),
+            "runtime": self.runtime.as_dict() if self.runtime else None,
         }
 
 
@@ -188,6 +233,14 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                                              f"'{value}' is not a PEP 440 version"))
 
     for dev, spec in data["devices"].items():
+        for i, entry in enumerate(spec.get("runtime") or []):
+            where = ("devices", dev, "runtime", i)
+            problems += _runtime_range_problems(entry["torch"], smap, (*where, "torch"))
+            extra = [k for k in ("version", "env_scripts", "check", "apt") if k in entry]
+            if entry.get("from_wheels") and extra:
+                problems.append(smap.problem((*where, extra[0]), (
+                    f"a from_wheels runtime is installed with torch: it has no {extra[0]}")))
+        problems += _runtime_overlaps(dev, spec.get("runtime") or [], data["torch"], smap)
         for var, value in (spec.get("env") or {}).items():
             msg = environment.flag_value_problem(var, str(value))
             if msg:
@@ -234,6 +287,44 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
     return problems
 
 
+def _runtime_range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
+    try:
+        if range_is_empty(text):
+            return [smap.problem(path, f"range '{text}' matches no version")]
+    except ValueError as exc:
+        return [smap.problem(path, f"bad range '{text}': {exc}")]
+    return []
+
+
+def _runtime_overlaps(device: str, entries: list[dict], torch: dict[str, dict], smap: SourceMap
+                      ) -> list[Problem]:
+    """A torch release may fall in one runtime range of a device at most."""
+    problems = []
+    for spec in torch.values():
+        release = spec["torch"]
+        try:
+            hits = [i for i, e in enumerate(entries) if in_range(release, e["torch"])]
+        except ValueError:
+            continue   # a bad range: reported on its own
+        for i in hits[1:]:
+            problems.append(smap.problem(
+                ("devices", device, "runtime", i, "torch"),
+                f"torch {release} is in this range and in runtime[{hits[0]}]'s "
+                f"'{entries[hits[0]]['torch']}': one runtime per torch release"))
+    return problems
+
+
+def _runtime(spec: dict[str, Any]) -> Runtime:
+    check = spec.get("check") or {}
+    apt = spec.get("apt") or {}
+    return Runtime(
+        torch=spec["torch"], name=spec["name"], from_wheels=bool(spec.get("from_wheels")),
+        version=spec.get("version"), env_scripts=tuple(spec.get("env_scripts") or ()),
+        check_env=check.get("env"), check_library=check.get("library"),
+        apt_repository=apt.get("repository"), apt_key=apt.get("key"),
+        apt_packages=tuple(apt.get("packages") or ()), source=spec.get("source", ""))
+
+
 def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
     defaults = data["defaults"]
     timeout = defaults.get("timeout") or {}
@@ -253,6 +344,7 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             container_family=container.get("family"),
             container_base=container.get("base"),
             workers=spec.get("workers"),
+            runtime=tuple(_runtime(r) for r in spec.get("runtime") or ()),
         )
     torch = {
         key: TorchSeries(key, {k: v for k, v in spec.items() if k in PIN_NAMES},
@@ -436,6 +528,7 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
     torch_req = f"torch=={series.pins['torch']}"
     if device.torch_local_version:
         torch_req += f"+{device.torch_local_version}"
+    runtimes = [r for r in device.runtime if in_range(series.pins["torch"], r.torch)]
     timeout = combo.get("timeout") or {}
     tags = (device.name, f"torch-{series.series}", profile.name)
     return Cell(
@@ -460,4 +553,5 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         container_family=device.container_family,
         container_base=device.container_base,
         tags=tags,
+        runtime=runtimes[0] if runtimes else None,
     ), None

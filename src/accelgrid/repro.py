@@ -86,6 +86,9 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     reason = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
     if reason and not os.environ.get("ACCELGRID_SKIP_DETECT"):
         return CellRun(cell.name, None, 0.0, folder, error=reason)
+    problem = detect.runtime_problem(cell)
+    if problem:
+        return CellRun(cell.name, None, 0.0, folder, error=problem.removeprefix(f"{cell.name}: "))
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{cell.name}.nox.log"
     cmd = nox_command(matrix, cell, pytest_args, envdir=envdir, reuse=reuse, no_venv=no_venv)

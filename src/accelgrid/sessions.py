@@ -1,9 +1,14 @@
 """nox sessions from the matrix: one session per cell, plus the project sessions.
 
-``noxfile.py`` calls :func:`register`. A cell session checks the device is present,
-builds its env with uv (pip's configuration carried over), installs the cell's pins from
-the right index, and hands over to :mod:`accelgrid.runner`. With ``--no-venv`` it installs
-nothing and runs on the current interpreter, refusing a torch of another version.
+``noxfile.py`` calls :func:`register`. A cell session checks the device is present and
+its torch's runtime bundle sourced (:func:`accelgrid.detect.runtime_problem`), builds its
+env with uv (pip's configuration carried over), installs the cell's pins from the right
+index, and hands over to :mod:`accelgrid.runner`. With ``--no-venv`` it installs nothing
+and runs on the current interpreter, refusing a torch of another version.
+
+nox creates a session's env before the session's code runs, so a cell whose runtime is
+missing on this host is registered without one (``python=False``): it stops with the one
+line before anything is created.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     reason = detect.absent_reason(cell.device, device.detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
         session.error(f"{cell.name}: {reason}")
+    problem = detect.runtime_problem(cell)
+    if problem:
+        session.error(problem)
     python = _python_in(session)
     if isinstance(session.virtualenv, PassthroughEnv):
         mismatch = runner.torch_mismatch(cell, python)
@@ -75,7 +83,9 @@ def register(matrix: Matrix) -> list[str]:
             run_cell_session(session, matrix, _cell)
 
         _session.__doc__ = _describe(cell)
-        nox.session(name=cell.name, python=cell.python, venv_backend="uv",
+        # A missing runtime stops the session first thing: no env to create for it.
+        python: str | bool = False if detect.runtime_problem(cell) else cell.python
+        nox.session(name=cell.name, python=python, venv_backend="uv",
                     tags=list(cell.tags), default=False)(_session)
     present = detect.present_devices({d: matrix.devices[d] for d in matrix.axes["device"]
                                       if d in matrix.devices})

@@ -78,6 +78,8 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"python      {cell.python}")
     print(f"torch       {cell.torch_requirement} from "
           f"{'the default index' if plan.index == 'default' else plan.index}")
+    if cell.runtime:
+        print(f"runtime     {cell.runtime.describe()}")
     for n, step in enumerate(plan.steps, 1):
         print(f"install {n}   {step.description}: {' '.join(step.args)}")
     if plan.env:
