@@ -158,3 +158,95 @@ def test_runtime_check(tmp_path: Path) -> None:
     (lib / "libsycl.so.7").write_text("")
     assert detect.runtime_problem(old, env) is None
     assert detect.runtime_problem(old, {"ACCELGRID_SKIP_RUNTIME_CHECK": "1"}) is None
+
+
+# --- hardware family and driver stack of the runner ---------------------------------------
+@pytest.fixture(scope="module")
+def repo_matrix():
+    from accelgrid.matrix import load_matrix
+
+    return load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
+
+
+def test_atsm_host_gets_the_fp64_flags_from_its_hardware(tmp_path: Path, repo_matrix) -> None:
+    fake_gpu(tmp_path, 128, 0x8086, 0x56C0)
+    cell = repo_matrix.cell("xpu-2.5")                 # the default profile: no flags of its own
+    assert "OverrideDefaultFP64Settings" not in cell.env
+    choice = detect.resolve_hardware(cell, {}, root=tmp_path)
+    assert (choice.family, choice.how, choice.problem) == ("ats-m", "detected", None)
+    assert choice.env(cell) == {"OverrideDefaultFP64Settings": "1", "IGC_EnableDPEmulation": "1",
+                                "ACCELGRID_HARDWARE": "ats-m"}
+    assert choice.describe() == "hardware ats-m (detected)"
+
+
+def test_other_hardware_gets_no_flags_and_declarations_are_checked(tmp_path: Path,
+                                                                   repo_matrix) -> None:
+    fake_gpu(tmp_path, 128, 0x8086, 0x0BD5)            # a Max 1550
+    cell = repo_matrix.cell("xpu-2.13")
+    choice = detect.resolve_hardware(cell, {"ACCELGRID_DRIVER": "lts"}, root=tmp_path)
+    assert (choice.family, choice.driver) == ("pvc", "lts")
+    assert choice.env(cell) == {"ACCELGRID_HARDWARE": "pvc", "ACCELGRID_DRIVER": "lts"}
+    wrong = detect.resolve_hardware(cell, {"ACCELGRID_HARDWARE": "ats-m"}, root=tmp_path)
+    assert wrong.problem == ("xpu-2.13: hardware ats-m (declared) but this host's Intel GPUs "
+                             "are pvc")
+    unknown = detect.resolve_hardware(cell, {"ACCELGRID_HARDWARE": "atsm"}, root=tmp_path)
+    assert unknown.problem.startswith("xpu-2.13: ACCELGRID_HARDWARE=atsm is not a xpu hardware "
+                                      "of the matrix (known: pvc, ats-m,")
+    bad_driver = detect.resolve_hardware(cell, {"ACCELGRID_DRIVER": "beta"}, root=tmp_path)
+    assert "ACCELGRID_DRIVER=beta is not a xpu driver of the matrix (known: lts, rolling)" \
+        in bad_driver.problem
+
+
+def test_declared_hardware_without_detection_and_mixed_hosts(tmp_path: Path,
+                                                             repo_matrix) -> None:
+    cell = repo_matrix.cell("xpu-2.13")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    declared = detect.resolve_hardware(cell, {"ACCELGRID_HARDWARE": "ats-m"}, root=empty)
+    assert (declared.family, declared.how) == ("ats-m", "declared")   # e.g. SKIP_DETECT runs
+    mixed = tmp_path / "mixed"
+    fake_gpu(mixed, 128, 0x8086, 0x56C0)
+    fake_gpu(mixed, 129, 0x8086, 0x0BD5)
+    choice = detect.resolve_hardware(cell, {}, root=mixed)
+    assert choice.family is None and choice.env(cell) == {}
+    assert choice.note == ("mixed Intel GPU families (ats-m, pvc): no family's env applied; "
+                           "declare one with ACCELGRID_HARDWARE")
+    assert detect.resolve_hardware(cell, {"ACCELGRID_HARDWARE": "pvc"}, root=mixed).family == "pvc"
+    # Devices without hardware families are not concerned.
+    assert detect.resolve_hardware(repo_matrix.cell("cuda-2.11"),
+                                   {"ACCELGRID_HARDWARE": "x"}) == detect.HardwareChoice()
+
+
+def test_a_profile_value_wins_over_the_hardware(tmp_path: Path, repo_matrix) -> None:
+    import dataclasses
+
+    fake_gpu(tmp_path, 128, 0x8086, 0x56C1)
+    cell = repo_matrix.cell("xpu-2.5")
+    cell = dataclasses.replace(cell, env={**cell.env, "IGC_EnableDPEmulation": "0"})
+    env = detect.resolve_hardware(cell, {}, root=tmp_path).env(cell)
+    assert "IGC_EnableDPEmulation" not in env and env["OverrideDefaultFP64Settings"] == "1"
+
+
+def test_pinned_cell_takes_the_hardware_label_and_refuses_other_hardware(tmp_path: Path) -> None:
+    from accelgrid.matrix import load_matrix
+
+    text = (Path(__file__).parent / "base_matrix.yaml").read_text().replace(
+        '    - {device: xpu, torch: "2.13", profile: fallback-debug}',
+        '    - {device: xpu, torch: "2.13", profile: fallback-debug, hardware: ats-m, driver: lts}')
+    (tmp_path / "m.yaml").write_text(text)
+    matrix = load_matrix(tmp_path / "m.yaml")
+    cell = matrix.cell("xpu-2.13-fallback-debug")
+    assert (cell.hardware, cell.driver) == ("ats-m", "lts")
+    assert cell.runner_labels == ("self-hosted", "intel-gpu", "intel-gpu-ats-m",
+                                  "intel-driver-lts")
+    assert matrix.cell("xpu-2.13").runner_labels == ("self-hosted", "intel-gpu")
+    host = tmp_path / "host"
+    fake_gpu(host, 128, 0x8086, 0x0BD5)
+    assert detect.resolve_hardware(cell, {}, root=host).problem == (
+        "xpu-2.13-fallback-debug: hardware ats-m (pinned) but this host's Intel GPUs are pvc")
+    assert detect.resolve_hardware(cell, {"ACCELGRID_HARDWARE": "pvc"}, root=host).problem == (
+        "xpu-2.13-fallback-debug: the cell is pinned to hardware ats-m, this runner declares pvc")
+    atsm = tmp_path / "atsm"
+    fake_gpu(atsm, 128, 0x8086, 0x56C0)
+    choice = detect.resolve_hardware(cell, {}, root=atsm)
+    assert (choice.family, choice.how, choice.driver) == ("ats-m", "pinned", "lts")

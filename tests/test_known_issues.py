@@ -363,3 +363,60 @@ def test_upstream_marker_is_registered(tmp_path: Path, python: str) -> None:
                            "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- entries scoped by the runner's hardware family -------------------------------------------
+HW_PAYLOAD = '''
+import os
+
+def test_fp64_math():
+    # stands in for a bug only ATS-M shows
+    assert os.environ.get("ACCELGRID_HARDWARE") != "ats-m", "fp64 result off on this card"
+
+def test_flags_follow_the_hardware():
+    on_atsm = os.environ.get("ACCELGRID_HARDWARE") == "ats-m"
+    assert os.environ.get("OverrideDefaultFP64Settings") == ("1" if on_atsm else None)
+'''
+
+HW_REGISTRY = '''
+schema: 1
+issues:
+  "acme/cards#1":
+    title: fp64 off on ATS-M
+    scope: {devices: [xpu], hardware: [ats-m]}
+    tests: [suites/payload/test_hw.py::test_fp64_math]
+    expect: failed
+    match: "fp64 result off"
+'''
+
+
+@pytest.mark.parametrize(("pci_id", "family", "fp64"), [(0x56C0, "ats-m", "xfailed"),
+                                                         (0x0BD5, "pvc", "passed")])
+def test_hardware_scoped_entry_applies_only_on_that_hardware(
+        mini_project, python: str, monkeypatch, tmp_path: Path, pci_id: int, family: str,
+        fp64: str) -> None:
+    """On ATS-M the entry turns the failure into an xfail; on a PVC runner the test passes
+    and the entry is not in scope, so nothing claims the bug "looks fixed"."""
+    from fake_hosts import INTEL, fake_gpu
+
+    monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
+    for var in ("ACCELGRID_HARDWARE", "ACCELGRID_DRIVER", "ACCELGRID_DEVICES",
+                "ZE_AFFINITY_MASK"):
+        monkeypatch.delenv(var, raising=False)
+    host = tmp_path / "host"
+    fake_gpu(host, 128, INTEL, pci_id)
+    monkeypatch.setenv("ACCELGRID_HOST_ROOT", str(host))
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_hw.py").write_text(HW_PAYLOAD)
+    (proj / "known_issues.yaml").write_text(HW_REGISTRY)
+    cell = load_matrix(proj / "matrix.yaml").cell("xpu-2.13")
+    runner.run_cell(cell, python, proj, proj / "results")
+    folder = proj / "results" / "xpu-2.13"
+    recs, _ = results.read_records(folder / results.TESTS)
+    got = {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs}
+    assert got == {"test_fp64_math": fp64, "test_flags_follow_the_hardware": "passed"}
+    hardware = json.loads((folder / runner.HARDWARE_JSON).read_text())
+    assert (hardware["family"], hardware["how"]) == (family, "detected")
+    assert hardware["gpus"][0]["family"] == family
+    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    assert [e["id"] for e in data["issues"]] == (["acme/cards#1"] if family == "ats-m" else [])

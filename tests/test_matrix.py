@@ -182,3 +182,19 @@ def test_xpu_runtime_per_torch_series(matrix) -> None:
     assert all(c.runtime is None for c in matrix.cells if c.device != "xpu")
     assert matrix.cell("xpu-2.5").as_dict()["runtime"]["check"] == {
         "env": "ONEAPI_ROOT", "library": "libsycl.so.7"}
+
+
+def test_hardware_families_are_detects(matrix) -> None:
+    from accelgrid import detect
+
+    schema = load_schema("matrix")["properties"]["devices"]["additionalProperties"]
+    assert schema["properties"]["hardware"]["propertyNames"]["enum"] == list(detect.FAMILIES)
+    xpu = matrix.devices["xpu"]
+    assert set(xpu.hardware) == set(detect.FAMILIES)
+    assert xpu.hardware["ats-m"].env == {"OverrideDefaultFP64Settings": "1",
+                                         "IGC_EnableDPEmulation": "1"}
+    assert set(xpu.drivers) == {"lts", "rolling"}
+    # Cells carry the tables; none of the repo's cells is pinned to a family.
+    cell = matrix.cell("xpu-2.5")
+    assert cell.hardware_env["ats-m"]["IGC_EnableDPEmulation"] == "1"
+    assert all(c.hardware is None and c.driver is None for c in matrix.cells)

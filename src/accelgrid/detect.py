@@ -221,6 +221,83 @@ def runtime_problem(cell: Cell, env: Mapping[str, str] | None = None) -> str | N
             f"sourced: {scripts} ({why}; see docs/xpu.md)")
 
 
+@dataclass(frozen=True)
+class HardwareChoice:
+    """Which hardware family and driver stack a cell runs on here, and how that is known."""
+
+    family: str | None = None
+    driver: str | None = None
+    how: str = ""                        # "declared", "pinned" or "detected" (family)
+    detected: tuple[str, ...] = ()       # the families of this host's Intel GPUs
+    problem: str | None = None           # one line: a declaration that cannot be right
+    note: str = ""                       # e.g. mixed families: none applied
+
+    def env(self, cell: Cell) -> dict[str, str]:
+        """The env the family and driver add to ``cell`` (its profile's own values win),
+        with ACCELGRID_HARDWARE / ACCELGRID_DRIVER for the records."""
+        out: dict[str, str] = {}
+        for table, key in ((cell.hardware_env, self.family), (cell.driver_env, self.driver)):
+            out.update(table.get(key or "", {}))
+        out = {k: v for k, v in out.items() if k not in cell.env}
+        if self.family:
+            out[contract.HARDWARE] = self.family
+        if self.driver:
+            out[contract.DRIVER] = self.driver
+        return out
+
+    def describe(self) -> str:
+        if not self.family and not self.driver:
+            return self.note or "hardware not known"
+        parts = []
+        if self.family:
+            parts.append(f"hardware {self.family} ({self.how})")
+        if self.driver:
+            parts.append(f"driver {self.driver}")
+        return ", ".join(parts) + (f"; {self.note}" if self.note else "")
+
+
+def resolve_hardware(cell: Cell, env: Mapping[str, str] | None = None,
+                     root: str | Path | None = None) -> HardwareChoice:
+    """The hardware family ``cell`` runs on here: the runner's declaration
+    (``ACCELGRID_HARDWARE``), else the cell's pin (an include rule's ``hardware:``), else
+    the one family of this host's Intel GPUs; and the driver stack (``ACCELGRID_DRIVER``,
+    else the pin). A declaration or pin that is unknown, that contradicts the other, or
+    that this host's GPUs contradict is a ``problem``. Devices without hardware families
+    (``devices.<d>.hardware``) get an empty choice."""
+    if not cell.hardware_env and not cell.driver_env:
+        return HardwareChoice()
+    env = os.environ if env is None else env
+    declared = env.get(contract.HARDWARE) or None
+    declared_driver = env.get(contract.DRIVER) or None
+    for kind, value, table in (("hardware", declared, cell.hardware_env),
+                               ("driver", declared_driver, cell.driver_env)):
+        if value and value not in table:
+            var = contract.HARDWARE if kind == "hardware" else contract.DRIVER
+            return HardwareChoice(problem=(
+                f"{cell.name}: {var}={value} is not a {cell.device} {kind} of the matrix "
+                f"(known: {', '.join(table) or 'none'})"))
+    for kind, value, pin in (("hardware", declared, cell.hardware),
+                             ("driver", declared_driver, cell.driver)):
+        if value and pin and value != pin:
+            return HardwareChoice(problem=(
+                f"{cell.name}: the cell is pinned to {kind} {pin}, this runner declares {value}"))
+    detected = tuple(dict.fromkeys(g.family for g in intel_gpus(root) if g.family)) \
+        if cell.device == "xpu" else ()
+    family, how, note = declared or cell.hardware, "declared" if declared else "pinned", ""
+    if family and detected and family not in detected:
+        return HardwareChoice(detected=detected, problem=(
+            f"{cell.name}: hardware {family} ({how}) but this host's Intel GPUs are "
+            f"{', '.join(detected)}"))
+    if not family and len(detected) == 1:
+        family, how = detected[0], "detected"
+    elif not family and len(detected) > 1:
+        how, note = "", (f"mixed Intel GPU families ({', '.join(detected)}): no family's env "
+                         f"applied; declare one with {contract.HARDWARE}")
+    return HardwareChoice(family if family in cell.hardware_env else None,
+                          declared_driver or cell.driver, how if family else "", detected,
+                          None, note)
+
+
 # How a process is pinned to some of the host's devices (set before torch is imported).
 VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 

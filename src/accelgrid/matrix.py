@@ -85,6 +85,18 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class Hardware:
+    """A hardware family (``devices.<d>.hardware``, e.g. ``ats-m``) or a driver stack
+    (``devices.<d>.drivers``, e.g. ``lts``) that a runner can have: the env every cell run
+    there gets (ATS-M: the fp64 emulation flags) and the runner label that names it."""
+
+    name: str
+    description: str = ""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    label: str | None = None
+
+
+@dataclass(frozen=True)
 class Device:
     name: str
     index: str
@@ -98,6 +110,8 @@ class Device:
     container_base: str | None = None
     workers: int | None = None
     runtime: tuple[Runtime, ...] = ()
+    hardware: dict[str, Hardware] = dataclasses.field(default_factory=dict)
+    drivers: dict[str, Hardware] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,6 +166,12 @@ class Cell:
     container_base: str | None = None
     tags: tuple[str, ...] = ()
     runtime: Runtime | None = None      # what torch needs beside it (devices.<d>.runtime)
+    hardware: str | None = None         # pinned by an include rule (else: the runner's)
+    driver: str | None = None
+    # The device's hardware families and driver stacks -> their env (applied at run time to
+    # the family the runner declares or has, see accelgrid.detect.resolve_hardware).
+    hardware_env: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    driver_env: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +186,7 @@ class Cell:
             "container": {"family": self.container_family, "base": self.container_base},
             "tags": list(self.tags),
             "runtime": self.runtime.as_dict() if self.runtime else None,
+            "hardware": self.hardware, "driver": self.driver,
         }
 
 
@@ -241,6 +262,13 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                 problems.append(smap.problem((*where, extra[0]), (
                     f"a from_wheels runtime is installed with torch: it has no {extra[0]}")))
         problems += _runtime_overlaps(dev, spec.get("runtime") or [], data["torch"], smap)
+        for kind in ("hardware", "drivers"):
+            for name, entry in (spec.get(kind) or {}).items():
+                for var, value in (entry.get("env") or {}).items():
+                    msg = environment.flag_value_problem(var, str(value))
+                    if msg:
+                        problems.append(smap.problem(("devices", dev, kind, name, "env", var),
+                                                     msg))
         for var, value in (spec.get("env") or {}).items():
             msg = environment.flag_value_problem(var, str(value))
             if msg:
@@ -284,6 +312,16 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                 problems += _known("profile", rule["profile"], profiles, smap, (*base, "profile"))
             for j, name in enumerate(rule.get("suites") or []):
                 problems += _known("suite", name, suites, smap, (*base, "suites", j))
+            for key, table in (("hardware", "hardware"), ("driver", "drivers")):
+                if key not in rule:
+                    continue
+                if "device" not in rule:
+                    problems.append(smap.problem((*base, key),
+                                                 f"a rule with {key} names its device too"))
+                elif rule["device"] in data["devices"]:
+                    known = list(data["devices"][rule["device"]].get(table) or {})
+                    problems += _known(f"{rule['device']} {key}", rule[key], known, smap,
+                                       (*base, key))
     return problems
 
 
@@ -312,6 +350,12 @@ def _runtime_overlaps(device: str, entries: list[dict], torch: dict[str, dict], 
                 f"torch {release} is in this range and in runtime[{hits[0]}]'s "
                 f"'{entries[hits[0]]['torch']}': one runtime per torch release"))
     return problems
+
+
+def _hardware(table: dict[str, Any] | None) -> dict[str, Hardware]:
+    return {name: Hardware(name, spec.get("description", ""), _env(spec.get("env")),
+                           spec.get("label"))
+            for name, spec in (table or {}).items()}
 
 
 def _runtime(spec: dict[str, Any]) -> Runtime:
@@ -345,6 +389,8 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             container_base=container.get("base"),
             workers=spec.get("workers"),
             runtime=tuple(_runtime(r) for r in spec.get("runtime") or ()),
+            hardware=_hardware(spec.get("hardware")),
+            drivers=_hardware(spec.get("drivers")),
         )
     torch = {
         key: TorchSeries(key, {k: v for k, v in spec.items() if k in PIN_NAMES},
@@ -529,6 +575,11 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
     if device.torch_local_version:
         torch_req += f"+{device.torch_local_version}"
     runtimes = [r for r in device.runtime if in_range(series.pins["torch"], r.torch)]
+    hardware = device.hardware.get(combo["hardware"]) if combo.get("hardware") else None
+    driver = device.drivers.get(combo["driver"]) if combo.get("driver") else None
+    labels = device.runner_labels + tuple(
+        x.label for x in (hardware, driver) if x is not None and x.label
+        and x.label not in device.runner_labels)
     timeout = combo.get("timeout") or {}
     tags = (device.name, f"torch-{series.series}", profile.name)
     return Cell(
@@ -544,7 +595,7 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         env={**device.env, **profile.env},
         index=device.index,
         torch_requirement=torch_req,
-        runner_labels=device.runner_labels,
+        runner_labels=labels,
         hosted=device.hosted,
         cell_minutes=timeout.get("cell_minutes", matrix.cell_minutes),
         test_seconds=timeout.get("test_seconds", matrix.test_seconds),
@@ -554,4 +605,8 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         container_base=device.container_base,
         tags=tags,
         runtime=runtimes[0] if runtimes else None,
+        hardware=hardware.name if hardware else None,
+        driver=driver.name if driver else None,
+        hardware_env={k: dict(v.env) for k, v in device.hardware.items()},
+        driver_env={k: dict(v.env) for k, v in device.drivers.items()},
     ), None

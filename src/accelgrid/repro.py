@@ -86,7 +86,7 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     reason = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
     if reason and not os.environ.get("ACCELGRID_SKIP_DETECT"):
         return CellRun(cell.name, None, 0.0, folder, error=reason)
-    problem = detect.runtime_problem(cell)
+    problem = detect.runtime_problem(cell) or detect.resolve_hardware(cell).problem
     if problem:
         return CellRun(cell.name, None, 0.0, folder, error=problem.removeprefix(f"{cell.name}: "))
     out.mkdir(parents=True, exist_ok=True)

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import contract, detect, known_issues, results
+from .errors import AccelgridError
 from .matrix import Cell
 from .report import ops_pages
 from .versions import version_key
 
 EXIT_CELL_TIMEOUT = 124
+HARDWARE_JSON = "hardware.json"   # in the results folder: the runner's family, driver, GPUs
 
 
 def installed_version(python: str, package: str = "torch") -> str | None:
@@ -67,9 +69,15 @@ def project_commit(root: Path) -> tuple[str | None, bool]:
 
 def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None
              ) -> dict[str, str]:
-    """The environment the cell's pytest starts with."""
+    """The environment the cell's pytest starts with: the host's, the cell's (device and
+    profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
+    and how they were known), and accelgrid's own variables."""
     env = dict(os.environ if base is None else base)
+    hardware = detect.resolve_hardware(cell, env)
     env.update(cell.env)
+    if hardware.problem:
+        raise AccelgridError(hardware.problem)
+    env.update(hardware.env(cell))
     commit, dirty = project_commit(root)
     src = str(root / "src")
     env.update({
@@ -86,7 +94,17 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     })
     # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
     env.pop(known_issues.runtime.ENV_KNOWN_ISSUES, None)
-    env.update(known_issues.cell_env(cell, root, folder))
+    env.update(known_issues.cell_env(cell, root, folder, hardware=hardware.family,
+                                     driver=hardware.driver))
+    if cell.hardware_env or cell.driver_env:
+        extra = " ".join(f"{k}={v}" for k, v in hardware.env(cell).items()
+                         if not k.startswith(contract.PREFIX))
+        print(f"accelgrid: {cell.name}: {hardware.describe()}"
+              + (f": {extra}" if extra else ""), flush=True)
+        results.write_json(folder / HARDWARE_JSON, {
+            "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
+            "note": hardware.note, "env": hardware.env(cell),
+            **detect.xpu_inventory()})
     return env
 
 

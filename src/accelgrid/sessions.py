@@ -7,8 +7,8 @@ index, and hands over to :mod:`accelgrid.runner`. With ``--no-venv`` it installs
 and runs on the current interpreter, refusing a torch of another version.
 
 nox creates a session's env before the session's code runs, so a cell whose runtime is
-missing on this host is registered without one (``python=False``): it stops with the one
-line before anything is created.
+missing on this host (or whose declared hardware is wrong) is registered without one
+(``python=False``): it stops with the one line before anything is created.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     reason = detect.absent_reason(cell.device, device.detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
         session.error(f"{cell.name}: {reason}")
-    problem = detect.runtime_problem(cell)
+    problem = _blocker(cell)
     if problem:
         session.error(problem)
     python = _python_in(session)
@@ -70,6 +70,13 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         session.error(f"{cell.name}: pytest exited with {rc} (results in {out / cell.name})")
 
 
+def _blocker(cell: Cell) -> str | None:
+    """Why ``cell`` cannot run on this host whatever gets installed, in one line, or None:
+    its torch's runtime bundle is not sourced, or the runner's hardware declaration is
+    wrong (unknown, or not what the host has)."""
+    return detect.runtime_problem(cell) or detect.resolve_hardware(cell).problem
+
+
 def _describe(cell: Cell) -> str:
     return (f"{cell.device} / torch {cell.pins['torch']} / profile {cell.profile}: "
             f"{', '.join(cell.suites)}")
@@ -83,8 +90,9 @@ def register(matrix: Matrix) -> list[str]:
             run_cell_session(session, matrix, _cell)
 
         _session.__doc__ = _describe(cell)
-        # A missing runtime stops the session first thing: no env to create for it.
-        python: str | bool = False if detect.runtime_problem(cell) else cell.python
+        # A missing runtime (or a wrong hardware declaration) stops the session first
+        # thing: no env to create for it.
+        python: str | bool = False if _blocker(cell) else cell.python
         nox.session(name=cell.name, python=python, venv_backend="uv",
                     tags=list(cell.tags), default=False)(_session)
     present = detect.present_devices({d: matrix.devices[d] for d in matrix.axes["device"]
