@@ -287,3 +287,44 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
     assert [str(d["index"]) for d in merged["devices"]] == ["0", "1"]
     assert merged["version"] == "2.11.0+cu130" and "pinned_index" not in merged
     assert provenance.merge_torch_reports([]) == {"pending": True}
+
+
+def test_recorded_properties_land_in_the_test_record(mini_project, python) -> None:
+    proj = mini_project(workers=2)
+    (proj / "suites" / "payload" / "test_props.py").write_text(
+        "import pytest\n"
+        "def test_facts(request):\n"
+        "    request.node.user_properties.append(('peak_gib', 1.5))\n"
+        "    request.node.user_properties.append(('flags', {'A': '1'}))\n"
+        "    request.node.user_properties.append(('odd', {3}))\n"
+        "def test_facts_then_skip(request):\n"
+        "    request.node.user_properties.append(('has_fp64', False))\n"
+        "    pytest.skip('no fp64')\n")
+    runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    by = {r["nodeid"].split("::")[-1]: r for r in recs}
+    props = by["test_facts"]["properties"]
+    assert props["peak_gib"] == 1.5 and props["flags"] == {"A": "1"}
+    assert props["odd"] == "{3}"   # a set: not JSON, kept as its repr
+    assert by["test_facts_then_skip"]["outcome"] == "skipped"
+    assert by["test_facts_then_skip"]["properties"] == {"has_fp64": False}
+
+
+@pytest.mark.parametrize("flags", [{}, {"OverrideDefaultFP64Settings": "1",
+                                        "IGC_EnableDPEmulation": "1"}])
+def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatch,
+                                              flags: dict) -> None:
+    """The real smoke test on the cpu cell: float64 math runs, and the flags in effect are
+    in its record (on xpu, has_fp64 too: docs/xpu.md)."""
+    root = Path(__file__).resolve().parents[1]
+    for name in ("OverrideDefaultFP64Settings", "IGC_EnableDPEmulation"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in flags.items():
+        monkeypatch.setenv(name, value)
+    cell = load_matrix(root / "matrix.yaml").cell("cpu-2.13")
+    rc = runner.run_cell(cell, python, root, tmp_path,
+                         ["suites/smoke/test_device_api.py::test_float64_math"])
+    assert rc == 0
+    [rec], _ = results.read_records(tmp_path / "cpu-2.13" / results.TESTS)
+    assert rec["outcome"] == "passed"
+    assert rec["properties"] == {"fp64_flags": flags}

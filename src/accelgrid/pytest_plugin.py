@@ -9,6 +9,7 @@ attributed to the right test.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -38,6 +39,15 @@ def _message(report: pytest.TestReport) -> str:
     text = str(longrepr or "")
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` if JSON can hold it as it is, else its ``repr``."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
 
 
 class Recorder:
@@ -121,6 +131,9 @@ class Recorder:
         rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
         if getattr(report, "accelgrid_issue", None):  # set by known_issues_runtime
             rec["issue"] = report.accelgrid_issue
+        # Facts a test records (request.node.user_properties): kept in its record too.
+        for name, value in getattr(report, "user_properties", None) or ():
+            rec.setdefault("properties", {})[str(name)] = _jsonable(value)
         wasxfail = getattr(report, "wasxfail", None)
         if rec["outcome"] is None:
             if report.failed:
