@@ -68,6 +68,8 @@ class KnownIssue:
     status: str = "open"
     fixed_in: str | None = None
     note: str = ""
+    # Per item of ``tests``: the devices it is narrowed to (None: all of scope.devices).
+    test_devices: tuple[tuple[str, ...] | None, ...] = ()
 
     def out_of_scope_reason(self, cell: Cell) -> str | None:
         """Why the entry does not apply to ``cell`` (by the matrix's pins), or None."""
@@ -99,14 +101,20 @@ class KnownIssue:
         return ((self.hardware is None or hardware in self.hardware)
                 and (self.drivers is None or driver in self.drivers))
 
-    def covers(self, nodeid: str, torch_version: str | None = None) -> bool:
-        """Whether the entry names ``nodeid`` (at ``torch_version``, for narrowed tests)."""
-        return runtime.covers(self.runtime_entry(), nodeid, torch_version)
+    def covers(self, nodeid: str, torch_version: str | None = None,
+               device: str | None = None) -> bool:
+        """Whether the entry names ``nodeid`` (at ``torch_version`` and on ``device``, for
+        narrowed tests)."""
+        return runtime.covers(self.runtime_entry(device), nodeid, torch_version)
 
-    def runtime_entry(self) -> dict[str, Any]:
-        """What the in-cell plugin needs (device/profile are already checked)."""
+    def runtime_entry(self, device: str | None = None) -> dict[str, Any]:
+        """What the in-cell plugin needs (device/profile are already checked): the tests
+        that concern ``device`` (None: every test)."""
+        devices = self.test_devices or (None,) * len(self.tests)
         return {"id": self.id, "url": self.url, "title": self.title,
-                "tests": [{"test": p, "torch": r} for p, r in self.tests],
+                "tests": [{"test": p, "torch": r} for (p, r), devs in zip(self.tests, devices,
+                                                                          strict=True)
+                          if device is None or devs is None or device in devs],
                 "expect": self.expect, "match": self.match, "torch": self.torch,
                 "packages": dict(self.packages)}
 
@@ -196,6 +204,12 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
                            f"(patterns are node ids relative to {matrix.root.name}/)"))
             if isinstance(item, dict) and "torch" in item:
                 problems += _range_problems(item["torch"], smap, (*base, "tests", i, "torch"))
+            for j, dev in enumerate(item.get("devices") or [] if isinstance(item, dict) else []):
+                if dev not in (scope.get("devices") or []):
+                    problems.append(smap.problem(
+                        (*base, "tests", i, "devices", j),
+                        f"device '{dev}' is not in scope.devices "
+                        f"({', '.join(scope.get('devices') or [])})"))
         if "match" in spec:
             try:
                 re.compile(spec["match"])
@@ -232,7 +246,9 @@ def load_registry(path: str | Path, matrix: Matrix) -> Registry:
             profiles=tuple(scope["profiles"]) if "profiles" in scope else None,
             packages=dict(scope.get("packages") or {}),
             status=spec.get("status", "open"), fixed_in=spec.get("fixed_in"),
-            note=spec.get("note", ""))
+            note=spec.get("note", ""),
+            test_devices=tuple(tuple(t["devices"]) if isinstance(t, dict) and "devices" in t
+                               else None for t in spec["tests"]))
     return Registry(path, issues)
 
 
@@ -251,10 +267,11 @@ def cell_env(cell: Cell, root: Path, folder: Path, *, hardware: str | None = Non
     if os.environ.get(ENV_DISABLE) == "1" or not path.exists():
         return {}
     registry = load_registry(path, load_matrix(root / "matrix.yaml"))
-    entries = [i.runtime_entry() for i in registry.issues.values()
+    entries = [i.runtime_entry(cell.device) for i in registry.issues.values()
                if (i.devices is None or cell.device in i.devices)
                and (i.profiles is None or cell.profile in i.profiles)
                and i.on_runner(hardware, driver)]
+    entries = [e for e in entries if e["tests"]]   # narrowed to other devices only
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / RUNTIME_JSON
     out.write_text(json.dumps({"cell": cell.name, "registry": str(path), "issues": entries},
