@@ -27,7 +27,10 @@ CAPTURE_OPS = "ACCELGRID_CAPTURE_OPS"  # "1": record aten ops per test (op-captu
 PASS_SINGLE = "single"
 PASS_PINNED = "pinned"
 PASS_ALL_DEVICES = "all-devices"
-PASSES = (PASS_SINGLE, PASS_PINNED, PASS_ALL_DEVICES)
+# A cpu cell's tests see no accelerator (detect.HIDE_ACCELERATORS); the ones marked
+# sees_accelerators run after them in this pass, which sees the host's.
+PASS_HOST_ACCELERATORS = "host-accelerators"
+PASSES = (PASS_SINGLE, PASS_PINNED, PASS_ALL_DEVICES, PASS_HOST_ACCELERATORS)
 
 # --- set by the user (or CI) -----------------------------------------------------------
 RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go

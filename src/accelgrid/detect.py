@@ -301,6 +301,14 @@ def resolve_hardware(cell: Cell, env: Mapping[str, str] | None = None,
 # How a process is pinned to some of the host's devices (set before torch is imported).
 VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
+# What hides every accelerator from a cpu cell's tests (set before torch is imported), so
+# code that picks its device from what the host has (torchao's CPUOffloadOptimizer) sees a
+# CPU-only host, as the cell claims. CUDA: an empty CUDA_VISIBLE_DEVICES shows no GPU.
+# XPU: torch enumerates Level Zero GPUs only (c10/xpu/XPUFunctions.cpp), and a discarding
+# ONEAPI_DEVICE_SELECTOR filter drops them all (an empty ZE_AFFINITY_MASK would mean "all").
+# MPS: no variable hides it; a cpu cell on Apple silicon still sees MPS.
+HIDE_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "ONEAPI_DEVICE_SELECTOR": "!level_zero:gpu"}
+
 
 def _nvidia_ids() -> list[str]:
     exe = shutil.which("nvidia-smi")

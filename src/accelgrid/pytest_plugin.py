@@ -209,12 +209,20 @@ class WorkerMarker:
         results.write_json(self.folder / f"torch-{self.worker}.json",
                            provenance.worker_torch_report(self.device))
 
+    # pass -> (the marker its -m deselects, the file listing those tests for a later pass)
+    LEFT_BEHIND = {contract.PASS_PINNED: ("multi_device", results.MULTI_DEVICE),
+                   contract.PASS_SINGLE: ("sees_accelerators", results.HOST_ACCELERATORS)}
+
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        if os.environ.get(contract.PASS) != contract.PASS_PINNED:
+        kind = self.LEFT_BEHIND.get(os.environ.get(contract.PASS, ""))
+        if kind is None:
             return
-        left = [i.nodeid for i in items if i.get_closest_marker("multi_device")]
-        # Every worker collects the same items: the file is the same whoever writes last.
-        results.write_json(self.folder / results.MULTI_DEVICE, left)
+        mark, name = kind
+        # Several deselections (-m, -k, --upstream) add up; every worker collects the same
+        # items, so the file is the same whoever writes last.
+        self.left = getattr(self, "left", []) + [
+            i.nodeid for i in items if i.get_closest_marker(mark)]
+        results.write_json(self.folder / name, self.left)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> None:
@@ -253,6 +261,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
+    config.addinivalue_line("markers", "sees_accelerators: in a cpu cell, runs in a later pass "
+                            "that sees the host's accelerators (the cell's other tests see "
+                            "none: CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")
     known_issues_runtime.configure(config)  # upstream marker; registry xfails
     folder = os.environ.get(contract.RESULTS)
     if not folder:

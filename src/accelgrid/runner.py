@@ -114,6 +114,10 @@ def _selects_paths(args: Sequence[str], root: Path) -> bool:
 
 
 MULTI_DEVICE_MARK = "multi_device"
+SEES_ACCELERATORS_MARK = "sees_accelerators"   # in a cpu cell: run where accelerators show
+# Passes that run only what an earlier pass left them (a file in the results folder).
+LEFT_FOR = {contract.PASS_ALL_DEVICES: results.MULTI_DEVICE,
+            contract.PASS_HOST_ACCELERATORS: results.HOST_ACCELERATORS}
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,22 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True),
         ]
+    if cell.device == "cpu":
+        return cpu_passes(cell, workers)
     return [Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)))]
+
+
+def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
+    """A cpu cell: its tests run with every accelerator hidden (detect.HIDE_ACCELERATORS),
+    so that nothing picks a GPU behind the cell's back (pytorch/ao#958 would pass on a GPU
+    host); tests marked ``sees_accelerators`` run afterwards in a pass that sees them."""
+    return [
+        Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)),
+             ("-m", f"not {SEES_ACCELERATORS_MARK}"),
+             env=tuple(detect.HIDE_ACCELERATORS.items())),
+        Pass(contract.PASS_HOST_ACCELERATORS, ("-n", "1"), ("-m", SEES_ACCELERATORS_MARK),
+             junit="junit-host-accelerators.xml", empty_ok=True),
+    ]
 
 
 def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = (),
@@ -190,16 +209,19 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     deadline = time.monotonic() + limit
     ids = detect.device_ids(cell.device, env) if workers is None else []
     plan = passes(cell, workers, ids)
-    if len(plan) > 1:
+    if plan[0].name == contract.PASS_PINNED:
         print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices ({', '.join(ids)}): "
               "one pinned worker each, then multi-device tests", flush=True)
     stop_reason: list[str] = []
     rc = 0
     for run_pass in plan:
         args = list(pytest_args)
-        if run_pass.name == contract.PASS_ALL_DEVICES:
-            # Only what the pinned pass left for us: no re-collecting every suite.
-            left, err = results.read_json(folder / results.MULTI_DEVICE)
+        if run_pass.name in LEFT_FOR:
+            # Only what the first pass left for us: no re-collecting every suite.
+            left, err = results.read_json(folder / LEFT_FOR[run_pass.name])
+            if (err or not isinstance(left, list)) and \
+                    run_pass.name == contract.PASS_HOST_ACCELERATORS:
+                continue   # no test asked for the host's accelerators
             if not err and isinstance(left, list):
                 if not left:
                     continue
@@ -211,7 +233,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
               f"(limit {left:.0f} s)", flush=True)
         pass_env = {**env, **dict(run_pass.env), contract.PASS: run_pass.name}
         pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason)
-        if run_pass.empty_ok and pass_rc == 5:  # no multi-device tests selected
+        if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
             pass_rc = 0
         rc = rc or pass_rc
         if stop_reason:

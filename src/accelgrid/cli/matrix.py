@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .. import install, validation
+from .. import detect, install, validation
 from ..matrix import load_matrix, select
 from ._common import matrix_of
 
@@ -88,6 +88,10 @@ def _plan(args: argparse.Namespace) -> int:
     pairs = zip(cell.suites, cell.suite_paths, strict=True)
     print(f"suites      {', '.join(f'{s} ({p})' for s, p in pairs)}")
     print(f"pytest      -n {cell.workers} --timeout={cell.test_seconds} --timeout-method=thread")
+    if cell.device == "cpu":
+        hidden = " ".join(f"{k}={v}" for k, v in detect.HIDE_ACCELERATORS.items())
+        print(f"hidden      accelerators: {hidden} (tests marked sees_accelerators run "
+              "in a later pass that sees them; nothing hides mps)")
     print(f"timeout     {cell.cell_minutes} min for the cell, {cell.test_seconds} s per test")
     print(f"results     results/{cell.name}/")
     if cell.container_base:
