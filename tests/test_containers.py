@@ -180,6 +180,8 @@ def test_cell_without_container_is_refused(matrix) -> None:
         containers.cell_for(matrix, "mps-2.13")
     with pytest.raises(containers.ContainerError, match="unknown cell 'cpu-2.99'"):
         containers.cell_for(matrix, "cpu-2.99")
+    with pytest.raises(containers.ContainerError, match="its torch is a local wheel"):
+        containers.cell_for(matrix, "xpu-2.4")
 
 
 # --- hashes ---------------------------------------------------------------------------------

@@ -117,7 +117,8 @@ def test_cell_names(matrix) -> None:
     names = {c.name for c in matrix.cells}
     assert {"xpu-2.5", "cpu-2.13", "cuda-2.11", "mps-2.13"} <= names
     assert "xpu-2.5-fp64-emulation" in names and "xpu-2.13-fallback-debug" in names
-    assert "xpu-2.4" not in names  # excluded: no prebuilt XPU wheels
+    # Excluded (no prebuilt XPU wheels) and included back with a local source-build wheel.
+    assert matrix.cell("xpu-2.4").torch_wheel is not None
     assert len(names) == len(matrix.cells)
 
 
@@ -198,3 +199,27 @@ def test_hardware_families_are_detects(matrix) -> None:
     cell = matrix.cell("xpu-2.5")
     assert cell.hardware_env["ats-m"]["IGC_EnableDPEmulation"] == "1"
     assert all(c.hardware is None and c.driver is None for c in matrix.cells)
+
+
+def test_local_wheel_cell_runs_on_request_only(matrix) -> None:
+    cell = matrix.cell("xpu-2.4")
+    assert cell.manual and cell.runtime is not None and not cell.runtime.from_wheels
+    assert [c.name for c in matrix.cells if c.manual] == ["xpu-2.4"]
+    assert cell.as_dict()["manual"] is True
+    assert "xpu" not in cell.tags                   # `nox -t xpu` leaves it out
+
+
+def test_excluded_cell_says_which_rule(tmp_path: Path) -> None:
+    from accelgrid.errors import UnknownName
+
+    text = (TESTS / "base_matrix.yaml").read_text().replace(
+        '  torch: ["2.4", "2.13"]\n', '  torch: ["2.4", "2.13"]\n  exclude:\n'
+        '    - {device: cpu, torch: "2.4"}\n')
+    (tmp_path / "m.yaml").write_text(text)
+    matrix = load_matrix(tmp_path / "m.yaml")
+    with pytest.raises(UnknownName) as info:
+        matrix.cell("cpu-2.4")
+    assert str(info.value) == ("cell 'cpu-2.4' is excluded by m.yaml:36 matrix.exclude[0] "
+                               "({device: cpu, torch: 2.4}); add an include rule for it to run it")
+    with pytest.raises(KeyError, match="did you mean 'cpu-2.13'"):
+        matrix.cell("cpu-2.31")

@@ -113,6 +113,9 @@ def cell_for(matrix: Matrix, name: str) -> Cell:
         cell = matrix.cell(name)
     except KeyError as exc:
         raise ContainerError(exc.args[0]) from None
+    if cell.manual:
+        raise ContainerError(f"cell {cell.name}: its torch is a local wheel "
+                             f"({cell.torch_wheel}): no container image")
     if not cell.container_family:
         raise ContainerError(f"cell {cell.name}: device {cell.device} has no container "
                              f"(matrix.yaml devices.{cell.device}.container)")

@@ -172,6 +172,15 @@ class Cell:
     # the family the runner declares or has, see accelgrid.detect.resolve_hardware).
     hardware_env: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     driver_env: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # torch from a local wheel (an include rule's torch_wheel: a .whl file or a folder
+    # holding one, e.g. an XPU source build of torch 2.4), absolute. Such a cell is run on
+    # request only: not by a plain `nox`, `nox -t DEVICE`, CI or `accelgrid repro ID`.
+    torch_wheel: str | None = None
+
+    @property
+    def manual(self) -> bool:
+        """Run only when named (its torch comes from a local wheel)."""
+        return self.torch_wheel is not None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -187,6 +196,7 @@ class Cell:
             "tags": list(self.tags),
             "runtime": self.runtime.as_dict() if self.runtime else None,
             "hardware": self.hardware, "driver": self.driver,
+            "torch_wheel": self.torch_wheel, "manual": self.manual,
         }
 
 
@@ -213,13 +223,33 @@ class Matrix:
     cells: tuple[Cell, ...] = ()
 
     def cell(self, name: str) -> Cell:
-        """The cell called ``name``; KeyError with a suggestion otherwise."""
+        """The cell called ``name``; UnknownName (a KeyError) with a suggestion otherwise,
+        or saying which exclude rule removed it."""
         for cell in self.cells:
             if cell.name == name:
                 return cell
         names = [c.name for c in self.cells]
+        rule = self.excluded_by(name)
+        if rule is not None:
+            shown = ", ".join(f"{k}: {v}" for k, v in self.exclude[rule].items())
+            where = f"{self.path.name}:{self.source.line(('matrix', 'exclude', rule))}"
+            raise UnknownName(f"cell '{name}' is excluded by {where} matrix.exclude[{rule}] "
+                              f"({{{shown}}}); add an include rule for it to run it")
         raise UnknownName(f"unknown cell '{name}'{suggest(name, names)} "
-                       f"(`accelgrid cells` lists all {len(names)})")
+                          f"(`accelgrid cells` lists all {len(names)})")
+
+    def excluded_by(self, name: str) -> int | None:
+        """The index of the exclude rule that removed the combination named ``name``."""
+        for device in self.axes["device"]:
+            for torch in self.axes["torch"]:
+                for profile in self.axes["profile"]:
+                    if _cell_name(device, torch, profile, self.default_profile) != name:
+                        continue
+                    combo = {"device": device, "torch": torch, "profile": profile}
+                    for i, rule in enumerate(self.exclude):
+                        if _matches(rule, combo):
+                            return i
+        return None
 
 
 def _env(mapping: dict[str, Any] | None) -> dict[str, str]:
@@ -581,7 +611,12 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         x.label for x in (hardware, driver) if x is not None and x.label
         and x.label not in device.runner_labels)
     timeout = combo.get("timeout") or {}
-    tags = (device.name, f"torch-{series.series}", profile.name)
+    wheel = combo.get("torch_wheel")
+    if wheel is not None:
+        wheel = str((matrix.root / wheel).resolve()) if not Path(wheel).is_absolute() else wheel
+    # A cell run on request only carries none of the tags `nox -t` selects by.
+    tags = ((device.name, f"torch-{series.series}", profile.name) if wheel is None
+            else ("local-wheel",))
     return Cell(
         name=name,
         device=device.name,
@@ -601,12 +636,13 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         test_seconds=timeout.get("test_seconds", matrix.test_seconds),
         workers=combo.get("workers", device.workers or matrix.workers),
         is_default_torch=series.series == matrix.default_torch,
-        container_family=device.container_family,
-        container_base=device.container_base,
+        container_family=device.container_family if wheel is None else None,
+        container_base=device.container_base if wheel is None else None,
         tags=tags,
         runtime=runtimes[0] if runtimes else None,
         hardware=hardware.name if hardware else None,
         driver=driver.name if driver else None,
         hardware_env={k: dict(v.env) for k, v in device.hardware.items()},
         driver_env={k: dict(v.env) for k, v in device.drivers.items()},
+        torch_wheel=wheel,
     ), None

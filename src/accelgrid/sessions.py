@@ -50,7 +50,7 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
         plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
-        problem = install.index_problem(plan.index)
+        problem = install.local_wheel(cell)[1] or install.index_problem(plan.index)
         if problem:
             session.error(f"{cell.name}: {problem}")
         session.env.update(plan.env)
@@ -98,7 +98,8 @@ def register(matrix: Matrix) -> list[str]:
     present = detect.present_devices({d: matrix.devices[d] for d in matrix.axes["device"]
                                       if d in matrix.devices})
     return [c.name for c in matrix.cells
-            if c.device in present and c.is_default_torch and c.profile == matrix.default_profile]
+            if c.device in present and c.is_default_torch and c.profile == matrix.default_profile
+            and not c.manual]
 
 
 def prepared_python(root: Path, cell: Cell, env: dict[str, str] | None = None) -> str:

@@ -61,7 +61,8 @@ def _cells(args: argparse.Namespace) -> int:
     width = max(len(c.name) for c in picked)
     for c in picked:
         print(f"{c.name:<{width}}  {c.device:<4} torch {c.pins['torch']:<7} "
-              f"{c.profile:<15} {','.join(c.suites)}")
+              f"{c.profile:<15} {','.join(c.suites)}"
+              + ("  [local torch wheel: on request only]" if c.manual else ""))
     return 0
 
 
@@ -76,8 +77,14 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"cell        {cell.name}")
     print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
     print(f"python      {cell.python}")
-    print(f"torch       {cell.torch_requirement} from "
-          f"{'the default index' if plan.index == 'default' else plan.index}")
+    if cell.torch_wheel:
+        wheel, problem = install.local_wheel(cell)
+        print(f"torch       {cell.torch_requirement.removeprefix('torch==')} from a local wheel: "
+              f"{wheel or problem} (run on request only: not by nox, nox -t, CI or "
+              "accelgrid repro ID without --cell)")
+    else:
+        print(f"torch       {cell.torch_requirement} from "
+              f"{'the default index' if plan.index == 'default' else plan.index}")
     if cell.runtime:
         print(f"runtime     {cell.runtime.describe()}")
     for n, step in enumerate(plan.steps, 1):
