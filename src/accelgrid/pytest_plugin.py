@@ -194,13 +194,15 @@ class Recorder:
 
 class WorkerMarker:
     """In each process that runs tests: note the current test (for crash attribution),
-    and, in the pinned pass, which tests were left for the all-devices pass."""
+    and which tests a pass left for a later one (the pinned pass: multi_device tests for
+    the all-devices pass; a cpu cell's: sees_accelerators tests for host-accelerators)."""
 
     def __init__(self, config: pytest.Config, folder: Path):
         self.folder = folder
         self.worker = _worker_id(config) or "main"
         self.default_timeout = config.getoption("timeout", None)
         self.device = os.environ.get(contract.DEVICE, "cpu")
+        self.left: list[str] = []   # tests deselected here for a later pass
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.worker == "main" and getattr(session.config.option, "dist", "no") != "no":
@@ -220,8 +222,7 @@ class WorkerMarker:
         mark, name = kind
         # Several deselections (-m, -k, --upstream) add up; every worker collects the same
         # items, so the file is the same whoever writes last.
-        self.left = getattr(self, "left", []) + [
-            i.nodeid for i in items if i.get_closest_marker(mark)]
+        self.left += [i.nodeid for i in items if i.get_closest_marker(mark)]
         results.write_json(self.folder / name, self.left)
 
     @pytest.hookimpl(tryfirst=True)

@@ -203,6 +203,9 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
              limit_s: float | None = None) -> int:
     """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit)."""
     folder = (results_root / cell.name).resolve()
+    problem = detect.resolve_hardware(cell).problem
+    if problem:   # before the results folder is touched
+        raise AccelgridError(problem)
     prepare(folder)
     env = cell_env(cell, root, folder)
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
