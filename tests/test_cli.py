@@ -46,6 +46,10 @@ def test_plan_prints_everything_without_doing_it() -> None:
     assert "PYTORCH_DEBUG_XPU_FALLBACK=1" in out
     assert "self-hosted, linux, x64, intel-gpu" in out
     assert "60 min for the cell" in out
+    assert ("runtime     Intel GPU dependencies for PyTorch 2.5 (intel-for-pytorch-gpu-dev-0.5) "
+            "0.5.3, sourced: source /opt/intel/oneapi/pytorch-gpu-dev-0.5/oneapi-vars.sh") in out
+    assert "(GPU driver only)" in _cli("plan", "xpu-2.13").stdout
+    assert "runtime" not in _cli("plan", "cpu-2.13").stdout
     unknown = _cli("plan", "xpu-2.55")
     assert unknown.returncode == 2 and "did you mean 'xpu-2.5'" in unknown.stderr
     assert "Traceback" not in unknown.stderr

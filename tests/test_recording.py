@@ -257,9 +257,13 @@ def test_single_device_host_runs_one_pass(mini_project, monkeypatch) -> None:
                 f"//env:OMP_NUM_THREADS={share}")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
     assert "OMP_NUM_THREADS" not in " ".join(runner.passes(cell, device_ids=["0", "1"])[0].xdist)
-    # cpu has no visibility variable: never pinned.
+    # cpu has no visibility variable: never pinned; its tests see no accelerator, those
+    # that ask for the host's run in a pass of their own.
     cpu = runner.passes(_cell(proj, "cpu-2.13"), device_ids=["0", "1"])
-    assert [p.name for p in cpu] == ["single"] and cpu[0].env == ()
+    assert [p.name for p in cpu] == ["single", "host-accelerators"]
+    assert dict(cpu[0].env) == {"CUDA_VISIBLE_DEVICES": "", "ONEAPI_DEVICE_SELECTOR":
+                                "!level_zero:gpu"}
+    assert cpu[0].select == ("-m", "not sees_accelerators") and cpu[1].env == ()
 
 
 def test_one_chosen_device_is_pinned(mini_project, python, monkeypatch) -> None:
@@ -287,3 +291,87 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
     assert [str(d["index"]) for d in merged["devices"]] == ["0", "1"]
     assert merged["version"] == "2.11.0+cu130" and "pinned_index" not in merged
     assert provenance.merge_torch_reports([]) == {"pending": True}
+
+
+def test_recorded_properties_land_in_the_test_record(mini_project, python) -> None:
+    proj = mini_project(workers=2)
+    (proj / "suites" / "payload" / "test_props.py").write_text(
+        "import pytest\n"
+        "def test_facts(request):\n"
+        "    request.node.user_properties.append(('peak_gib', 1.5))\n"
+        "    request.node.user_properties.append(('flags', {'A': '1'}))\n"
+        "    request.node.user_properties.append(('odd', {3}))\n"
+        "def test_facts_then_skip(request):\n"
+        "    request.node.user_properties.append(('has_fp64', False))\n"
+        "    pytest.skip('no fp64')\n")
+    runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    by = {r["nodeid"].split("::")[-1]: r for r in recs}
+    props = by["test_facts"]["properties"]
+    assert props["peak_gib"] == 1.5 and props["flags"] == {"A": "1"}
+    assert props["odd"] == "{3}"   # a set: not JSON, kept as its repr
+    assert by["test_facts_then_skip"]["outcome"] == "skipped"
+    assert by["test_facts_then_skip"]["properties"] == {"has_fp64": False}
+
+
+@pytest.mark.parametrize("flags", [{}, {"OverrideDefaultFP64Settings": "1",
+                                        "IGC_EnableDPEmulation": "1"}])
+def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatch,
+                                              flags: dict) -> None:
+    """The real smoke test on the cpu cell: float64 math runs, and the flags in effect are
+    in its record (on xpu, has_fp64 too: docs/xpu.md)."""
+    root = Path(__file__).resolve().parents[1]
+    for name in ("OverrideDefaultFP64Settings", "IGC_EnableDPEmulation"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in flags.items():
+        monkeypatch.setenv(name, value)
+    cell = load_matrix(root / "matrix.yaml").cell("cpu-2.13")
+    rc = runner.run_cell(cell, python, root, tmp_path,
+                         ["suites/smoke/test_device_api.py::test_float64_math"])
+    assert rc == 0
+    [rec], _ = results.read_records(tmp_path / "cpu-2.13" / results.TESTS)
+    assert rec["outcome"] == "passed"
+    assert rec["properties"] == {"fp64_flags": flags}
+
+
+HIDDEN_PAYLOAD = """
+import os
+import pytest
+
+def test_cpu_cell_sees_no_accelerator():
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert os.environ["ONEAPI_DEVICE_SELECTOR"] == "!level_zero:gpu"
+
+@pytest.mark.sees_accelerators
+def test_asks_for_the_hosts():
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "ONEAPI_DEVICE_SELECTOR" not in os.environ
+"""
+
+
+def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch) -> None:
+    """A host that shows a CUDA device (CUDA_VISIBLE_DEVICES=0): the cpu cell's tests see
+    none (torchao's CPUOffloadOptimizer would otherwise pick cuda: pytorch/ao#958); a test
+    marked sees_accelerators runs afterwards and sees the host's."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.delenv("ONEAPI_DEVICE_SELECTOR", raising=False)
+    proj = mini_project(workers=2)
+    (proj / "suites" / "payload" / "test_hidden.py").write_text(HIDDEN_PAYLOAD)
+    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    folder = proj / "results" / "cpu-2.13"
+    recs, _ = results.read_records(folder / results.TESTS)
+    assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs} == {
+        "test_cpu_cell_sees_no_accelerator": "passed", "test_asks_for_the_hosts": "passed"}
+    assert json.loads((folder / results.ENV).read_text())["passes"] == [
+        "single", "host-accelerators"]
+    assert json.loads((folder / results.HOST_ACCELERATORS).read_text()) == [
+        "suites/payload/test_hidden.py::test_asks_for_the_hosts"]
+    assert (folder / "junit-host-accelerators.xml").exists()
+
+
+def test_cpu_cell_without_marked_tests_runs_one_pass(mini_project, python) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_plain.py").write_text("def test_x():\n    pass\n")
+    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    env = json.loads((proj / "results" / "cpu-2.13" / results.ENV).read_text())
+    assert env["passes"] == ["single"]

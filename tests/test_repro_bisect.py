@@ -233,3 +233,40 @@ def test_repro_files_follow_the_naming_rule() -> None:
         text = textwrap.dedent(path.read_text())
         issue = text.split('pytest.mark.upstream("', 1)[1].split('"', 1)[0]
         assert repro.known_issues.repro_file(issue) == f"suites/repro/{path.name}"
+
+
+def test_local_wheel_cell_runs_only_when_named(repro_project: Path) -> None:
+    """A cell whose torch is a local wheel (xpu-2.4 in matrix.yaml: a source build) is in
+    the scope but excluded from default runs: repro says so; --cell runs it."""
+    path = repro_project / "matrix.yaml"
+    path.write_text(path.read_text().replace(
+        "  include:\n", '  include:\n    - {device: cpu, torch: "2.4", torch_wheel: wheels/cpu}\n'))
+    proc = _cli(repro_project, "repro", "acme/widgets#2", "--no-venv")
+    lines = [ln for ln in proc.stdout.splitlines() if " → " in ln]
+    assert lines[0] == (f"cpu-2.4  → not run (torch from a local wheel ({repro_project}/wheels/"
+                        "cpu): excluded from default runs; run it with --cell cpu-2.4)")
+    assert lines[1].startswith("cpu-2.13 → fixed") and len(lines) == 2
+    assert proc.returncode == 0   # like an absent device, a cell run on request is no failure
+    # Named, it runs: here without the wheel, so it says what is missing, in one line.
+    proc = _cli(repro_project, "repro", "acme/widgets#2", "--cell", "cpu-2.4")
+    [line] = [ln for ln in proc.stdout.splitlines() if " → " in ln]
+    assert line == (f"cpu-2.4 → not run (torch comes from a local wheel and {repro_project}/"
+                    "wheels/cpu does not exist (build torch 2.4 from source and put its wheel "
+                    "there: docs/xpu.md))")
+    assert "Traceback" not in proc.stderr
+    listed = _cli(repro_project, "repro", "--list").stdout
+    assert "cells in scope: cpu-2.4 (local torch wheel: --cell only), cpu-2.13" in listed
+
+
+def test_repro_unknown_or_excluded_cell_is_one_line(repro_project: Path) -> None:
+    path = repro_project / "matrix.yaml"
+    path.write_text(path.read_text().replace(
+        "  include:\n", '  exclude:\n    - {device: cpu, torch: "2.4"}\n  include:\n'))
+    proc = _cli(repro_project, "repro", "acme/widgets#2", "--cell", "cpu-2.4")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "accelgrid repro: cell 'cpu-2.4' is excluded by matrix.yaml:38 matrix.exclude[0] "
+        "({device: cpu, torch: 2.4}); add an include rule for it to run it"]
+    proc = _cli(repro_project, "repro", "acme/widgets#2", "--cell", "xpu-2.31")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "unknown cell 'xpu-2.31'; did you mean 'xpu-2.13'?" in proc.stderr

@@ -130,8 +130,9 @@ def bisect(matrix: Matrix, test: str, device: str, *, profile: str | None = None
     if device not in matrix.devices:
         raise InvalidInput(f"unknown device '{device}' (known: {', '.join(matrix.devices)})")
     profile = profile or matrix.default_profile
+    # A local-wheel cell (run on request only) joins when its series is named.
     cells = sorted((c for c in matrix.cells if c.device == device and c.profile == profile
-                    and (not torch or c.torch in torch)),
+                    and (c.torch in torch if torch else not c.manual)),
                    key=lambda c: version_key(c.pins["torch"]))
     if torch:
         missing = sorted(set(torch) - {c.torch for c in cells})

@@ -34,12 +34,15 @@ import jinja2
 
 from . import contract, environment, install, results, runner
 from .errors import InvalidInput
-from .matrix import Cell, Matrix
+from .matrix import Cell, Matrix, Runtime
 
 TEMPLATES_DIR = "containers"
 IMAGE_REPOSITORY = "accelgrid"
 VENV = "/opt/accelgrid-venv"
 PROJECT = "/accelgrid"                    # the project's copy inside the image (WORKDIR)
+# Images whose torch needs a runtime bundle sourced (devices.<d>.runtime) run everything
+# through this script; ENTRYPOINT for docker/podman, an explicit prefix for buildah run.
+ENTRYPOINT = "/usr/local/bin/accelgrid-entrypoint"
 ENGINES = ("docker", "podman", "buildah")   # probe order
 HASH_LENGTH = 12
 
@@ -110,6 +113,9 @@ def cell_for(matrix: Matrix, name: str) -> Cell:
         cell = matrix.cell(name)
     except KeyError as exc:
         raise ContainerError(exc.args[0]) from None
+    if cell.manual:
+        raise ContainerError(f"cell {cell.name}: its torch is a local wheel "
+                             f"({cell.torch_wheel}): no container image")
     if not cell.container_family:
         raise ContainerError(f"cell {cell.name}: device {cell.device} has no container "
                              f"(matrix.yaml devices.{cell.device}.container)")
@@ -146,8 +152,14 @@ def render(matrix: Matrix, cell: Cell, *, base: str | None = None, input_hash: s
     return template.render(
         cell=cell, family=family, base=resolve_base(cell, base), python=cell.python,
         steps=plan.steps, runtime=runtime, uv_requirement=uv_req, venv=VENV,
-        project=PROJECT, input_hash=input_hash,
+        project=PROJECT, input_hash=input_hash, bundle=bundle(cell), entrypoint=ENTRYPOINT,
     )
+
+
+def bundle(cell: Cell) -> Runtime | None:
+    """The runtime bundle the cell's image installs and sources, or None (the torch wheels
+    bring theirs, or the device needs none)."""
+    return cell.runtime if cell.runtime and not cell.runtime.from_wheels else None
 
 
 # --- what goes in -------------------------------------------------------------------------
@@ -369,6 +381,8 @@ class Engine:
         command = ["nox", "--no-venv", "-s", cell.name, *(["--", *pytest_args]
                                                           if pytest_args else [])]
         if self.name == "buildah":
+            # buildah run ignores ENTRYPOINT: the bundle is sourced by calling it.
+            command = [ENTRYPOINT, *command] if bundle(cell) else command
             # buildah runs commands in a working container made from the image.
             ctr = f"accelgrid-{cell.name}-{os.getpid()}"
             return [

@@ -27,14 +27,21 @@ CAPTURE_OPS = "ACCELGRID_CAPTURE_OPS"  # "1": record aten ops per test (op-captu
 PASS_SINGLE = "single"
 PASS_PINNED = "pinned"
 PASS_ALL_DEVICES = "all-devices"
-PASSES = (PASS_SINGLE, PASS_PINNED, PASS_ALL_DEVICES)
+# A cpu cell's tests see no accelerator (detect.HIDE_ACCELERATORS); the ones marked
+# sees_accelerators run after them in this pass, which sees the host's.
+PASS_HOST_ACCELERATORS = "host-accelerators"
+PASSES = (PASS_SINGLE, PASS_PINNED, PASS_ALL_DEVICES, PASS_HOST_ACCELERATORS)
 
 # --- set by the user (or CI) -----------------------------------------------------------
 RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go
 WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected
+SKIP_RUNTIME_CHECK = "ACCELGRID_SKIP_RUNTIME_CHECK"  # "1": run without the runtime bundle check
 DEVICES = "ACCELGRID_DEVICES"          # a subset of the host's devices, e.g. "0,2"
+HOST_ROOT = "ACCELGRID_HOST_ROOT"      # where detection reads sys/ and dev/ (tests: a fake tree)
+HARDWARE = "ACCELGRID_HARDWARE"        # the runner's hardware family, e.g. ats-m (else detected)
+DRIVER = "ACCELGRID_DRIVER"            # the runner's driver stack, e.g. lts or rolling
 NO_KNOWN_ISSUES = "ACCELGRID_NO_KNOWN_ISSUES"  # "1": raw outcomes, registry off
 TRANSFORMERS_SRC = "ACCELGRID_TRANSFORMERS_SRC"  # transformers checkout for example scripts
 CONTAINER_ENGINE = "ACCELGRID_CONTAINER_ENGINE"  # docker | podman | buildah

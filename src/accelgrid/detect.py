@@ -2,8 +2,20 @@
 without importing torch (so it is cheap and works before anything is installed).
 
 Rules (all given ones must hold): ``always``; ``system`` / ``machine`` (platform);
-``paths_any`` (any glob matches, e.g. ``/dev/dri/renderD*``); ``commands_any`` (any
-command on PATH that runs successfully, e.g. ``nvidia-smi``).
+``paths_any`` (any glob matches); ``commands_any`` (any command on PATH that runs
+successfully, e.g. ``nvidia-smi``); ``pci_vendor`` (a display-class PCI device of that
+vendor behind a DRM render node, e.g. ``"0x8086"`` for Intel GPUs).
+
+Intel GPUs are found and named from sysfs alone (:func:`pci_gpus`, :func:`intel_gpus`):
+``/sys/class/drm/renderD*/device/{vendor,device,class}``, with the render node present in
+``/dev/dri``. That accepts the supported driver-only setup (no ``sycl-ls`` without oneAPI,
+no ``xpu-smi`` on client GPUs), refuses an NVIDIA host that happens to have oneAPI, and
+counts only Intel GPUs. ``sycl-ls`` / ``xpu-smi`` only enrich :func:`xpu_inventory` when
+present. Every sysfs function takes ``root`` (default ``$ACCELGRID_HOST_ROOT`` or ``/``),
+so tests run on a fake tree.
+
+The Deep Learning Essentials check for torch series whose wheels do not bring the SYCL
+runtime is :func:`runtime_problem`.
 """
 
 from __future__ import annotations
@@ -11,11 +23,117 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import re
 import shutil
 import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import contract
+from .matrix import Cell
+
+INTEL = 0x8086
+DISPLAY_CLASS = 0x03   # PCI base class "display controller" (class 0x03xxxx)
+
+# Intel GPU families by PCI device id, from the Linux kernel's include/drm/intel/pciids.h
+# (torvalds/linux at 0755a4e3e809610a14befc9ad28d35e2e460da68: INTEL_PVC_IDS,
+# INTEL_ATS_M_IDS, INTEL_DG2_IDS, INTEL_BMG_IDS, INTEL_LNL_IDS, INTEL_MTL_IDS, INTEL_ARL_IDS,
+# INTEL_PTL_IDS). Family keys are the names torch-xpu-ops' CI uses for its runners and
+# per-hardware skip lists (pvc, bmg, lnl, arc, mtl); matrix.yaml's devices.xpu.hardware
+# and known_issues.yaml's scope.hardware use them (the schema's enum, tests check).
+FAMILIES: dict[str, tuple[str, frozenset[int]]] = {
+    "pvc": ("Intel Data Center GPU Max (Ponte Vecchio)", frozenset({
+        0x0B69, 0x0B6E, 0x0BD4, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB,
+        0x0BE0, 0x0BE1, 0x0BE5})),
+    "ats-m": ("Intel Data Center GPU Flex (ATS-M)", frozenset({0x56C0, 0x56C2, 0x56C1})),
+    "dg2": ("Intel Arc A-series (Alchemist, DG2)", frozenset({
+        0x56A0, 0x56A1, 0x56A2, 0x56BE, 0x56BF, 0x5690, 0x5691, 0x5692,      # G10
+        0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA, 0x56BB, 0x56BC, 0x56BD,      # G11
+        0x5693, 0x5694, 0x5695,
+        0x56A3, 0x56A4, 0x56B2, 0x56B3, 0x5696, 0x5697})),                    # G12
+    "bmg": ("Intel Arc B-series (Battlemage)", frozenset({
+        0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE216,
+        0xE220, 0xE221, 0xE222, 0xE223})),
+    "lnl": ("Intel Core Ultra 200V graphics (Lunar Lake)", frozenset({0x6420, 0x64A0, 0x64B0})),
+    "mtl": ("Intel Core Ultra graphics (Meteor Lake)", frozenset({
+        0x7D40, 0x7D45, 0x7D55, 0x7D60, 0x7DD5})),
+    "arl": ("Intel Core Ultra 200H/U/S graphics (Arrow Lake)", frozenset({
+        0x7D51, 0x7DD1, 0x7D41, 0x7D67, 0xB640})),
+    "ptl": ("Intel Core Ultra series 3 graphics (Panther Lake)", frozenset({
+        0xB080, 0xB081, 0xB082, 0xB083, 0xB084, 0xB085, 0xB086, 0xB087, 0xB08F, 0xB090,
+        0xB0A0, 0xB0B0})),
+}
+_FAMILY_OF = {pci_id: name for name, (_, ids) in FAMILIES.items() for pci_id in ids}
+
+
+def family_of(pci_device: int) -> str | None:
+    """The Intel GPU family of a PCI device id (``0x56c0`` -> ``"ats-m"``), or None."""
+    return _FAMILY_OF.get(pci_device)
+
+
+def host_root(root: str | Path | None = None) -> Path:
+    """The filesystem root holding sys/ and dev/: ``root``, else $ACCELGRID_HOST_ROOT, else /."""
+    return Path(root if root is not None else os.environ.get(contract.HOST_ROOT) or "/")
+
+
+@dataclass(frozen=True)
+class PciGpu:
+    """A DRM render node and the PCI device behind it."""
+
+    node: str            # "renderD128"
+    vendor: int
+    device: int
+    pci_class: int
+    dev_node: bool       # /dev/dri/<node> exists (a container without --device lacks it)
+
+    @property
+    def family(self) -> str | None:
+        return family_of(self.device) if self.vendor == INTEL else None
+
+    @property
+    def name(self) -> str:
+        if self.family:
+            return FAMILIES[self.family][0]
+        return f"PCI {self.vendor:#06x}:{self.device:#06x}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "pci_id": f"{self.vendor:04x}:{self.device:04x}",
+                "family": self.family, "name": self.name}
+
+
+def _hex_file(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="ascii").strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def _node_number(path: str) -> int:
+    m = re.search(r"(\d+)$", path)
+    return int(m[1]) if m else 0
+
+
+def pci_gpus(root: str | Path | None = None) -> list[PciGpu]:
+    """Every display-class PCI device behind a DRM render node, in render-node order."""
+    base = host_root(root)
+    found = []
+    for path in sorted(glob.glob(str(base / "sys/class/drm/renderD*")), key=_node_number):
+        device = Path(path) / "device"
+        vendor, pci_id, pci_class = (_hex_file(device / n) for n in ("vendor", "device", "class"))
+        if vendor is None or pci_id is None or pci_class is None:
+            continue
+        if pci_class >> 16 != DISPLAY_CLASS:
+            continue
+        node = Path(path).name
+        found.append(PciGpu(node, vendor, pci_id, pci_class, (base / "dev/dri" / node).exists()))
+    return found
+
+
+def intel_gpus(root: str | Path | None = None) -> list[PciGpu]:
+    """The Intel GPUs of this host (usable ones: their /dev/dri node exists)."""
+    return [g for g in pci_gpus(root) if g.vendor == INTEL and g.dev_node]
 
 
 def _command_works(command: str) -> bool:
@@ -28,8 +146,10 @@ def _command_works(command: str) -> bool:
         return False
 
 
-def absent_reason(device: str, rules: dict[str, Any]) -> str | None:
-    """None when the device is present, else a one-line reason it is not."""
+def absent_reason(device: str, rules: Mapping[str, Any], root: str | Path | None = None
+                  ) -> str | None:
+    """None when the device is present, else a one-line reason it is not (``root``: see
+    :func:`host_root`)."""
     if rules.get("always"):
         return None
     system = rules.get("system")
@@ -44,6 +164,21 @@ def absent_reason(device: str, rules: dict[str, Any]) -> str | None:
     commands = rules.get("commands_any") or []
     if commands and not any(_command_works(c) for c in commands):
         return f"{device} not present: none of {', '.join(commands)} is on PATH and working"
+    vendor = rules.get("pci_vendor")
+    if vendor:
+        return _pci_vendor_problem(device, int(str(vendor), 16), root)
+    return None
+
+
+def _pci_vendor_problem(device: str, vendor: int, root: str | Path | None) -> str | None:
+    gpus = [g for g in pci_gpus(root) if g.vendor == vendor]
+    where = host_root(root) / "sys/class/drm/renderD*"
+    if not gpus:
+        return f"{device} not present: no GPU of PCI vendor {vendor:#06x} under {where}"
+    if not any(g.dev_node for g in gpus):
+        return (f"{device} not present: {gpus[0].name} at {gpus[0].node} but "
+                f"{host_root(root) / 'dev/dri' / gpus[0].node} is missing "
+                "(in a container: pass --device /dev/dri)")
     return None
 
 
@@ -56,8 +191,123 @@ def present_devices(devices: dict[str, Any]) -> list[str]:
     return [name for name, dev in devices.items() if absent_reason(name, dev.detect) is None]
 
 
+def _library_on_path(name: str, search_path: str) -> bool:
+    return any(d and (Path(d) / name).exists() for d in search_path.split(os.pathsep))
+
+
+def runtime_problem(cell: Cell, env: Mapping[str, str] | None = None) -> str | None:
+    """One line when ``cell``'s torch needs a runtime bundle (``devices.<d>.runtime``) that
+    is not sourced in ``env`` (default: this process's environment), else None. Sourced
+    means: the check variable is set and the check library is in an LD_LIBRARY_PATH
+    folder, as the bundle's env script leaves them. ``ACCELGRID_SKIP_RUNTIME_CHECK=1``
+    skips it."""
+    rt = cell.runtime
+    if rt is None or rt.from_wheels:
+        return None
+    env = os.environ if env is None else env
+    if env.get(contract.SKIP_RUNTIME_CHECK) == "1":
+        return None
+    why = None
+    if rt.check_env and not env.get(rt.check_env):
+        why = f"{rt.check_env} is not set"
+    elif rt.check_library and not _library_on_path(rt.check_library,
+                                                   env.get("LD_LIBRARY_PATH", "")):
+        why = f"{rt.check_library} is not on LD_LIBRARY_PATH"
+    if why is None:
+        return None
+    scripts = " && ".join(f"source {script}" for script in rt.env_scripts)
+    torch = cell.torch_requirement.removeprefix("torch==")
+    return (f"{cell.name}: torch {torch} needs {rt.name} {rt.version} installed and "
+            f"sourced: {scripts} ({why}; see docs/xpu.md)")
+
+
+@dataclass(frozen=True)
+class HardwareChoice:
+    """Which hardware family and driver stack a cell runs on here, and how that is known."""
+
+    family: str | None = None
+    driver: str | None = None
+    how: str = ""                        # "declared", "pinned" or "detected" (family)
+    detected: tuple[str, ...] = ()       # the families of this host's Intel GPUs
+    problem: str | None = None           # one line: a declaration that cannot be right
+    note: str = ""                       # e.g. mixed families: none applied
+
+    def env(self, cell: Cell) -> dict[str, str]:
+        """The env the family and driver add to ``cell`` (its profile's own values win),
+        with ACCELGRID_HARDWARE / ACCELGRID_DRIVER for the records."""
+        out: dict[str, str] = {}
+        for table, key in ((cell.hardware_env, self.family), (cell.driver_env, self.driver)):
+            out.update(table.get(key or "", {}))
+        out = {k: v for k, v in out.items() if k not in cell.env}
+        if self.family:
+            out[contract.HARDWARE] = self.family
+        if self.driver:
+            out[contract.DRIVER] = self.driver
+        return out
+
+    def describe(self) -> str:
+        if not self.family and not self.driver:
+            return self.note or "hardware not known"
+        parts = []
+        if self.family:
+            parts.append(f"hardware {self.family} ({self.how})")
+        if self.driver:
+            parts.append(f"driver {self.driver}")
+        return ", ".join(parts) + (f"; {self.note}" if self.note else "")
+
+
+def resolve_hardware(cell: Cell, env: Mapping[str, str] | None = None,
+                     root: str | Path | None = None) -> HardwareChoice:
+    """The hardware family ``cell`` runs on here: the runner's declaration
+    (``ACCELGRID_HARDWARE``), else the cell's pin (an include rule's ``hardware:``), else
+    the one family of this host's Intel GPUs; and the driver stack (``ACCELGRID_DRIVER``,
+    else the pin). A declaration or pin that is unknown, that contradicts the other, or
+    that this host's GPUs contradict is a ``problem``. Devices without hardware families
+    (``devices.<d>.hardware``) get an empty choice."""
+    if not cell.hardware_env and not cell.driver_env:
+        return HardwareChoice()
+    env = os.environ if env is None else env
+    declared = env.get(contract.HARDWARE) or None
+    declared_driver = env.get(contract.DRIVER) or None
+    for kind, value, table in (("hardware", declared, cell.hardware_env),
+                               ("driver", declared_driver, cell.driver_env)):
+        if value and value not in table:
+            var = contract.HARDWARE if kind == "hardware" else contract.DRIVER
+            return HardwareChoice(problem=(
+                f"{cell.name}: {var}={value} is not a {cell.device} {kind} of the matrix "
+                f"(known: {', '.join(table) or 'none'})"))
+    for kind, value, pin in (("hardware", declared, cell.hardware),
+                             ("driver", declared_driver, cell.driver)):
+        if value and pin and value != pin:
+            return HardwareChoice(problem=(
+                f"{cell.name}: the cell is pinned to {kind} {pin}, this runner declares {value}"))
+    detected = tuple(dict.fromkeys(g.family for g in intel_gpus(root) if g.family)) \
+        if cell.device == "xpu" else ()
+    family, how, note = declared or cell.hardware, "declared" if declared else "pinned", ""
+    if family and detected and family not in detected:
+        return HardwareChoice(detected=detected, problem=(
+            f"{cell.name}: hardware {family} ({how}) but this host's Intel GPUs are "
+            f"{', '.join(detected)}"))
+    if not family and len(detected) == 1:
+        family, how = detected[0], "detected"
+    elif not family and len(detected) > 1:
+        how, note = "", (f"mixed Intel GPU families ({', '.join(detected)}): no family's env "
+                         f"applied; declare one with {contract.HARDWARE}")
+    return HardwareChoice(family if family in cell.hardware_env else None,
+                          declared_driver or cell.driver, how if family else "", detected,
+                          None, note)
+
+
 # How a process is pinned to some of the host's devices (set before torch is imported).
 VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+
+# What hides every accelerator from a cpu cell's tests (set before torch is imported), so
+# code that picks its device from what the host has (torchao's CPUOffloadOptimizer) sees a
+# CPU-only host, as the cell claims. CUDA: an empty CUDA_VISIBLE_DEVICES shows no GPU.
+# XPU: torch enumerates Level Zero GPUs only (c10/xpu/XPUFunctions.cpp), and a discarding
+# ONEAPI_DEVICE_SELECTOR filter drops them all (an empty ZE_AFFINITY_MASK would mean "all").
+# MPS: no variable hides it; a cpu cell on Apple silicon still sees MPS.
+HIDE_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "ONEAPI_DEVICE_SELECTOR": "!level_zero:gpu"}
 
 
 def _nvidia_ids() -> list[str]:
@@ -73,17 +323,30 @@ def _nvidia_ids() -> list[str]:
 
 
 def _xpu_ids() -> list[str]:
-    exe = shutil.which("sycl-ls")
-    if exe:
-        try:
-            out = subprocess.run([exe], capture_output=True, text=True, timeout=60,
-                                 check=False).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        gpus = [ln for ln in out.splitlines() if "level_zero:gpu" in ln]
-        if gpus:
-            return [str(i) for i in range(len(gpus))]
-    return [str(i) for i in range(len(glob.glob("/dev/dri/renderD*")))]
+    # Level Zero numbers the Intel GPUs it reports 0..n-1 (ZE_AFFINITY_MASK's numbering).
+    return [str(i) for i in range(len(intel_gpus()))]
+
+
+def _tool_lines(cmd: list[str], keep: str = "") -> list[str]:
+    exe = shutil.which(cmd[0])
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=60,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln.strip() for ln in out.splitlines() if ln.strip() and keep in ln][:32]
+
+
+def xpu_inventory(root: str | Path | None = None, tools: bool = True) -> dict[str, Any]:
+    """What this host has for xpu cells: its Intel GPUs from sysfs (node, PCI id, family,
+    name), and, when installed, what ``sycl-ls`` and ``xpu-smi discovery`` say."""
+    report: dict[str, Any] = {"gpus": [g.as_dict() for g in intel_gpus(root)]}
+    if tools:
+        report["sycl-ls"] = _tool_lines(["sycl-ls"], "level_zero")
+        report["xpu-smi"] = _tool_lines(["xpu-smi", "discovery"])
+    return report
 
 
 # device -> how to enumerate its devices on this host without importing torch.

@@ -62,12 +62,16 @@ class KnownIssue:
     expect: str
     match: str | None = None
     devices: tuple[str, ...] | None = None
+    hardware: tuple[str, ...] | None = None     # families: the runner's (declared/detected)
+    drivers: tuple[str, ...] | None = None      # driver stacks the runner declares
     torch: str | None = None
     profiles: tuple[str, ...] | None = None
     packages: dict[str, str] = field(default_factory=dict)
     status: str = "open"
     fixed_in: str | None = None
     note: str = ""
+    # Per item of ``tests``: the devices it is narrowed to (None: all of scope.devices).
+    test_devices: tuple[tuple[str, ...] | None, ...] = ()
 
     def out_of_scope_reason(self, cell: Cell) -> str | None:
         """Why the entry does not apply to ``cell`` (by the matrix's pins), or None."""
@@ -75,6 +79,11 @@ class KnownIssue:
             return f"device {cell.device} is not in {', '.join(self.devices)}"
         if self.profiles is not None and cell.profile not in self.profiles:
             return f"profile {cell.profile} is not in {', '.join(self.profiles)}"
+        # Hardware and driver are the runner's: known here only for a cell pinned to them.
+        for kind, wanted, pinned in (("hardware", self.hardware, cell.hardware),
+                                     ("driver", self.drivers, cell.driver)):
+            if wanted is not None and pinned is not None and pinned not in wanted:
+                return f"{kind} {pinned} is not in {', '.join(wanted)}"
         for package, text in {"torch": self.torch, **self.packages}.items():
             if text is None:
                 continue
@@ -88,14 +97,26 @@ class KnownIssue:
     def in_scope(self, cell: Cell) -> bool:
         return self.out_of_scope_reason(cell) is None
 
-    def covers(self, nodeid: str, torch_version: str | None = None) -> bool:
-        """Whether the entry names ``nodeid`` (at ``torch_version``, for narrowed tests)."""
-        return runtime.covers(self.runtime_entry(), nodeid, torch_version)
+    def on_runner(self, hardware: str | None, driver: str | None) -> bool:
+        """Whether the runner's hardware family and driver stack (None: not known) are in
+        scope; an entry that names some is out of scope where they are not known."""
+        return ((self.hardware is None or hardware in self.hardware)
+                and (self.drivers is None or driver in self.drivers))
 
-    def runtime_entry(self) -> dict[str, Any]:
-        """What the in-cell plugin needs (device/profile are already checked)."""
+    def covers(self, nodeid: str, torch_version: str | None = None,
+               device: str | None = None) -> bool:
+        """Whether the entry names ``nodeid`` (at ``torch_version`` and on ``device``, for
+        narrowed tests)."""
+        return runtime.covers(self.runtime_entry(device), nodeid, torch_version)
+
+    def runtime_entry(self, device: str | None = None) -> dict[str, Any]:
+        """What the in-cell plugin needs (device/profile are already checked): the tests
+        that concern ``device`` (None: every test)."""
+        devices = self.test_devices or (None,) * len(self.tests)
         return {"id": self.id, "url": self.url, "title": self.title,
-                "tests": [{"test": p, "torch": r} for p, r in self.tests],
+                "tests": [{"test": p, "torch": r} for (p, r), devs in zip(self.tests, devices,
+                                                                          strict=True)
+                          if device is None or devs is None or device in devs],
                 "expect": self.expect, "match": self.match, "torch": self.torch,
                 "packages": dict(self.packages)}
 
@@ -167,6 +188,18 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
         scope = spec["scope"]
         for i, dev in enumerate(scope.get("devices") or []):
             problems += _known("device", dev, devices, smap, (*base, "scope", "devices", i))
+        for key, table in (("hardware", "hardware"), ("drivers", "drivers")):
+            known = [n for dev in scope.get("devices") or [] if dev in matrix.devices
+                     for n in getattr(matrix.devices[dev], table)]
+            what = "hardware family" if key == "hardware" else "driver stack"
+            if key in scope and not known:
+                devices = ", ".join(scope.get("devices") or []) or "no device"
+                problems.append(smap.problem((*base, "scope", key), (
+                    f"scope.devices ({devices}) has no {what} in {matrix.path.name} "
+                    f"(devices.<d>.{table})")))
+                continue
+            for i, name in enumerate(scope.get(key) or []):
+                problems += _known(what, name, known, smap, (*base, "scope", key, i))
         for i, prof in enumerate(scope.get("profiles") or []):
             problems += _known("profile", prof, profiles, smap, (*base, "scope", "profiles", i))
         if "torch" in scope:
@@ -190,6 +223,12 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
                            f"(patterns are node ids relative to {matrix.root.name}/)"))
             if isinstance(item, dict) and "torch" in item:
                 problems += _range_problems(item["torch"], smap, (*base, "tests", i, "torch"))
+            for j, dev in enumerate(item.get("devices") or [] if isinstance(item, dict) else []):
+                if dev not in (scope.get("devices") or []):
+                    problems.append(smap.problem(
+                        (*base, "tests", i, "devices", j),
+                        f"device '{dev}' is not in scope.devices "
+                        f"({', '.join(scope.get('devices') or [])})"))
         if "match" in spec:
             try:
                 re.compile(spec["match"])
@@ -220,11 +259,15 @@ def load_registry(path: str | Path, matrix: Matrix) -> Registry:
                         for t in spec["tests"]),
             expect=spec["expect"], match=spec.get("match"),
             devices=tuple(scope["devices"]) if "devices" in scope else None,
+            hardware=tuple(scope["hardware"]) if "hardware" in scope else None,
+            drivers=tuple(scope["drivers"]) if "drivers" in scope else None,
             torch=scope.get("torch"),
             profiles=tuple(scope["profiles"]) if "profiles" in scope else None,
             packages=dict(scope.get("packages") or {}),
             status=spec.get("status", "open"), fixed_in=spec.get("fixed_in"),
-            note=spec.get("note", ""))
+            note=spec.get("note", ""),
+            test_devices=tuple(tuple(t["devices"]) if isinstance(t, dict) and "devices" in t
+                               else None for t in spec["tests"]))
     return Registry(path, issues)
 
 
@@ -242,17 +285,22 @@ def registry_for_run(root: Path) -> Registry | None:
     return load_registry(path, load_matrix(root / "matrix.yaml"))
 
 
-def cell_env(cell: Cell, root: Path, folder: Path) -> dict[str, str]:
+def cell_env(cell: Cell, root: Path, folder: Path, *, hardware: str | None = None,
+             driver: str | None = None) -> dict[str, str]:
     """For the runner: write the cell's registry entries to ``folder/known_issues.json`` and
     return the env var pointing the plugin at it (nothing without a registry file, or with
-    ``ACCELGRID_NO_KNOWN_ISSUES=1``). Raises ValidationFailed for an invalid registry."""
+    ``ACCELGRID_NO_KNOWN_ISSUES=1``). ``hardware`` / ``driver``: the runner's family and
+    driver stack (None: not known), for entries scoped by them. Raises ValidationFailed for
+    an invalid registry."""
     registry = registry_for_run(root)
     if registry is None:
         return {}
     path = registry.path
-    entries = [i.runtime_entry() for i in registry.issues.values()
+    entries = [i.runtime_entry(cell.device) for i in registry.issues.values()
                if (i.devices is None or cell.device in i.devices)
-               and (i.profiles is None or cell.profile in i.profiles)]
+               and (i.profiles is None or cell.profile in i.profiles)
+               and i.on_runner(hardware, driver)]
+    entries = [e for e in entries if e["tests"]]   # narrowed to other devices only
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / RUNTIME_JSON
     out.write_text(dumps({"cell": cell.name, "registry": str(path), "issues": entries},

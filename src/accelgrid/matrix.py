@@ -39,11 +39,65 @@ from .validation import (
 from .validation import (
     check_known as _known,
 )
-from .versions import public_version
+from .versions import in_range, public_version, range_is_empty
 
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
 DEFAULT_MATRIX = "matrix.yaml"
 AXES = ("device", "torch", "profile")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a device's torch wheels need beside them for a range of torch releases
+    (``devices.<d>.runtime``): a bundle installed and sourced (Intel's Deep Learning
+    Essentials for torch 2.5 +xpu), or nothing (``from_wheels``: the runtime comes as pip
+    dependencies of torch, from 2.6 on)."""
+
+    torch: str                              # PEP 440 range of torch releases, e.g. "<2.6"
+    name: str
+    from_wheels: bool = False
+    version: str | None = None
+    env_scripts: tuple[str, ...] = ()       # what to source, in order
+    check_env: str | None = None            # set once sourced, e.g. ONEAPI_ROOT
+    check_library: str | None = None       # on LD_LIBRARY_PATH once sourced, e.g. libsycl.so.7
+    apt_repository: str | None = None      # "URL SUITE COMPONENT" (containers)
+    apt_key: str | None = None
+    apt_packages: tuple[str, ...] = ()
+    source: str = ""                        # where the fact comes from
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"torch": self.torch, "name": self.name,
+                               "from_wheels": self.from_wheels}
+        if not self.from_wheels:
+            out.update(version=self.version, env_scripts=list(self.env_scripts),
+                       check={"env": self.check_env, "library": self.check_library},
+                       apt={"repository": self.apt_repository, "key": self.apt_key,
+                            "packages": list(self.apt_packages)})
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    def describe(self) -> str:
+        """One line for ``accelgrid plan``."""
+        if self.from_wheels:
+            return f"{self.name} (GPU driver only)"
+        checks = [f"{self.check_env} set" if self.check_env else "",
+                  f"{self.check_library} on LD_LIBRARY_PATH" if self.check_library else ""]
+        return (f"{self.name} {self.version}, sourced: "
+                f"{'; '.join(f'source {x}' for x in self.env_scripts)} "
+                f"(checked: {', '.join(c for c in checks if c)})")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A hardware family (``devices.<d>.hardware``, e.g. ``ats-m``) or a driver stack
+    (``devices.<d>.drivers``, e.g. ``lts``) that a runner can have: the env every cell run
+    there gets (ATS-M: the fp64 emulation flags) and the runner label that names it."""
+
+    name: str
+    description: str = ""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +113,9 @@ class Device:
     container_family: str | None = None
     container_base: str | None = None
     workers: int | None = None
+    runtime: tuple[Runtime, ...] = ()
+    hardware: dict[str, Hardware] = dataclasses.field(default_factory=dict)
+    drivers: dict[str, Hardware] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,6 +169,22 @@ class Cell:
     container_family: str | None = None
     container_base: str | None = None
     tags: tuple[str, ...] = ()
+    runtime: Runtime | None = None      # what torch needs beside it (devices.<d>.runtime)
+    hardware: str | None = None         # pinned by an include rule (else: the runner's)
+    driver: str | None = None
+    # The device's hardware families and driver stacks -> their env (applied at run time to
+    # the family the runner declares or has, see accelgrid.detect.resolve_hardware).
+    hardware_env: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    driver_env: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # torch from a local wheel (an include rule's torch_wheel: a .whl file or a folder
+    # holding one, e.g. an XPU source build of torch 2.4), absolute. Such a cell is run on
+    # request only: not by a plain `nox`, `nox -t DEVICE`, CI or `accelgrid repro ID`.
+    torch_wheel: str | None = None
+
+    @property
+    def manual(self) -> bool:
+        """Run only when named (its torch comes from a local wheel)."""
+        return self.torch_wheel is not None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +198,9 @@ class Cell:
             "workers": self.workers, "default_torch": self.is_default_torch,
             "container": {"family": self.container_family, "base": self.container_base},
             "tags": list(self.tags),
+            "runtime": self.runtime.as_dict() if self.runtime else None,
+            "hardware": self.hardware, "driver": self.driver,
+            "torch_wheel": self.torch_wheel, "manual": self.manual,
         }
 
 
@@ -151,13 +227,33 @@ class Matrix:
     cells: tuple[Cell, ...] = ()
 
     def cell(self, name: str) -> Cell:
-        """The cell called ``name``; KeyError with a suggestion otherwise."""
+        """The cell called ``name``; UnknownName (a KeyError) with a suggestion otherwise,
+        or saying which exclude rule removed it."""
         for cell in self.cells:
             if cell.name == name:
                 return cell
         names = [c.name for c in self.cells]
+        rule = self.excluded_by(name)
+        if rule is not None:
+            shown = ", ".join(f"{k}: {v}" for k, v in self.exclude[rule].items())
+            where = f"{self.path.name}:{self.source.line(('matrix', 'exclude', rule))}"
+            raise UnknownName(f"cell '{name}' is excluded by {where} matrix.exclude[{rule}] "
+                              f"({{{shown}}}); add an include rule for it to run it")
         raise UnknownName(f"unknown cell '{name}'{suggest(name, names)} "
-                       f"(`accelgrid cells` lists all {len(names)})")
+                          f"(`accelgrid cells` lists all {len(names)})")
+
+    def excluded_by(self, name: str) -> int | None:
+        """The index of the exclude rule that removed the combination named ``name``."""
+        for device in self.axes["device"]:
+            for torch in self.axes["torch"]:
+                for profile in self.axes["profile"]:
+                    if _cell_name(device, torch, profile, self.default_profile) != name:
+                        continue
+                    combo = {"device": device, "torch": torch, "profile": profile}
+                    for i, rule in enumerate(self.exclude):
+                        if _matches(rule, combo):
+                            return i
+        return None
 
 
 def _env(mapping: dict[str, Any] | None) -> dict[str, str]:
@@ -254,6 +350,25 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
             problems.append(smap.problem(("devices", dev, "index"), why))
         problems += _flag_problems(spec.get("env"), [dev], smap, ("devices", dev, "env"),
                                    f"device {dev}")
+        for i, entry in enumerate(spec.get("runtime") or []):
+            where = ("devices", dev, "runtime", i)
+            problems += _runtime_range_problems(entry["torch"], smap, (*where, "torch"))
+            extra = [k for k in ("version", "env_scripts", "check", "apt") if k in entry]
+            if entry.get("from_wheels") and extra:
+                problems.append(smap.problem((*where, extra[0]), (
+                    f"a from_wheels runtime is installed with torch: it has no {extra[0]}")))
+        problems += _runtime_overlaps(dev, spec.get("runtime") or [], data["torch"], smap)
+        for kind in ("hardware", "drivers"):
+            for name, entry in (spec.get(kind) or {}).items():
+                for var, value in (entry.get("env") or {}).items():
+                    msg = environment.flag_value_problem(var, str(value))
+                    if msg:
+                        problems.append(smap.problem(("devices", dev, kind, name, "env", var),
+                                                     msg))
+        for var, value in (spec.get("env") or {}).items():
+            msg = environment.flag_value_problem(var, str(value))
+            if msg:
+                problems.append(smap.problem(("devices", dev, "env", var), msg))
     for prof, spec in data["profiles"].items():
         for i, dev in enumerate(spec.get("devices") or []):
             problems += _known("device", dev, devices, smap, ("profiles", prof, "devices", i))
@@ -300,7 +415,61 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                 problems += _known("profile", rule["profile"], profiles, smap, (*base, "profile"))
             for j, name in enumerate(rule.get("suites") or []):
                 problems += _known("suite", name, suites, smap, (*base, "suites", j))
+            for key, table in (("hardware", "hardware"), ("driver", "drivers")):
+                if key not in rule:
+                    continue
+                if "device" not in rule:
+                    problems.append(smap.problem((*base, key),
+                                                 f"a rule with {key} names its device too"))
+                elif rule["device"] in data["devices"]:
+                    known = list(data["devices"][rule["device"]].get(table) or {})
+                    problems += _known(f"{rule['device']} {key}", rule[key], known, smap,
+                                       (*base, key))
     return problems
+
+
+def _runtime_range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
+    try:
+        if range_is_empty(text):
+            return [smap.problem(path, f"range '{text}' matches no version")]
+    except ValueError as exc:
+        return [smap.problem(path, f"bad range '{text}': {exc}")]
+    return []
+
+
+def _runtime_overlaps(device: str, entries: list[dict], torch: dict[str, dict], smap: SourceMap
+                      ) -> list[Problem]:
+    """A torch release may fall in one runtime range of a device at most."""
+    problems = []
+    for spec in torch.values():
+        release = spec["torch"]
+        try:
+            hits = [i for i, e in enumerate(entries) if in_range(release, e["torch"])]
+        except ValueError:
+            continue   # a bad range: reported on its own
+        for i in hits[1:]:
+            problems.append(smap.problem(
+                ("devices", device, "runtime", i, "torch"),
+                f"torch {release} is in this range and in runtime[{hits[0]}]'s "
+                f"'{entries[hits[0]]['torch']}': one runtime per torch release"))
+    return problems
+
+
+def _hardware(table: dict[str, Any] | None) -> dict[str, Hardware]:
+    return {name: Hardware(name, spec.get("description", ""), _env(spec.get("env")),
+                           spec.get("label"))
+            for name, spec in (table or {}).items()}
+
+
+def _runtime(spec: dict[str, Any]) -> Runtime:
+    check = spec.get("check") or {}
+    apt = spec.get("apt") or {}
+    return Runtime(
+        torch=spec["torch"], name=spec["name"], from_wheels=bool(spec.get("from_wheels")),
+        version=spec.get("version"), env_scripts=tuple(spec.get("env_scripts") or ()),
+        check_env=check.get("env"), check_library=check.get("library"),
+        apt_repository=apt.get("repository"), apt_key=apt.get("key"),
+        apt_packages=tuple(apt.get("packages") or ()), source=spec.get("source", ""))
 
 
 def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
@@ -322,6 +491,9 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             container_family=container.get("family"),
             container_base=container.get("base"),
             workers=spec.get("workers"),
+            runtime=tuple(_runtime(r) for r in spec.get("runtime") or ()),
+            hardware=_hardware(spec.get("hardware")),
+            drivers=_hardware(spec.get("drivers")),
         )
     torch = {
         key: TorchSeries(key, {k: v for k, v in spec.items() if k in PIN_NAMES},
@@ -508,8 +680,19 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
     torch_req = f"torch=={series.pins['torch']}"
     if device.torch_local_version:
         torch_req += f"+{device.torch_local_version}"
+    runtimes = [r for r in device.runtime if in_range(series.pins["torch"], r.torch)]
+    hardware = device.hardware.get(combo["hardware"]) if combo.get("hardware") else None
+    driver = device.drivers.get(combo["driver"]) if combo.get("driver") else None
+    labels = device.runner_labels + tuple(
+        x.label for x in (hardware, driver) if x is not None and x.label
+        and x.label not in device.runner_labels)
     timeout = combo.get("timeout") or {}
-    tags = (device.name, f"torch-{series.series}", profile.name)
+    wheel = combo.get("torch_wheel")
+    if wheel is not None:
+        wheel = str((matrix.root / wheel).resolve()) if not Path(wheel).is_absolute() else wheel
+    # A cell run on request only carries none of the tags `nox -t` selects by.
+    tags = ((device.name, f"torch-{series.series}", profile.name) if wheel is None
+            else ("local-wheel",))
     return Cell(
         name=name,
         device=device.name,
@@ -523,13 +706,19 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         env={**device.env, **profile.env},
         index=device.index,
         torch_requirement=torch_req,
-        runner_labels=device.runner_labels,
+        runner_labels=labels,
         hosted=device.hosted,
         cell_minutes=timeout.get("cell_minutes", matrix.cell_minutes),
         test_seconds=timeout.get("test_seconds", matrix.test_seconds),
         workers=combo.get("workers", device.workers or matrix.workers),
         is_default_torch=series.series == matrix.default_torch,
-        container_family=device.container_family,
-        container_base=device.container_base,
+        container_family=device.container_family if wheel is None else None,
+        container_base=device.container_base if wheel is None else None,
         tags=tags,
+        runtime=runtimes[0] if runtimes else None,
+        hardware=hardware.name if hardware else None,
+        driver=driver.name if driver else None,
+        hardware_env={k: dict(v.env) for k, v in device.hardware.items()},
+        driver_env={k: dict(v.env) for k, v in device.drivers.items()},
+        torch_wheel=wheel,
     ), None

@@ -9,6 +9,7 @@ attributed to the right test.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -38,6 +39,15 @@ def _message(report: pytest.TestReport) -> str:
     text = str(longrepr or "")
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` if JSON can hold it as it is, else its ``repr``."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
 
 
 class Recorder:
@@ -121,6 +131,9 @@ class Recorder:
         rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
         if getattr(report, "accelgrid_issue", None):  # set by known_issues_runtime
             rec["issue"] = report.accelgrid_issue
+        # Facts a test records (request.node.user_properties): kept in its record too.
+        for name, value in getattr(report, "user_properties", None) or ():
+            rec.setdefault("properties", {})[str(name)] = _jsonable(value)
         wasxfail = getattr(report, "wasxfail", None)
         if rec["outcome"] is None:
             if report.failed:
@@ -181,13 +194,15 @@ class Recorder:
 
 class WorkerMarker:
     """In each process that runs tests: note the current test (for crash attribution),
-    and, in the pinned pass, which tests were left for the all-devices pass."""
+    and which tests a pass left for a later one (the pinned pass: multi_device tests for
+    the all-devices pass; a cpu cell's: sees_accelerators tests for host-accelerators)."""
 
     def __init__(self, config: pytest.Config, folder: Path):
         self.folder = folder
         self.worker = _worker_id(config) or "main"
         self.default_timeout = config.getoption("timeout", None)
         self.device = os.environ.get(contract.DEVICE, "cpu")
+        self.left: list[str] = []   # tests deselected here for a later pass
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.worker == "main" and getattr(session.config.option, "dist", "no") != "no":
@@ -196,12 +211,19 @@ class WorkerMarker:
         results.write_json(self.folder / f"torch-{self.worker}.json",
                            provenance.worker_torch_report(self.device))
 
+    # pass -> (the marker its -m deselects, the file listing those tests for a later pass)
+    LEFT_BEHIND = {contract.PASS_PINNED: ("multi_device", results.MULTI_DEVICE),
+                   contract.PASS_SINGLE: ("sees_accelerators", results.HOST_ACCELERATORS)}
+
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        if os.environ.get(contract.PASS) != contract.PASS_PINNED:
+        kind = self.LEFT_BEHIND.get(os.environ.get(contract.PASS, ""))
+        if kind is None:
             return
-        left = [i.nodeid for i in items if i.get_closest_marker("multi_device")]
-        # Every worker collects the same items: the file is the same whoever writes last.
-        results.write_json(self.folder / results.MULTI_DEVICE, left)
+        mark, name = kind
+        # Several deselections (-m, -k, --upstream) add up; every worker collects the same
+        # items, so the file is the same whoever writes last.
+        self.left += [i.nodeid for i in items if i.get_closest_marker(mark)]
+        results.write_json(self.folder / name, self.left)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> None:
@@ -243,6 +265,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
+    config.addinivalue_line("markers", "sees_accelerators: in a cpu cell, runs in a later pass "
+                            "that sees the host's accelerators (the cell's other tests see "
+                            "none: CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")
     known_issues_runtime.configure(config)  # upstream marker; registry xfails
     folder = os.environ.get(contract.RESULTS)
     if not folder:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import detect, known_issues, outcomes, results
+from . import detect, install, known_issues, outcomes, results
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
 
@@ -86,6 +86,11 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     reason = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
     if reason and not os.environ.get("ACCELGRID_SKIP_DETECT"):
         return CellRun(cell.name, None, 0.0, folder, error=reason)
+    problem = detect.runtime_problem(cell) or detect.resolve_hardware(cell).problem
+    if not problem and not no_venv:
+        problem = install.local_wheel(cell)[1]
+    if problem:
+        return CellRun(cell.name, None, 0.0, folder, error=problem.removeprefix(f"{cell.name}: "))
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{cell.name}.nox.log"
     cmd = nox_command(matrix, cell, pytest_args, envdir=envdir, reuse=reuse, no_venv=no_venv)
@@ -149,14 +154,21 @@ def _present(matrix: Matrix, device: str) -> bool:
     return detect.absent_reason(device, matrix.devices[device].detect) is None
 
 
+def _on_request(cell: Cell) -> str:
+    return (f"torch from a local wheel ({cell.torch_wheel}): excluded from default runs; "
+            f"run it with --cell {cell.name}")
+
+
 def list_registry(matrix: Matrix, registry: known_issues.Registry) -> int:
     for issue in registry.issues.values():
         cells = [c for c in matrix.cells if issue.in_scope(c)]
-        here = [c.name for c in cells if _present(matrix, c.device)]
+        here = [c.name for c in cells if _present(matrix, c.device) and not c.manual]
         status = f"fixed in torch {issue.fixed_in}" if issue.fixed_in else issue.status
         print(f"{issue.id} [{status}] {issue.title}")
         print(f"    {issue.url}")
-        print(f"    cells in scope: {', '.join(c.name for c in cells) or 'none in this matrix'}")
+        names = [c.name + (" (local torch wheel: --cell only)" if c.manual else "")
+                 for c in cells]
+        print(f"    cells in scope: {', '.join(names) or 'none in this matrix'}")
         print(f"    runnable here: {', '.join(here) or 'none'}")
     return 0
 
@@ -174,20 +186,25 @@ def reproduce(matrix: Matrix, registry: known_issues.Registry, issue_id: str, *,
         picked = ([matrix.cell(name) for name in cells] if cells
                   else [c for c in matrix.cells if issue.in_scope(c)])
     except KeyError as exc:
-        raise InvalidInput(exc.args[0]) from None
+        raise InvalidInput(str(exc.args[0]) if exc.args else str(exc)) from None
     if torch:
         picked = [c for c in picked if c.torch in torch]
+    # Cells whose torch is a local wheel run only when named: listed, not run.
+    on_request = [] if cells else [c for c in picked if c.manual]
+    picked = [c for c in picked if c not in on_request]
     repro = known_issues.repro_file(issue.id)
     if not (matrix.root / repro).exists():
         raise InvalidInput(f"{issue.id} has no reproduction: {repro} is missing")
-    if not picked:
+    if not picked and not on_request:
         raise AccelgridError(f"no cell of {matrix.path.name} is in the scope of {issue.id}; "
                              "name one with --cell")
     out = results_dir or results.results_root(matrix.root) / "repro" / _slug(issue.id)
     pytest_args = [repro, f"--upstream={issue.id}"]
     print(f"{issue.id}: {issue.title}\n{issue.url}\nreproduction: {repro}; results in {out}/",
           flush=True)
-    width = max(len(c.name) for c in picked)
+    width = max(len(c.name) for c in [*picked, *on_request])
+    for cell in on_request:
+        print(f"{cell.name:<{width}} {ARROW} {NOT_RUN} ({_on_request(cell)})", flush=True)
     ran, failed_runs, unexpected = 0, 0, 0
     for cell in picked:
         note = "" if issue.in_scope(cell) else "  [outside the registry's scope]"

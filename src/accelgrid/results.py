@@ -40,6 +40,7 @@ ENV = "env.json"
 JUNIT = "junit.xml"
 SUMMARY = "summary.json"
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
+HOST_ACCELERATORS = "host_accelerators.json"  # tests a cpu cell left for the host-accelerators pass
 # Any of these makes a folder a cell's results folder.
 CELL_FILES = (TESTS, ENV, COLLECTED, SUMMARY)
 # Folders never searched for cells: tool state, and a cell's own per-worker folder.

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import contract, detect, known_issues, results
+from .errors import AccelgridError
 from .matrix import Cell
 from .report import ops_pages
 from .versions import version_key
 
 EXIT_CELL_TIMEOUT = 124
+HARDWARE_JSON = "hardware.json"   # in the results folder: the runner's family, driver, GPUs
 
 
 def installed_version(python: str, package: str = "torch") -> str | None:
@@ -67,9 +69,15 @@ def project_commit(root: Path) -> tuple[str | None, bool]:
 
 def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None
              ) -> dict[str, str]:
-    """The environment the cell's pytest starts with."""
+    """The environment the cell's pytest starts with: the host's, the cell's (device and
+    profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
+    and how they were known), and accelgrid's own variables."""
     env = dict(os.environ if base is None else base)
+    hardware = detect.resolve_hardware(cell, env)
     env.update(cell.env)
+    if hardware.problem:
+        raise AccelgridError(hardware.problem)
+    env.update(hardware.env(cell))
     commit, dirty = project_commit(root)
     src = str(root / "src")
     env.update({
@@ -86,7 +94,17 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     })
     # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
     env.pop(known_issues.runtime.ENV_KNOWN_ISSUES, None)
-    env.update(known_issues.cell_env(cell, root, folder))
+    env.update(known_issues.cell_env(cell, root, folder, hardware=hardware.family,
+                                     driver=hardware.driver))
+    if cell.hardware_env or cell.driver_env:
+        extra = " ".join(f"{k}={v}" for k, v in hardware.env(cell).items()
+                         if not k.startswith(contract.PREFIX))
+        print(f"accelgrid: {cell.name}: {hardware.describe()}"
+              + (f": {extra}" if extra else ""), flush=True)
+        results.write_json(folder / HARDWARE_JSON, {
+            "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
+            "note": hardware.note, "env": hardware.env(cell),
+            **detect.xpu_inventory()})
     return env
 
 
@@ -96,6 +114,10 @@ def _selects_paths(args: Sequence[str], root: Path) -> bool:
 
 
 MULTI_DEVICE_MARK = "multi_device"
+SEES_ACCELERATORS_MARK = "sees_accelerators"   # in a cpu cell: run where accelerators show
+# Passes that run only what an earlier pass left them (a file in the results folder).
+LEFT_FOR = {contract.PASS_ALL_DEVICES: results.MULTI_DEVICE,
+            contract.PASS_HOST_ACCELERATORS: results.HOST_ACCELERATORS}
 
 
 @dataclass(frozen=True)
@@ -136,7 +158,22 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True),
         ]
+    if cell.device == "cpu":
+        return cpu_passes(cell, workers)
     return [Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)))]
+
+
+def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
+    """A cpu cell: its tests run with every accelerator hidden (detect.HIDE_ACCELERATORS),
+    so that nothing picks a GPU behind the cell's back (pytorch/ao#958 would pass on a GPU
+    host); tests marked ``sees_accelerators`` run afterwards in a pass that sees them."""
+    return [
+        Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)),
+             ("-m", f"not {SEES_ACCELERATORS_MARK}"),
+             env=tuple(detect.HIDE_ACCELERATORS.items())),
+        Pass(contract.PASS_HOST_ACCELERATORS, ("-n", "1"), ("-m", SEES_ACCELERATORS_MARK),
+             junit="junit-host-accelerators.xml", empty_ok=True),
+    ]
 
 
 def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = (),
@@ -167,22 +204,28 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit)."""
     folder = (results_root / cell.name).resolve()
     known_issues.registry_for_run(root)  # an invalid registry fails before results go
+    problem = detect.resolve_hardware(cell).problem
+    if problem:   # before the results folder is touched
+        raise AccelgridError(problem)
     prepare(folder)
     env = cell_env(cell, root, folder)
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
     deadline = time.monotonic() + limit
     ids = detect.device_ids(cell.device, env) if workers is None else []
     plan = passes(cell, workers, ids)
-    if len(plan) > 1:
+    if plan[0].name == contract.PASS_PINNED:
         print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices ({', '.join(ids)}): "
               "one pinned worker each, then multi-device tests", flush=True)
     stop_reason: list[str] = []
     rc = 0
     for run_pass in plan:
         args = list(pytest_args)
-        if run_pass.name == contract.PASS_ALL_DEVICES:
-            # Only what the pinned pass left for us: no re-collecting every suite.
-            left, err = results.read_json(folder / results.MULTI_DEVICE)
+        if run_pass.name in LEFT_FOR:
+            # Only what the first pass left for us: no re-collecting every suite.
+            left, err = results.read_json(folder / LEFT_FOR[run_pass.name])
+            if (err or not isinstance(left, list)) and \
+                    run_pass.name == contract.PASS_HOST_ACCELERATORS:
+                continue   # no test asked for the host's accelerators
             if not err and isinstance(left, list):
                 if not left:
                     continue
@@ -194,7 +237,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
               f"(limit {left:.0f} s)", flush=True)
         pass_env = {**env, **dict(run_pass.env), contract.PASS: run_pass.name}
         pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason)
-        if run_pass.empty_ok and pass_rc == 5:  # no multi-device tests selected
+        if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
             pass_rc = 0
         rc = rc or pass_rc
         if stop_reason:

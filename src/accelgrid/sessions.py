@@ -1,9 +1,14 @@
 """nox sessions from the matrix: one session per cell, plus the project sessions.
 
-``noxfile.py`` calls :func:`register`. A cell session checks the device is present,
-builds its env with uv (pip's configuration carried over), installs the cell's pins from
-the right index, and hands over to :mod:`accelgrid.runner`. With ``--no-venv`` it installs
-nothing and runs on the current interpreter, refusing a torch of another version.
+``noxfile.py`` calls :func:`register`. A cell session checks the device is present and
+its torch's runtime bundle sourced (:func:`accelgrid.detect.runtime_problem`), builds its
+env with uv (pip's configuration carried over), installs the cell's pins from the right
+index, and hands over to :mod:`accelgrid.runner`. With ``--no-venv`` it installs nothing
+and runs on the current interpreter, refusing a torch of another version.
+
+nox creates a session's env before the session's code runs, so a cell whose runtime is
+missing on this host (or whose declared hardware is wrong) is registered without one
+(``python=False``): it stops with the one line before anything is created.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     reason = detect.absent_reason(cell.device, device.detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
         _fail(session, f"{cell.name}: {reason}")
+    problem = _blocker(cell)
+    if problem:
+        _fail(session, problem)
     # Everything the run reads is checked before anything is installed or replaced.
     known_issues.registry_for_run(matrix.root)
     workers = _workers_override()
@@ -71,7 +79,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
         plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
-        problem = install.index_problem(plan.index)
+        problem = install.local_wheel(cell)[1] or install.index_problem(plan.index)
         if problem:
             _fail(session, f"{cell.name}: {problem}")
         session.env.update(plan.env)
@@ -85,6 +93,13 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
     if rc != 0:
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {out / cell.name})")
+
+
+def _blocker(cell: Cell) -> str | None:
+    """Why ``cell`` cannot run on this host whatever gets installed, in one line, or None:
+    its torch's runtime bundle is not sourced, or the runner's hardware declaration is
+    wrong (unknown, or not what the host has)."""
+    return detect.runtime_problem(cell) or detect.resolve_hardware(cell).problem
 
 
 def _describe(cell: Cell) -> str:
@@ -116,11 +131,15 @@ def register(matrix: Matrix) -> list[str]:
             run_cell_session(session, matrix, _cell)
 
         _session.__doc__ = _describe(cell)
-        nox.session(name=cell.name, python=cell.python, venv_backend="uv",
+        # A missing runtime (or a wrong hardware declaration) stops the session first
+        # thing: no env to create for it.
+        python: str | bool = False if _blocker(cell) else cell.python
+        nox.session(name=cell.name, python=python, venv_backend="uv",
                     tags=list(cell.tags), default=False)(_session)
     present = [d for d in matrix.axes["device"] if d in matrix.devices and d not in reasons]
     return [c.name for c in matrix.cells
-            if c.device in present and c.is_default_torch and c.profile == matrix.default_profile]
+            if c.device in present and c.is_default_torch and c.profile == matrix.default_profile
+            and not c.manual]
 
 
 def prepared_python(root: Path, cell: Cell, env: dict[str, str] | None = None) -> str:

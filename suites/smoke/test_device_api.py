@@ -118,3 +118,38 @@ def test_bf16_autocast(device: str) -> None:
     assert out.dtype == torch.bfloat16, f"autocast left matmul in {out.dtype}"
     # bf16 keeps 8 bits of mantissa: relative error of a 64-term dot product stays ~1e-2.
     torch.testing.assert_close(out.float(), a @ b, rtol=3e-2, atol=3e-1)
+
+
+# Flags that make a card without native fp64 (ATS-M) emulate it: matrix.yaml sets them for
+# ATS-M runners (devices.xpu.hardware.ats-m) and in the fp64-emulation profile.
+FP64_FLAGS = ("OverrideDefaultFP64Settings", "IGC_EnableDPEmulation")
+
+
+def test_float64_math(device: str, request: pytest.FixtureRequest) -> None:
+    """float64 on the device, matching the CPU to double precision. Records (test record
+    ``properties``) the fp64 emulation flags in effect and, on xpu, whether the device
+    reports fp64 (``get_device_properties().has_fp64``), so cells with and without the
+    flags show their effect; skipped where the device has no fp64."""
+    import os
+
+    flags = {name: os.environ[name] for name in FP64_FLAGS if name in os.environ}
+    request.node.user_properties.append(("fp64_flags", flags))
+    if device == "mps":
+        pytest.skip("mps has no float64 (torch.float64 tensors are refused on the MPS device)")
+    if device == "xpu":
+        has_fp64 = bool(torch.xpu.get_device_properties(0).has_fp64)
+        request.node.user_properties.append(("has_fp64", has_fp64))
+        if not has_fp64 and not flags:
+            pytest.skip(f"{torch.xpu.get_device_name(0)} reports no fp64 (has_fp64=False) and "
+                        f"no emulation flags are set ({'=1 '.join(FP64_FLAGS)}=1)")
+        assert has_fp64, (f"fp64 emulation flags {flags} are set but the device still reports "
+                          "has_fp64=False")
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 48, generator=gen, dtype=torch.float64)
+    b = torch.randn(48, 32, generator=gen, dtype=torch.float64)
+    on_device = (a.to(device) @ b.to(device)).cpu()
+    assert on_device.dtype == torch.float64
+    torch.testing.assert_close(on_device, a @ b)   # float64's own tolerances
+    # 1 + 2**-40 does not survive a float32 detour: the device really computed in fp64.
+    x = torch.tensor([1.0 + 2.0**-40], dtype=torch.float64, device=device)
+    assert float((x - 1.0).sum().cpu()) == 2.0**-40

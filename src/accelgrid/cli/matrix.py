@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .. import contract, install, ops, validation
+from .. import contract, detect, install, ops, validation
 from ..matrix import load_matrix, select
 from ..results import dumps
 from ._common import matrix_of
@@ -61,7 +61,8 @@ def _cells(args: argparse.Namespace) -> int:
     width = max(len(c.name) for c in picked)
     for c in picked:
         print(f"{c.name:<{width}}  {c.device:<4} torch {c.pins['torch']:<7} "
-              f"{c.profile:<15} {','.join(c.suites)}")
+              f"{c.profile:<15} {','.join(c.suites)}"
+              + ("  [local torch wheel: on request only]" if c.manual else ""))
     return 0
 
 
@@ -77,8 +78,16 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"cell        {cell.name}")
     print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
     print(f"python      {cell.python}")
-    print(f"torch       {cell.torch_requirement} from "
-          f"{'the default index' if plan.index == 'default' else plan.shown_index}")
+    if cell.torch_wheel:
+        wheel, problem = install.local_wheel(cell)
+        print(f"torch       {cell.torch_requirement.removeprefix('torch==')} from a local wheel: "
+              f"{wheel or problem} (run on request only: not by nox, nox -t, CI or "
+              "accelgrid repro ID without --cell)")
+    else:
+        print(f"torch       {cell.torch_requirement} from "
+              f"{'the default index' if plan.index == 'default' else plan.shown_index}")
+    if cell.runtime:
+        print(f"runtime     {cell.runtime.describe()}")
     for n, step in enumerate(plan.steps, 1):
         print(f"install {n}   {step.description}: {' '.join(step.args)}")
     if plan.env:
@@ -88,6 +97,10 @@ def _plan(args: argparse.Namespace) -> int:
     pairs = zip(cell.suites, cell.suite_paths, strict=True)
     print(f"suites      {', '.join(f'{s} ({p})' for s, p in pairs)}")
     print(f"pytest      -n {cell.workers} --timeout={cell.test_seconds} --timeout-method=thread")
+    if cell.device == "cpu":
+        hidden = " ".join(f"{k}={v}" for k, v in detect.HIDE_ACCELERATORS.items())
+        print(f"hidden      accelerators: {hidden} (tests marked sees_accelerators run "
+              "in a later pass that sees them; nothing hides mps)")
     print(f"timeout     {cell.cell_minutes} min for the cell, {cell.test_seconds} s per test")
     print(f"results     results/{cell.name}/")
     if cell.container_base:
