@@ -207,6 +207,8 @@ def test_ops_predict_on_the_h200_capture(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out == [
         f"captured: {capture}: cuda-2.11-op-capture (cuda, torch 2.11.0+cu130), 178 ops",
+        "xpu 2.4 (release/2.4): 90 native, 45 decomposed, 23 fallback, 16 missing, "
+        "2 cuda-only, 2 unknown",
         "xpu 2.5 (release/2.5): 120 native, 47 decomposed, 3 fallback, 4 missing, "
         "2 cuda-only, 2 unknown",
         "xpu 2.6 (release/2.6): 125 native, 47 decomposed, 1 fallback, 1 missing, "
@@ -219,13 +221,14 @@ def test_ops_predict_on_the_h200_capture(tmp_path: Path, capsys) -> None:
         "2 cuda-only, 2 unknown",
         "xpu 2.14 (release/2.14): 128 native, 46 decomposed, 0 fallback, 0 missing, "
         "2 cuda-only, 2 unknown",
+        "Agreement with the seed's table: 26 of 26 rows (100 %) (series 2.4)",
         f"wrote {capture.parent / 'ops-predicted.json'}, {capture.parent / 'ops-predicted.md'}, "
         f"{capture.parent / 'ops-predicted.html'}"]
     doc = json.loads((capture.parent / "ops-predicted.json").read_text())
-    assert doc["series"] == ["2.5", "2.6", "2.8", "2.11", "2.13", "2.14"]
+    assert doc["series"] == ["2.4", "2.5", "2.6", "2.8", "2.11", "2.13", "2.14"]
     assert doc["ops"]["aten::linspace.default"]["predicted"]["2.5"] == "fallback"
     assert doc["stopped_falling_back"]["aten::_foreach_mul_.Tensor"] == "2.6"
-    assert doc["seed"] is None
+    assert doc["seed"] is not None  # the matrix has xpu 2.4, the seed's series
     # Chosen series, another folder, JSON on stdout.
     assert main(["ops", "predict", str(capture), "--series", "2.6", "--series", "2.5",
                  "--out", str(tmp_path / "o"), "--json"]) == 0

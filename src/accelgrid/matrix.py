@@ -365,10 +365,6 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                     if msg:
                         problems.append(smap.problem(("devices", dev, kind, name, "env", var),
                                                      msg))
-        for var, value in (spec.get("env") or {}).items():
-            msg = environment.flag_value_problem(var, str(value))
-            if msg:
-                problems.append(smap.problem(("devices", dev, "env", var), msg))
     for prof, spec in data["profiles"].items():
         for i, dev in enumerate(spec.get("devices") or []):
             problems += _known("device", dev, devices, smap, ("profiles", prof, "devices", i))
