@@ -53,13 +53,17 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     if session.run(python, "-c", "pass", silent=True, external=True) is None:
         return
     out = results.results_root(matrix.root)
-    rc = runner.run_cell(
-        cell, python, matrix.root, out, session.posargs,
-        workers=int(os.environ[contract.WORKERS]) if os.environ.get(contract.WORKERS)
-        else None,
-    )
+    try:
+        rc = runner.run_cell(
+            cell, python, matrix.root, out, session.posargs,
+            workers=int(os.environ[contract.WORKERS]) if os.environ.get(contract.WORKERS)
+            else None,
+        )
+    except AccelgridError as exc:  # another run holds the cell: one line, no traceback
+        session.error(str(exc))
     if rc != 0:
-        session.error(f"{cell.name}: pytest exited with {rc} (results in {out / cell.name})")
+        folder = results.last_run(out / cell.name)[1]
+        session.error(f"{cell.name}: pytest exited with {rc} (results in {folder})")
 
 
 def _describe(cell: Cell) -> str:
