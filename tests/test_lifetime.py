@@ -60,6 +60,14 @@ def _processes_with(marker: bytes) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not: it only waits to be reaped)."""
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _wait_gone(marker: bytes, seconds: float = 30.0) -> list[int]:
     deadline = time.monotonic() + seconds
     left = _processes_with(marker)
@@ -202,18 +210,12 @@ def test_death_signal_reaches_the_child_of_a_killed_parent(tmp_path: Path) -> No
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                               text=True)
     child = int(parent.stdout.readline())
-    time.sleep(0.5)  # the wrapper has exec'd into the child command
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 10
-    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
-        state = (Path(f"/proc/{child}") / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "Z":
-            break
+    while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
-    alive = Path(f"/proc/{child}").exists() and (
-        Path(f"/proc/{child}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    assert not alive
+    assert not _alive(child)
 
 
 def test_guard_kills_its_group_when_its_pipe_closes() -> None:
