@@ -68,6 +68,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
 def _wait_gone(marker: bytes, seconds: float = 30.0) -> list[int]:
     deadline = time.monotonic() + seconds
     left = _processes_with(marker)
@@ -140,6 +147,55 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     assert "test_new" in junit and "test_1" not in junit
     summary = json.loads((folder / results.SUMMARY).read_text())
     assert summary["run_id"] == env["run_id"] and summary["total"] == 1
+
+
+# torchrun starts each rank in a session of its own, out of reach of a process-group
+# kill: the ranks must die with torchrun, as suites/distributed's do.
+TORCHRUN_HANGS = textwrap.dedent('''
+    import os, signal, subprocess, sys
+    from pathlib import Path
+    from accelgrid import lifetime
+
+    RANK = (
+        "import os, time\\n"
+        "from pathlib import Path\\n"
+        "from accelgrid import lifetime\\n"
+        "lifetime.die_with_parent()\\n"
+        "Path(os.environ['ACCELGRID_RESULTS'], 'rank-' + os.environ['RANK']).write_text('')\\n"
+        "time.sleep(600)\\n"
+    )
+
+    def test_1():
+        pass
+
+    def test_2():
+        pass
+
+    def test_3_ranks_hang(tmp_path):
+        script = tmp_path / "rank.py"
+        script.write_text(RANK)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", str(script)]
+        subprocess.run(lifetime.with_death_signal(cmd, signal.SIGTERM))
+''')
+
+
+def test_kill_9_of_the_runner_group_takes_torchrun_ranks_along(mini_project, python) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_ranks.py").write_text(TORCHRUN_HANGS)
+    folder = (proj / "results" / "cpu-2.13").resolve()
+    proc = _start_runner(proj, python)
+    try:
+        deadline = time.monotonic() + 180
+        while not all((folder / f"rank-{r}").exists() for r in (0, 1)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no ranks started"
+            time.sleep(0.2)
+        # The ranks lead sessions of their own: a process-group kill cannot reach them.
+        assert len([pid for pid in _processes_with(_marker(folder)) if _sid(pid) == pid]) == 2
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert _wait_gone(_marker(folder)) == []
 
 
 def _pytest_of(runner_pid: int) -> int:
