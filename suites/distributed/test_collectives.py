@@ -71,6 +71,10 @@ def test_collectives_and_ddp(device: str, tmp_path: Path) -> None:
              for f in sorted(out.glob("rank-*.json"))]
     assert sorted(r["rank"] for r in ranks) == list(range(world))
     assert all(r["world"] == world for r in ranks)
+    var = detect.VISIBILITY_VAR.get(device)
+    # Shown by -rA: the world and where its ranks ran, in the run's visible devices.
+    print(f"world {world} on {sorted(r['device'] for r in ranks)}"
+          + (f" with {var}={os.environ.get(var)}" if var else ""))
     total = world * (world + 1) / 2
     for r in ranks:
         assert r["all_reduce"] == [total] * 4
