@@ -552,6 +552,11 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     made.check()
     assert any("3 outside its selection" in line for line in made.lines())
     assert "outside the selection" in made.paths["md"].read_text()
+    # A baseline update from it is refused, and with --allow-partial keeps the rest.
+    refused, _ = compare.update([selected], proj / "baselines")
+    assert refused[0].refused and "a selected run" in refused[0].refused
+    merged, _ = compare.update([selected], proj / "baselines", allow_partial=True)
+    assert len(merged[0].tests) == 5 and merged[0].dropped == 0
     # -x stops early: a selection too.
     assert runner.run_cell(_cell(proj), python, proj, out, ["-x", "-k", "other"]) != 0
     x_run = results.last_run(cell_folder)[1]

@@ -198,9 +198,9 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
            ) -> tuple[list[CellUpdate], list[str]]:
     """Write ``folder/<cell>.json`` from each cell found in ``results`` (only ``cells``
     when given). Errored cells are refused, and partial ones (run never finished,
-    unreadable parts) unless ``allow_partial``; ``keep_missing`` keeps baseline entries
-    of tests absent from the results. Returns what happened per cell, in the order found,
-    and a note per path ignored."""
+    unreadable parts, a selected run) unless ``allow_partial``; ``keep_missing`` keeps
+    baseline entries of tests absent from the results (always, for a selected run).
+    Returns what happened per cell, in the order found, and a note per path ignored."""
     wanted = set(cells or ())
     folders, notes = discover([Path(p) for p in results])
     done: list[CellUpdate] = []
@@ -223,7 +223,9 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
                 entry.old = read(path)
             except ValueError as exc:
                 entry.unreadable = str(exc)
-        if keep_missing:
+        # A selected run (-k, a path, -x) says nothing of the tests outside its selection:
+        # they keep their baseline entries rather than being dropped.
+        if keep_missing or (cell.env or {}).get("selection"):
             doc["tests"] = dict(sorted({**entry.old, **doc["tests"]}.items()))
         entry.tests = doc["tests"]
         write(path, doc)
