@@ -233,7 +233,7 @@ class RestartBudget:
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
         dsession = self.config.pluginmanager.getplugin("dsession")
         limit = getattr(dsession, "_max_worker_restart", None)
-        if isinstance(limit, int):
+        if isinstance(limit, int) and limit > 0:  # 0: the user turned restarts off
             dsession._max_worker_restart = limit + 1  # type: ignore[union-attr]
 
 
