@@ -288,6 +288,13 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
     assert [str(d["index"]) for d in merged["devices"]] == ["0", "1"]
     assert merged["version"] == "2.11.0+cu130" and "pinned_index" not in merged
     assert provenance.merge_torch_reports([]) == {"pending": True}
+    # A run on GPUs 1 and 3 of four: the all-devices pass sees them as its 0 and 1.
+    subset = provenance.merge_torch_reports([
+        {**base, "pinned_index": "3", "devices": [{"index": 0, "name": "H200"}]},
+        {**base, "pinned_index": "1,3", "devices": [{"index": 0, "name": "H200"},
+                                                     {"index": 1, "name": "H200"}]}])
+    assert [str(d["index"]) for d in subset["devices"]] == ["1", "3"]
+    assert subset["device_count"] == 2
 
 
 # --- nothing lost: any number of crashes and hangs -------------------------------------
@@ -456,7 +463,8 @@ def test_chosen_devices_hold_in_every_pass(mini_project, python, monkeypatch) ->
     proj = mini_project()
     cell = _cell(proj, "xpu-2.13")
     every = runner.passes(cell, device_ids=detect.device_ids("xpu"))
-    assert dict(every[1].env) == {"ZE_AFFINITY_MASK": "0,1,2,3"}
+    assert dict(every[1].env) == {"ZE_AFFINITY_MASK": "0,1,2,3",
+                                  "ACCELGRID_DEVICE_INDEX": "0,1,2,3"}
     monkeypatch.setenv("ACCELGRID_DEVICES", "1,3")
     (proj / "suites" / "payload" / "test_subset.py").write_text(SUBSET)
     assert runner.run_cell(cell, python, proj, proj / "results") == 0

@@ -140,10 +140,10 @@ class Recorder:
         spec_env = getattr(getattr(getattr(node, "gateway", None), "spec", None), "env", None)
         index = (spec_env or {}).get(contract.DEVICE_INDEX,
                                      os.environ.get(contract.DEVICE_INDEX))
-        if index is not None:
-            return f"{self.device}:{index}"
         if os.environ.get(contract.PASS) == contract.PASS_ALL_DEVICES:
             return f"{self.device}:all"  # every device of the run (the subset, if chosen)
+        if index is not None:
+            return f"{self.device}:{index}"
         return self.device
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

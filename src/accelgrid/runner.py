@@ -158,7 +158,8 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
             Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True,
-                 env=((var, ",".join(device_ids)),)),
+                 env=((var, ",".join(device_ids)),
+                      (contract.DEVICE_INDEX, ",".join(device_ids)))),
         ]
     return [Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)))]
 
