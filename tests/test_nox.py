@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from accelgrid import results
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -69,8 +71,10 @@ def test_real_cpu_cell_end_to_end(tmp_path: Path) -> None:
     proc = nox("-s", "cpu-2.13", "--", "suites/smoke", env={"ACCELGRID_RESULTS_DIR": str(out)},
                timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    folder = out / "cpu-2.13"
+    folder = results.last_run(out / "cpu-2.13")[1]  # a selected run: runs/<run-id>/
+    assert folder.parent.name == "runs"
     env = json.loads((folder / "env.json").read_text())
+    assert env["selection"] == ["suites/smoke"]
     assert env["torch"]["version"].startswith("2.13.0")
     assert env["python"]["executable"].startswith(str(ROOT / ".nox"))  # the cell's own env
     assert env["packages"]["transformers"] == "5.24.0"
@@ -91,9 +95,10 @@ def test_no_venv_runs_on_current_interpreter(tmp_path: Path) -> None:
     proc = nox("--no-venv", "-s", "cpu-2.13", "--", "suites/smoke", "-k", "matmul",
                env={"ACCELGRID_RESULTS_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    env = json.loads((tmp_path / "cpu-2.13" / "env.json").read_text())
+    folder = results.last_run(tmp_path / "cpu-2.13")[1]
+    env = json.loads((folder / "env.json").read_text())
     assert env["python"]["executable"] == sys.executable
-    recs = (tmp_path / "cpu-2.13" / "tests.jsonl").read_text().splitlines()
+    recs = (folder / "tests.jsonl").read_text().splitlines()
     assert len(recs) == 1 and json.loads(recs[0])["outcome"] == "passed"
 
 

@@ -55,7 +55,7 @@ def test_z_after():
 '''
 
 CRASHY = '''
-import os, time
+import os, time, pytest
 
 def test_a_before():
     pass
@@ -63,6 +63,7 @@ def test_a_before():
 def test_b_segfault():
     os.abort()
 
+@pytest.mark.timeout(3)  # only the hang: a crash is told from a timeout by time run
 def test_c_hang():
     time.sleep(600)
 
@@ -116,7 +117,7 @@ def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
 
 
 def test_crash_and_hang_lose_nothing(mini_project, python) -> None:
-    proj = mini_project(test_seconds=3)
+    proj = mini_project()
     (proj / "suites" / "payload" / "test_crashy.py").write_text(CRASHY)
     t0 = time.monotonic()
     runner.run_cell(_cell(proj), python, proj, proj / "results")
@@ -214,7 +215,7 @@ def test_pinned(i):
 
 @pytest.mark.multi_device
 def test_sees_all_devices():
-    assert "ZE_AFFINITY_MASK" not in os.environ
+    assert os.environ["ZE_AFFINITY_MASK"] == "0,1"  # every device of the run, no other
 '''
 
 
@@ -291,6 +292,13 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
     assert [str(d["index"]) for d in merged["devices"]] == ["0", "1"]
     assert merged["version"] == "2.11.0+cu130" and "pinned_index" not in merged
     assert provenance.merge_torch_reports([]) == {"pending": True}
+    # A run on GPUs 1 and 3 of four: the all-devices pass sees them as its 0 and 1.
+    subset = provenance.merge_torch_reports([
+        {**base, "pinned_index": "3", "devices": [{"index": 0, "name": "H200"}]},
+        {**base, "pinned_index": "1,3", "devices": [{"index": 0, "name": "H200"},
+                                                     {"index": 1, "name": "H200"}]}])
+    assert [str(d["index"]) for d in subset["devices"]] == ["1", "3"]
+    assert subset["device_count"] == 2
 
 
 def test_recorded_properties_land_in_the_test_record(mini_project, python) -> None:
@@ -329,7 +337,8 @@ def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatc
     rc = runner.run_cell(cell, python, root, tmp_path,
                          ["suites/smoke/test_device_api.py::test_float64_math"])
     assert rc == 0
-    [rec], _ = results.read_records(tmp_path / "cpu-2.13" / results.TESTS)
+    _, folder = results.last_run(tmp_path / "cpu-2.13")   # a selected run: runs/<id>/
+    [rec], _ = results.read_records(folder / results.TESTS)
     assert rec["outcome"] == "passed"
     assert rec["properties"] == {"fp64_flags": flags}
 
@@ -375,3 +384,287 @@ def test_cpu_cell_without_marked_tests_runs_one_pass(mini_project, python) -> No
     assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
     env = json.loads((proj / "results" / "cpu-2.13" / results.ENV).read_text())
     assert env["passes"] == ["single"]
+
+
+# --- nothing lost: any number of crashes and hangs -------------------------------------
+
+MANY_CRASHES = '''
+import os, time, pytest
+
+@pytest.mark.parametrize("i", range(3))
+def test_a_ordinary(i):
+    pass
+
+@pytest.mark.parametrize("i", range(6))
+def test_b_crash(i):
+    os.abort()
+
+@pytest.mark.parametrize("i", range(3))
+def test_c_ordinary(i):
+    pass
+
+@pytest.mark.timeout(3)
+@pytest.mark.parametrize("i", range(2))
+def test_d_hang(i):
+    time.sleep(600)
+
+@pytest.mark.parametrize("i", range(3))
+def test_e_ordinary(i):
+    pass
+'''
+
+
+def test_any_number_of_crashes_and_hangs_lose_only_themselves(mini_project, python) -> None:
+    # 8 dead workers with one xdist worker: past xdist's default limit (4 restarts per
+    # worker), which used to end the run and leave every later test not-run.
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_many.py").write_text(MANY_CRASHES)
+    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    assert rc == 1  # the crashes and timeouts are failures
+    got = {n: r["outcome"] for n, r in _records(proj / "results" / "cpu-2.13").items()}
+    assert got == {**{f"test_b_crash[{i}]": "crashed" for i in range(6)},
+                   **{f"test_d_hang[{i}]": "timeout" for i in range(2)},
+                   **{f"test_{x}_ordinary[{i}]": "passed" for x in "ace" for i in range(3)}}
+    summary = json.loads((proj / "results" / "cpu-2.13" / results.SUMMARY).read_text())
+    assert summary["total"] == 17 and summary["counts"]["not-run"] == 0
+
+
+def test_workers_that_die_without_a_test_still_end_the_run(mini_project, python) -> None:
+    # The limit stays for deaths no test explains: a worker that dies as it starts.
+    proj = mini_project()
+    (proj / "suites" / "payload" / "conftest.py").write_text(
+        "import os\n"
+        "def pytest_configure(config):\n"
+        "    if hasattr(config, 'workerinput'):\n"
+        "        os._exit(3)\n")
+    (proj / "suites" / "payload" / "test_one.py").write_text("def test_one(): pass\n")
+    t0 = time.monotonic()
+    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    assert rc != 0 and time.monotonic() - t0 < 120  # ended, not restarting forever
+
+
+# --- text that is not UTF-8 ------------------------------------------------------------
+
+SURROGATES = r'''
+import logging, os, warnings, pytest
+BAD = b"\xff".decode("utf-8", "surrogateescape")  # how Python gives a non-UTF-8 name
+
+def test_a_before():
+    pass
+
+def test_listdir_message(tmp_path):
+    os.mkdir(bytes(tmp_path) + b"/report-\xff")
+    names = os.listdir(tmp_path)
+    assert not names, f"unexpected file: {names[0]}"  # the surrogate itself, not a repr
+
+def test_skip_reason():
+    pytest.skip("no " + BAD)
+
+def test_captured_output_and_log():
+    print("stdout " + BAD)
+    logging.getLogger("payload").warning("log %s", BAD)
+    assert 0, "see the log"
+
+def test_warning():
+    warnings.warn("warn " + BAD)
+
+def test_property(record_property):
+    record_property("path", BAD)
+
+@pytest.mark.xfail(reason="xfail " + BAD, strict=True)
+def test_xfail_reason():
+    raise ValueError(BAD)
+
+@pytest.mark.parametrize("name", [BAD], ids=["id" + BAD])
+def test_param(name):
+    pass
+
+def test_z_after():
+    pass
+'''
+
+
+def _no_surrogates(data) -> bool:
+    return results.safe(data) == data
+
+
+def test_text_that_is_not_utf8_is_recorded_and_the_run_goes_on(mini_project, python,
+                                                                 monkeypatch, tmp_path) -> None:
+    bad = b"\xff".decode("utf-8", "surrogateescape")
+    monkeypatch.setenv("ACCELGRID_NOTE", "note " + bad)  # an env value, into env.json
+    proj = mini_project()
+    payload = proj / "suites" / "payload"
+    (payload / "test_surrogates.py").write_text(SURROGATES)
+    with open(bytes(payload) + b"/test_\xff.py", "w") as fh:  # a non-UTF-8 test file name
+        fh.write("def test_x():\n    pass\n")
+    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    assert rc == 1
+    folder = proj / "results" / "cpu-2.13"
+    recs = _records(folder)
+    assert {n: r["outcome"] for n, r in recs.items()} == {
+        "test_a_before": "passed", "test_listdir_message": "failed",
+        "test_skip_reason": "skipped", "test_captured_output_and_log": "failed",
+        "test_warning": "passed", "test_property": "passed", "test_xfail_reason": "xfailed",
+        "test_param[id\\udcff]": "passed", "test_z_after": "passed", "test_x": "passed"}
+    assert recs["test_listdir_message"]["message"].startswith(
+        "AssertionError: unexpected file: report-\\xff")
+    assert recs["test_skip_reason"]["message"] == "no \\xff"
+    assert recs["test_xfail_reason"]["message"] == "xfail \\xff"
+    assert "suites/payload/test_\\xff.py::test_x" in {r["nodeid"] for r in recs.values()}
+    # Every file the run left is UTF-8, and no string read back holds a surrogate.
+    for f in folder.rglob("*"):
+        if f.is_file():
+            f.read_text(encoding="utf-8")
+    for name in (results.ENV, results.SUMMARY, results.COLLECTED):
+        assert _no_surrogates(json.loads((folder / name).read_text()))
+    assert _no_surrogates(results.read_records(folder / results.TESTS)[0])
+    env = json.loads((folder / results.ENV).read_text())
+    assert env["env"]["ACCELGRID_NOTE"] == "note \\xff"
+    junit = (folder / results.JUNIT).read_text(encoding="utf-8")
+    assert "log " in junit and "test_z_after" in junit
+    # ... and the reports render.
+    from accelgrid import report
+
+    made = report.grid([folder], tmp_path / "grid")
+    assert "test_z_after" in made.paths["md"].read_text(encoding="utf-8")
+
+
+# --- a chosen subset of devices holds in every pass ------------------------------------
+
+SUBSET = '''
+import os, pytest
+
+@pytest.mark.parametrize("i", range(4))
+def test_pinned(i):
+    assert os.environ["ZE_AFFINITY_MASK"] in ("1", "3")
+
+@pytest.mark.multi_device
+def test_all_devices_of_the_run():
+    assert os.environ["ZE_AFFINITY_MASK"] == "1,3"
+'''
+
+
+def test_chosen_devices_hold_in_every_pass(mini_project, python, monkeypatch) -> None:
+    from accelgrid import detect
+
+    monkeypatch.setitem(detect.DEVICE_IDS, "xpu", lambda: ["0", "1", "2", "3"])  # 4 GPUs
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    proj = mini_project()
+    cell = _cell(proj, "xpu-2.13")
+    every = runner.passes(cell, device_ids=detect.device_ids("xpu"))
+    assert dict(every[1].env) == {"ZE_AFFINITY_MASK": "0,1,2,3",
+                                  "ACCELGRID_DEVICE_INDEX": "0,1,2,3"}
+    monkeypatch.setenv("ACCELGRID_DEVICES", "1,3")
+    (proj / "suites" / "payload" / "test_subset.py").write_text(SUBSET)
+    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    recs = _records(proj / "results" / "xpu-2.13")
+    assert all(r["outcome"] == "passed" for r in recs.values()) and len(recs) == 5
+    assert {r["device"] for n, r in recs.items() if n.startswith("test_pinned")} <= {
+        "xpu:1", "xpu:3"}
+    assert recs["test_all_devices_of_the_run"]["device"] == "xpu:all"
+
+
+def _suite_module(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"suite_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_distributed_world_is_the_visible_devices(root, monkeypatch) -> None:
+    dist = _suite_module(root / "suites" / "distributed" / "test_collectives.py")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    monkeypatch.setattr(dist.backends, "dispatch", lambda name, device: 2)
+    assert dist._world("cuda") == 2
+    monkeypatch.setattr(dist.backends, "dispatch", lambda name, device: 4)  # not honoured
+    with pytest.raises(AssertionError, match="CUDA_VISIBLE_DEVICES=1,3"):
+        dist._world("cuda")
+    assert dist._world("cpu") == dist.CPU_WORLD
+
+
+# --- a run with a selection never replaces nor passes for the full run -----------------
+
+@pytest.mark.parametrize("args, chosen", [
+    ([], []),
+    (["-v", "--tb=short", "-rA", "-n", "2", "-p", "no:cacheprovider", "-q", "-vs"], []),
+    (["--timeout", "30", "-Werror", "--durations=5"], []),
+    (["-k", "smoke"], ["-k", "smoke"]),
+    (["-v", "-k", "smoke", "--tb", "line"], ["-k", "smoke"]),
+    (["suites/smoke", "-x"], ["suites/smoke", "-x"]),
+    (["-xvs"], ["-xvs"]),
+    (["-m", "not slow", "--lf"], ["-m", "not slow", "--lf"]),
+    (["--deselect", "a.py::t", "--maxfail=2"], ["--deselect", "a.py::t", "--maxfail=2"]),
+    (["--some-new-option"], ["--some-new-option"]),  # unknown: counted as narrowing
+])
+def test_selection_of_pytest_args(args, chosen) -> None:
+    assert runner.selection(args) == chosen
+
+
+SELECTABLE = '''
+def test_smoke_a(): pass
+def test_smoke_b(): pass
+def test_other_c(): pass
+def test_other_d(): assert 0, "d fails"
+def test_other_e(): pass
+'''
+
+
+def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, python,
+                                                             tmp_path) -> None:
+    from accelgrid import cli, report
+    from accelgrid.report import compare
+
+    proj = mini_project()
+    test_file = proj / "suites" / "payload" / "test_sel.py"
+    test_file.write_text(SELECTABLE)
+    out = proj / "results"
+    cell_folder = out / "cpu-2.13"
+    assert runner.run_cell(_cell(proj), python, proj, out) == 1  # the full run
+    full = json.loads((cell_folder / results.SUMMARY).read_text())
+    assert full["total"] == 5 and full["selection"] == [] and full["partial"] is False
+    compare.update([cell_folder], proj / "baselines")
+
+    assert runner.run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
+    run_id, selected = results.last_run(cell_folder)
+    assert selected.parent == cell_folder / results.RUNS and selected.name == run_id
+    summary = json.loads((selected / results.SUMMARY).read_text())
+    assert summary["total"] == 2 and summary["selection"] == ["-k", "smoke"]
+    assert summary["partial"] is True and summary["run_id"] == run_id
+    env = json.loads((selected / results.ENV).read_text())
+    assert env["run_id"] == run_id and env["pytest_args"] == ["-k", "smoke"]
+    # The cell's full run is untouched, and is what a grid of results/* shows.
+    assert json.loads((cell_folder / results.SUMMARY).read_text()) == full
+    whole = report.build([out])
+    assert [(c["name"], c["status"], c["total"]) for c in whole["columns"]] == [
+        ("cpu-2.13", "ok", 5)]
+    # The selected run, graded on its own: partial, with its selection; against the
+    # baseline the 3 unselected tests are not lost.
+    made = report.grid([selected], tmp_path / "g1", baseline_dir=proj / "baselines")
+    col = made.model["columns"][0]
+    assert col["status"] == "partial" and col["selection"] == ["-k", "smoke"]
+    assert "-k smoke" in col["reason"]
+    assert col["baseline"]["counts"]["lost"] == 0
+    assert (col["baseline"]["compared"], col["baseline"]["outside_selection"]) == (2, 3)
+    made.check()
+    assert any("3 outside its selection" in line for line in made.lines())
+    assert "outside the selection" in made.paths["md"].read_text()
+    # A baseline update from it is refused, and with --allow-partial keeps the rest.
+    refused, _ = compare.update([selected], proj / "baselines")
+    assert refused[0].refused and "a selected run" in refused[0].refused
+    merged, _ = compare.update([selected], proj / "baselines", allow_partial=True)
+    assert len(merged[0].tests) == 5 and merged[0].dropped == 0
+    # -x stops early: a selection too.
+    assert runner.run_cell(_cell(proj), python, proj, out, ["-x", "-k", "other"]) != 0
+    x_run = results.last_run(cell_folder)[1]
+    assert json.loads((x_run / results.SUMMARY).read_text())["selection"] == [
+        "-x", "-k", "other"]
+    # Everything selected is gone (renamed): the gate compared nothing and says so.
+    test_file.write_text(SELECTABLE.replace("test_smoke_", "test_smoke_renamed_"))
+    assert runner.run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
+    gone = results.last_run(cell_folder)[1]
+    rc = cli.main(["grid", str(gone), "--out", str(tmp_path / "g2"),
+                   "--baseline", str(proj / "baselines")])
+    assert rc == 1
+    assert len(list((cell_folder / results.RUNS).iterdir())) == 3

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import bisect, repro
+from accelgrid import bisect, repro, results
 from accelgrid.matrix import Cell, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +153,9 @@ def test_repro_in_every_cell_of_the_scope(repro_project: Path) -> None:
     for xpu in ("xpu-2.4", "xpu-2.13", "xpu-2.13-fallback-debug"):
         assert got[xpu] == "→ not run (xpu not present: none of /dev/dri/renderD* exists)"
     assert proc.returncode == 1  # cpu-2.4 could not run
-    folder = repro_project / "results" / "repro" / "acme-widgets-1" / "cpu-2.13"
+    cell_folder = repro_project / "results" / "repro" / "acme-widgets-1" / "cpu-2.13"
+    run_id, folder = results.last_run(cell_folder)  # a selected run: runs/<run-id>/
+    assert folder == (cell_folder / "runs" / run_id).resolve()
     assert (folder / "tests.jsonl").exists() and (folder / "junit.xml").exists()
 
 

@@ -4,6 +4,7 @@ read_cell, fill_cell_name)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from report_cases import artifacts, broken_cells, write_cell
@@ -64,3 +65,74 @@ def test_fill_cell_name_from_the_records(tmp_path: Path) -> None:
     (named / results.TESTS).write_text(json.dumps(
         {"nodeid": "t.py::a", "outcome": "passed", "cell": "other"}) + "\n")
     assert results.read_cell(named).name == "cpu-2.13"
+
+
+# --- the writing side: safe text, run ids, a cell's folder -----------------------------
+
+BAD = b"\xff".decode("utf-8", "surrogateescape")
+
+
+def test_safe_text_escapes_lone_surrogates_only() -> None:
+    assert results.safe_text("plain ünïcode ✓") == "plain ünïcode ✓"
+    assert results.safe_text("file-" + BAD) == "file-\\xff"  # the byte it stood for
+    assert results.safe_text("x\ud800y") == "x\\ud800y"  # not from surrogateescape
+    data = {"k" + BAD: ["v" + BAD, ("t" + BAD, 1)], "n": None}
+    assert results.safe(data) == {"k\\xff": ["v\\xff", ("t\\xff", 1)], "n": None}
+
+
+def test_writers_make_every_string_safe(tmp_path: Path) -> None:
+    results.append_record(tmp_path / results.TESTS, {"nodeid": "t.py::a" + BAD,
+                                                    "outcome": "failed", "message": BAD})
+    results.write_json(tmp_path / results.ENV, {"env": {"ACCELGRID_X": BAD}})
+    results.mark_running(tmp_path, "gw0", "t.py::b" + BAD, 5)
+    for f in (results.TESTS, results.ENV, f"{results.RUNNING}/gw0.json"):
+        text = (tmp_path / f).read_text(encoding="utf-8")
+        assert "\\\\xff" in text and "udcff" not in text  # JSON of the text \xff
+
+
+def _records(folder: Path) -> list[dict]:
+    return results.read_records(folder / results.TESTS)[0]
+
+
+def test_finalize_and_readers_keep_to_the_run(tmp_path: Path) -> None:
+    results.write_json(tmp_path / results.ENV, {"cell": "cpu-2.13", "run_id": "new",
+                                                "status": "running", "selection": ["-x"]})
+    results.write_json(tmp_path / results.COLLECTED, ["t.py::a", "t.py::b", "t.py::c"])
+    results.append_record(tmp_path / results.TESTS,
+                          {"nodeid": "t.py::a", "outcome": "passed", "run_id": "new"})
+    # A stray record of another run (an orphan of a killed run) must not count.
+    results.append_record(tmp_path / results.TESTS,
+                          {"nodeid": "t.py::b", "outcome": "failed", "run_id": "old"})
+    summary = results.finalize(tmp_path, "stopped", {"run_id": "new", "selection": ["-x"],
+                                                     "pytest_args": ["-x"]})
+    assert summary["counts"]["passed"] == 1 and summary["counts"]["not-run"] == 2
+    assert (summary["run_id"], summary["selection"], summary["partial"]) == ("new", ["-x"],
+                                                                            True)
+    assert all(r["run_id"] in ("new", "old") for r in _records(tmp_path))
+    cell = results.load_cell(tmp_path)
+    assert {n: r["outcome"] for n, r in cell.tests.items()} == {
+        "t.py::a": "passed", "t.py::b": "not-run", "t.py::c": "not-run"}
+    assert any("1 record(s) of another run ignored" in p for p in cell.problems)
+    assert any("a selected run (pytest -x)" in p for p in cell.problems)
+
+
+def test_a_full_run_clears_the_cell_folder_but_keeps_selected_runs(tmp_path: Path) -> None:
+    cell = tmp_path / "cpu-2.13"
+    selected = results.run_folder(cell, "abc", partial=True)
+    selected.mkdir(parents=True)
+    (cell / results.LOCK).write_text("held")
+    (cell / results.TESTS).write_text("{}\n")
+    (cell / results.RUNNING).mkdir()
+    results.clear_for_run(cell)
+    assert sorted(p.name for p in cell.iterdir()) == [results.LOCK, results.RUNS]
+    assert results.run_folder(cell, "abc", partial=False) == cell
+    assert results.last_run(cell) == (None, cell)
+    results.write_last_run(cell, "abc", selected, ["-k", "x"])
+    assert results.last_run(cell) == ("abc", selected.resolve())
+    results.write_json(cell / results.LAST_RUN, {"run_id": "z", "folder": "../../etc"})
+    assert results.last_run(cell) == (None, cell)  # never out of the cell's folder
+    for age, name in enumerate(("r3", "r2", "r1")):
+        (cell / results.RUNS / name).mkdir()
+        os.utime(cell / results.RUNS / name, (1e9 - age * 100, 1e9 - age * 100))
+    results.prune_runs(cell, 2)
+    assert sorted(p.name for p in (cell / results.RUNS).iterdir()) == ["abc", "r3"]

@@ -19,8 +19,13 @@ COMMIT = "ACCELGRID_COMMIT"            # the project's git commit, for provenanc
 DIRTY = "ACCELGRID_DIRTY"              # "1" when the checkout had local changes
 PASS = "ACCELGRID_PASS"                # which pass of the cell this pytest is (PASSES)
 DEVICE_INDEX = "ACCELGRID_DEVICE_INDEX"  # host index of the device a worker is pinned to
+                                         # (all-devices pass: the run's, comma-separated)
 KNOWN_ISSUES = "ACCELGRID_KNOWN_ISSUES"  # JSON file of the registry entries for the cell
 CAPTURE_OPS = "ACCELGRID_CAPTURE_OPS"  # "1": record aten ops per test (op-capture profile)
+RUN_ID = "ACCELGRID_RUN_ID"            # this run's id (uuid hex): in every record, env.json
+PYTEST_ARGS = "ACCELGRID_PYTEST_ARGS"  # JSON list: the user's pytest arguments for the run
+SELECTION = "ACCELGRID_SELECTION"      # JSON list: those of them that narrow the run (paths,
+                                       # -k, -m, -x, ...); [] for a run of the whole cell
 
 # Passes of a cell run (runner.passes): one xdist run on the host's device(s), or one
 # worker pinned per device plus a serial pass for tests that need every device.

@@ -137,10 +137,18 @@ def merge_torch_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     merged = {k: v for k, v in reports[0].items() if k not in ("devices", "pinned_index")}
     devices: dict[Any, dict[str, Any]] = {}
     for report in reports:
+        # The host indices of the devices this process saw, in its own order (its view
+        # numbers them 0, 1, ...): "1" for a pinned worker, "1,3" for the all-devices pass
+        # of a run on a chosen subset.
         pinned = report.get("pinned_index")
-        for dev in report.get("devices") or []:
-            index = pinned if pinned is not None and len(report["devices"]) == 1 else dev.get(
-                "index")
+        host = str(pinned).split(",") if pinned is not None else []
+        seen = report.get("devices") or []
+        for dev in seen:
+            local = dev.get("index")
+            index = (host[local] if len(host) == len(seen) and isinstance(local, int)
+                     and 0 <= local < len(host) else local)
+            if len(host) == 1 and len(seen) == 1:
+                index = pinned
             devices.setdefault(str(index), {**dev, "index": index})
         merged["driver"] = merged.get("driver") or report.get("driver")
     merged["devices"] = sorted(devices.values(), key=lambda d: str(d["index"]))

@@ -5,6 +5,12 @@ names a results folder (the runner sets it); without it only the fixtures are ac
 With pytest-xdist the controller records (it sees every report, including the ones xdist
 makes for a crashed worker); each worker notes the test it is in so a crash or a hang is
 attributed to the right test.
+
+Nothing lost: a dead worker with a test does not count towards xdist's restart limit
+(:class:`RestartBudget`), so any number of crashing or hanging tests lose
+only themselves; every event a worker sends is made encodable first (:func:`_safe_events`),
+so a test's text (a non-UTF-8 file name in a message, a skip reason, captured output)
+cannot end the run; each worker dies with its controller (:mod:`accelgrid.lifetime`).
 """
 
 from __future__ import annotations
@@ -17,11 +23,39 @@ from typing import Any
 
 import pytest
 
-from . import contract, known_issues_runtime, outcomes, provenance, results
+from . import contract, known_issues_runtime, lifetime, outcomes, provenance, results
 
 
 def _worker_id(config: pytest.Config) -> str | None:
     return getattr(config, "workerinput", {}).get("workerid")
+
+
+def _run_fields() -> dict[str, Any]:
+    """The run's id, the user's pytest args and the selection, as the runner set them."""
+    fields: dict[str, Any] = {"run_id": os.environ.get(contract.RUN_ID) or None}
+    for key, var in (("pytest_args", contract.PYTEST_ARGS), ("selection", contract.SELECTION)):
+        try:
+            value = json.loads(os.environ.get(var) or "[]")
+        except ValueError:
+            value = [os.environ[var]]
+        fields[key] = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return fields
+
+
+def _safe_events(config: pytest.Config) -> None:
+    """In an xdist worker: make every event sent to the controller encodable. execnet
+    encodes strings as strict UTF-8, so one lone surrogate (a non-UTF-8 file name from
+    os.listdir in an assertion message, a skip reason, a warning, a test file's name)
+    would raise inside the worker and end the whole run."""
+    for plugin in config.pluginmanager.get_plugins():
+        send = getattr(plugin, "sendevent", None)
+        if type(plugin).__name__ == "WorkerInteractor" and callable(send):
+
+            def sendevent(name: str, _send: Any = send, **kwargs: object) -> None:
+                _send(name, **results.safe(kwargs))
+
+            plugin.sendevent = sendevent
+            return
 
 
 def _short(text: str, limit: int) -> str:
@@ -60,13 +94,16 @@ class Recorder:
         self.started: dict[str, float] = {}
         self.cell = os.environ.get(contract.CELL, folder.name)
         self.device = os.environ.get(contract.DEVICE, "cpu")
+        self.run = _run_fields()
 
     # --- provenance and collection -------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         env = provenance.collect(self.cell, self.device, with_torch=False)
+        env.update(self.run)
         earlier, _ = results.read_json(self.folder / results.ENV)
-        if isinstance(earlier, dict) and earlier.get("cell") == self.cell:
+        if (isinstance(earlier, dict) and earlier.get("cell") == self.cell
+                and earlier.get("run_id") == self.run["run_id"]):
             env["start"] = earlier.get("start", env["start"])  # a later pass of the same run
             env["passes"] = earlier.get("passes", [])
         env.setdefault("passes", []).append(os.environ.get(contract.PASS, contract.PASS_SINGLE))
@@ -112,10 +149,10 @@ class Recorder:
         spec_env = getattr(getattr(getattr(node, "gateway", None), "spec", None), "env", None)
         index = (spec_env or {}).get(contract.DEVICE_INDEX,
                                      os.environ.get(contract.DEVICE_INDEX))
+        if os.environ.get(contract.PASS) == contract.PASS_ALL_DEVICES:
+            return f"{self.device}:all"  # every device of the run (the subset, if chosen)
         if index is not None:
             return f"{self.device}:{index}"
-        if os.environ.get(contract.PASS) == contract.PASS_ALL_DEVICES:
-            return f"{self.device}:all"
         return self.device
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -188,8 +225,28 @@ class Recorder:
     def _write(self, rec: dict[str, Any]) -> None:
         rec["outcome"] = rec["outcome"] or outcomes.ERROR
         rec["cell"] = self.cell
+        if self.run["run_id"]:
+            rec["run_id"] = self.run["run_id"]
         rec["finished"] = time.time()
         results.append_record(self.folder / results.TESTS, rec)
+
+
+class RestartBudget:
+    """On the xdist controller: a worker that died in a test is that test's outcome, not a
+    reason to end the run. xdist ends the run after ``--max-worker-restart`` dead workers
+    (4 per worker by default: the 5th crashing or hanging test would lose every test
+    after it), so each death a test explains raises the limit by one; the limit is left
+    for deaths no test explains (a worker that dies starting up, again and again)."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        limit = getattr(dsession, "_max_worker_restart", None)
+        if isinstance(limit, int) and limit > 0:  # 0: the user turned restarts off
+            dsession._max_worker_restart = limit + 1  # type: ignore[union-attr]
 
 
 class WorkerMarker:
@@ -269,6 +326,11 @@ def pytest_configure(config: pytest.Config) -> None:
                             "that sees the host's accelerators (the cell's other tests see "
                             "none: CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")
     known_issues_runtime.configure(config)  # upstream marker; registry xfails
+    if _worker_id(config) is not None:
+        _safe_events(config)
+        lifetime.die_with_parent()  # a worker never outlives its controller
+    else:
+        config.pluginmanager.register(RestartBudget(config), "accelgrid-restart-budget")
     folder = os.environ.get(contract.RESULTS)
     if not folder:
         return

@@ -96,8 +96,8 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     cmd = nox_command(matrix, cell, pytest_args, envdir=envdir, reuse=reuse, no_venv=no_venv)
     env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(out)}
     t0 = time.monotonic()
-    # A stale tests.jsonl must not pass for this run's: the runner recreates the folder.
-    stale = (folder / results.TESTS).stat().st_mtime if (folder / results.TESTS).exists() else None
+    # A stale run must not pass for this one's: each run has a new id (last-run.json).
+    before = results.last_run(folder)[0]
     with log.open("w", encoding="utf-8") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
@@ -109,10 +109,10 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
         except subprocess.TimeoutExpired:
             rc = None
     seconds = time.monotonic() - t0
-    run = CellRun(cell.name, rc, seconds, folder, log)
-    tests = folder / results.TESTS
-    if tests.exists() and (stale is None or tests.stat().st_mtime > stale):
-        records, _ = results.read_records(tests)
+    run_id, run_folder = results.last_run(folder)
+    run = CellRun(cell.name, rc, seconds, run_folder, log)
+    if run_id is not None and run_id != before:  # a selected run: runs/<run-id>/
+        records, _ = results.run_records(run_folder, run_id)
         run.records = results.last_outcomes(records)
     if not run.records:
         why = _tail(log) if not verbose else f"nox exited with {rc}"

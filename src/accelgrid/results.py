@@ -1,16 +1,27 @@
 """The results folder of a cell run, ``results/<cell>/``, written as the run goes.
 
-Files:
+A run of the whole cell writes ``results/<cell>/`` itself (it replaces the previous full
+run); a run narrowed by its pytest arguments (paths, ``-k``, ``-m``, ``-x``, ...) writes
+``results/<cell>/runs/<run-id>/`` instead, so it never passes for the whole cell nor
+destroys the full run's results. ``results/<cell>/last-run.json`` names the latest run's
+folder; ``results/<cell>/.lock`` is held (flock) by the run in progress.
+
+Files of a run's folder:
   ``tests.jsonl``     one JSON object per finished test, appended and fsynced as each ends
   ``collected.json``  every collected test id (so tests that never ran become not-run)
   ``running/``        one file per worker naming the test it is in (crash/timeout attribution)
   ``env.json``        provenance (:mod:`accelgrid.provenance`), start and end
   ``junit.xml``       pytest's JUnit XML (absent if the run was killed)
-  ``summary.json``    counts per outcome, written when the cell ends
+  ``summary.json``    counts per outcome, the run id and selection, written when it ends
   ``multi_device.json`` multi-device tests deselected by the pinned pass (run next)
 
 Reading them back: :func:`discover` finds cell folders under any paths (a cell's folder,
 ``results/`` or a CI artifacts download), :func:`read_cell` reads one for reports.
+
+Every record carries the run's id (``run_id``, also in env.json and summary.json); a
+reader ignores records of another run. Every string written is made encodable first
+(:func:`safe`): a lone surrogate (a non-UTF-8 file name or env value, as Python decodes
+them) becomes a backslash escape instead of ending the run.
 
 Stdlib only: the cell's interpreter writes these through the pytest plugin.
 """
@@ -21,6 +32,7 @@ import json
 import math
 import os
 import re
+import shutil
 import stat
 import tempfile
 import time
@@ -41,6 +53,9 @@ JUNIT = "junit.xml"
 SUMMARY = "summary.json"
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
 HOST_ACCELERATORS = "host_accelerators.json"  # tests a cpu cell left for the host-accelerators pass
+RUNS = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection
+LAST_RUN = "last-run.json"           # results/<cell>/last-run.json: the latest run's folder
+LOCK = ".lock"                       # results/<cell>/.lock: flock of the run in progress
 # Any of these makes a folder a cell's results folder.
 CELL_FILES = (TESTS, ENV, COLLECTED, SUMMARY)
 # Folders never searched for cells: tool state, and a cell's own per-worker folder.
@@ -87,16 +102,53 @@ def dumps(value: Any, **kwargs: Any) -> str:
         return json.dumps(json_safe(value), allow_nan=False, **kwargs)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    # U+DC80..U+DCFF is how surrogateescape carries an undecodable byte: show the byte.
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def safe_text(text: str) -> str:
+    """``text``, encodable as UTF-8: each lone surrogate becomes a backslash escape
+    (``b"\\xff"`` decoded with surrogateescape, as ``os.listdir`` and ``os.environ`` give
+    it, becomes the four characters ``\\xff``). Unchanged when already encodable."""
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def safe(data: Any) -> Any:
+    """``data`` with every string in it (keys too, in dicts, lists and tuples) made
+    encodable by :func:`safe_text`; other values are returned as they are."""
+    if isinstance(data, str):
+        return safe_text(data)
+    if isinstance(data, dict):
+        return {safe(k): safe(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [safe(v) for v in data]
+    if isinstance(data, tuple):
+        items = [safe(v) for v in data]
+        return tuple(items) if type(data) is tuple else type(data)(*items)  # a namedtuple
+    return data
+
+
+def _dumps(data: Any, **kwargs: Any) -> str:
+    # default=str: a value json does not know is written as its text, made safe too.
+    return dumps(safe(data), default=lambda o: safe_text(str(o)), **kwargs)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Atomically replace ``path`` (a crash leaves the old or the new file, never half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(data, indent=2, sort_keys=False)
+    text = _dumps(data, indent=2, sort_keys=False) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-            fh.write("\n")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -108,7 +160,7 @@ def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> 
     the whole session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
     record = {k: redact_text(v) if k in ("message", "longrepr") and isinstance(v, str) else v
               for k, v in record.items()}
-    line = dumps(record, sort_keys=False) + "\n"
+    line = _dumps(record, sort_keys=False) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode("utf-8"))
@@ -330,7 +382,7 @@ def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None)
     # Once per test: one small write in place, no temp file. A reader that finds it
     # half-written ignores it (read_json error), which only costs crash attribution.
     path = results / RUNNING / f"{worker}.json"
-    data = dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout})
+    data = _dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout})
     try:
         path.write_text(data, encoding="utf-8")
     except FileNotFoundError:
@@ -378,13 +430,40 @@ def merged_torch(results: Path) -> dict[str, Any]:
     return merge_torch_reports(reports)
 
 
-def finalize(results: Path, reason: str) -> dict[str, Any]:
-    """Close a cell's results after its pytest process ended, however it ended.
+RUN_FIELDS = ("run_id", "pytest_args", "selection")  # a run's identity, in env/summary
+
+
+def run_records(results: Path, run_id: str | None = None
+                ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The test records of ``results/tests.jsonl`` that belong to run ``run_id`` (default:
+    env.json's), and a note per unusable line or record of another run. Records without
+    a run id (written before runs had one) belong to any run."""
+    records, problems = read_records(results / TESTS)
+    if run_id is None:
+        env, _ = read_json(results / ENV)
+        run_id = env.get("run_id") if isinstance(env, dict) else None
+    if run_id:
+        other = [r for r in records if r.get("run_id") not in (None, run_id)]
+        if other:
+            problems.append(f"{TESTS}: {len(other)} record(s) of another run ignored")
+            records = [r for r in records if r.get("run_id") in (None, run_id)]
+    return records, problems
+
+
+def finalize(results: Path, reason: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Close a run's results after its pytest process ended, however it ended.
 
     Tests a dead worker was in become crashed/timeout; collected tests with no record
-    become not-run with ``reason``; ``env.json`` gets its end; ``summary.json`` is written.
+    become not-run with ``reason``; ``env.json`` gets its end; ``summary.json`` is written
+    with ``run`` (:data:`RUN_FIELDS`: the run id, the user's pytest args, the selection).
     """
-    records, _ = read_records(results / TESTS)
+    run = {k: v for k, v in (run or {}).items() if k in RUN_FIELDS}
+    env, _ = read_json(results / ENV)
+    env = env if isinstance(env, dict) else None
+    run_id = run.get("run_id") or (env or {}).get("run_id")
+    cell = (env or {}).get("cell")
+    extra = {k: v for k, v in (("run_id", run_id), ("cell", cell)) if v}
+    records, _ = run_records(results, run_id)
     seen = {r["nodeid"] for r in records}
     for nodeid, info in running(results).items():
         if nodeid in seen:
@@ -392,26 +471,30 @@ def finalize(results: Path, reason: str) -> dict[str, Any]:
         outcome = crash_outcome(info.get("start"), info.get("timeout"))
         rec = {"nodeid": nodeid, "outcome": outcome, "worker": info.get("worker"),
                "message": f"the test process died while running this test ({reason})",
-               "duration": time.time() - info["start"] if info.get("start") else None}
+               "duration": time.time() - info["start"] if info.get("start") else None,
+               **extra}
         append_record(results / TESTS, rec)
         seen.add(nodeid)
     collected, _ = read_json(results / COLLECTED)
     for nodeid in collected or []:
         if nodeid not in seen:
             append_record(results / TESTS, {"nodeid": nodeid, "outcome": outcomes.NOT_RUN,
-                                            "message": reason})
+                                            "message": reason, **extra})
             seen.add(nodeid)
-    env, _ = read_json(results / ENV)
-    if isinstance(env, dict) and (env.get("torch") or {}).get("pending"):
+    if env is not None and (env.get("torch") or {}).get("pending"):
         env["torch"] = merged_torch(results)  # the run died before it merged them
         write_json(results / ENV, env)
-    if isinstance(env, dict) and not env.get("end"):
+    if env is not None and not env.get("end"):
         from .provenance import now  # local: provenance is the only user of datetime here
         env["end"] = now()
         env["status"] = "ended" if env.get("status") == "running" else env.get("status")
         env["end_reason"] = reason
         write_json(results / ENV, env)
-    summary = summarize(results)
+    summary = summarize(results, run_id)
+    for key in RUN_FIELDS:
+        if key in run or key in (env or {}):
+            summary[key] = run[key] if key in run else env[key]  # type: ignore[index]
+    summary["partial"] = bool(summary.get("selection"))
     write_json(results / SUMMARY, summary)
     return summary
 
@@ -424,11 +507,13 @@ def last_outcomes(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def summarize(results: Path) -> dict[str, Any]:
-    records, problems = read_records(results / TESTS)
+def summarize(results: Path, run_id: str | None = None) -> dict[str, Any]:
+    records, problems = run_records(results, run_id)
     tests = last_outcomes(records)
     counts = Counter(r["outcome"] for r in tests.values())
-    return {"cell": results.name, "total": len(tests),
+    env, _ = read_json(results / ENV)
+    cell = env.get("cell") if isinstance(env, dict) else None
+    return {"cell": cell or results.name, "total": len(tests),
             "counts": {o: counts.get(o, 0) for o in outcomes.ALL},
             "problems": problems}
 
@@ -487,6 +572,57 @@ def clean_env(env: Any) -> tuple[dict[str, Any], list[str]]:
     return out, notes
 
 
+# --- a cell's folder: the full run, runs with a selection, the lock --------------------
+
+def clear_for_run(cell_folder: Path) -> None:
+    """Empty ``results/<cell>/`` for a new full run: everything but the runs with a
+    selection (``runs/``) and the lock file, which the new run holds."""
+    cell_folder.mkdir(parents=True, exist_ok=True)
+    for child in cell_folder.iterdir():
+        if child.name in (RUNS, LOCK):
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def run_folder(cell_folder: Path, run_id: str, partial: bool) -> Path:
+    """Where a run writes: the cell's folder for a full run, ``runs/<run-id>/`` else."""
+    return cell_folder / RUNS / run_id if partial else cell_folder
+
+
+def write_last_run(cell_folder: Path, run_id: str, folder: Path,
+                   selection: list[str]) -> None:
+    """Name the run now starting as the cell's latest (:func:`last_run` reads it)."""
+    rel = folder.relative_to(cell_folder).as_posix() if folder != cell_folder else "."
+    write_json(cell_folder / LAST_RUN, {"run_id": run_id, "folder": rel,
+                                        "selection": selection})
+
+
+def last_run(cell_folder: Path) -> tuple[str | None, Path]:
+    """(run id, folder) of the cell's latest run; (None, the cell's folder) when none is
+    named, e.g. results written before runs had ids."""
+    data, err = read_json(cell_folder / LAST_RUN)
+    if err or not isinstance(data, dict) or not isinstance(data.get("folder"), str):
+        return None, cell_folder
+    folder = (cell_folder / data["folder"]).resolve()
+    if cell_folder.resolve() not in (folder, *folder.parents):
+        return None, cell_folder  # a hand-edited pointer out of the cell's folder
+    return data.get("run_id"), folder
+
+
+def prune_runs(cell_folder: Path, keep: int) -> None:
+    """Keep the ``keep`` newest of ``runs/*`` (by modification time)."""
+    runs = cell_folder / RUNS
+    if not runs.is_dir():
+        return
+    folders = sorted((p for p in runs.iterdir() if p.is_dir()),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in folders[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @dataclass
 class CellResults:
     """A cell's results as read back for grids; ``error`` says why they are unusable."""
@@ -517,7 +653,8 @@ def load_cell(path: Path) -> CellResults:
         cell.env, notes = clean_env(env)
         cell.problems += notes
         cell.name = cell.env.get("cell") or cell.name
-    records, problems = read_records(path / TESTS)
+    run = run_of(path, cell.env)
+    records, problems = run_records(path, run.get("run_id") or "")
     cell.problems += problems
     unreadable = [p for p in problems if p.startswith(tuple(
         f"{TESTS} {why}" for why in ("is a folder", "not a regular", "unreadable", "missing")))]
@@ -530,7 +667,20 @@ def load_cell(path: Path) -> CellResults:
     cell.tests = last_outcomes(records)
     if cell.env and cell.env.get("status") == "running" and not cell.env.get("end"):
         cell.problems.append("the run never finished (killed?): results are partial")
+    if run.get("selection"):
+        cell.problems.append(f"a selected run (pytest {' '.join(run['selection'])}), "
+                             "not the whole cell")
     return cell
+
+
+def run_of(path: Path, env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A run's :data:`RUN_FIELDS` from its env.json, else its summary.json (pytest may
+    have died before writing env.json); {} for results written before runs had ids."""
+    for doc in (env if env is not None else read_json(path / ENV)[0],
+                read_json(path / SUMMARY)[0]):
+        if isinstance(doc, dict) and doc.get("run_id"):
+            return {k: doc[k] for k in RUN_FIELDS if k in doc}
+    return {}
 
 
 # --- finding and reading results folders ------------------------------------------------

@@ -1,24 +1,35 @@
 """The runner: run one cell's suites with pytest in a given interpreter, to results.
 
 It sets the cell's env before the interpreter starts (torch reads its flags at import),
-runs pytest with pytest-xdist (so a crashing test only loses its worker) and
-pytest-timeout (thread method: survives C-level hangs), enforces the cell's time limit,
-and closes the results folder however the run ends.
+runs pytest with pytest-xdist (so a crashing test only loses its worker, however many
+crash) and pytest-timeout (thread method: survives C-level hangs), enforces the cell's
+time limit, and closes the results folder however the run ends.
+
+Each run has an id and holds the cell's lock (:func:`cell_lock`): a second run of the
+cell stops with one line instead of writing into the same folder. A run narrowed by its
+pytest arguments (:func:`selection`) writes ``results/<cell>/runs/<run-id>/`` and leaves
+the cell's full run in ``results/<cell>/``. Nothing the run starts outlives it
+(:mod:`accelgrid.lifetime`): pytest gets a parent-death signal and a guard in its process
+group kills the group when the runner ends the pass or dies, even by SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-import shutil
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import contract, detect, known_issues, results
+from . import contract, detect, known_issues, lifetime, results
 from .errors import AccelgridError
 from .matrix import Cell
 from .report import ops_pages
@@ -26,6 +37,7 @@ from .versions import version_key
 
 EXIT_CELL_TIMEOUT = 124
 HARDWARE_JSON = "hardware.json"   # in the results folder: the runner's family, driver, GPUs
+RUNS_KEPT = 20  # runs with a selection kept in results/<cell>/runs/ (the newest)
 
 
 def installed_version(python: str, package: str = "torch") -> str | None:
@@ -131,12 +143,22 @@ class Pass:
     empty_ok: bool = False          # "no tests collected" is fine for this pass
     env: tuple[tuple[str, str], ...] = ()   # extra env for the whole pass
 
+    @property
+    def workers(self) -> int:
+        """How many xdist workers the pass runs at once."""
+        if "-n" in self.xdist:
+            value = self.xdist[self.xdist.index("-n") + 1]
+            return int(value) if value.isdigit() else os.cpu_count() or 1
+        return max(1, self.xdist.count("--tx"))
+
 
 def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = ()
            ) -> list[Pass]:
     """How the cell's tests are spread. With several devices: one xdist worker pinned to
     each device (per-device ``--tx`` specs, so a replacement worker keeps its device),
-    then a pass with one worker that sees every device for ``multi_device`` tests."""
+    then a pass with one worker that sees every device of the run for ``multi_device``
+    tests: the visibility variable lists them, so a chosen subset (``ACCELGRID_DEVICES``)
+    holds there too."""
     var = detect.VISIBILITY_VAR.get(cell.device)
     if var and len(device_ids) == 1 and workers is None:
         # One device (or a one-device subset): pin it, so nothing else on the host is seen
@@ -156,7 +178,9 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         return [
             Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
-                 junit="junit-all-devices.xml", empty_ok=True),
+                 junit="junit-all-devices.xml", empty_ok=True,
+                 env=((var, ",".join(device_ids)),
+                      (contract.DEVICE_INDEX, ",".join(device_ids)))),
         ]
     if cell.device == "cpu":
         return cpu_passes(cell, workers)
@@ -184,6 +208,9 @@ def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = 
     return [
         python, "-m", "pytest", *paths,
         *run_pass.xdist, *run_pass.select,
+        # Dead workers no test explains (one dying at start, again and again) end the run
+        # after this many; each test that kills its worker raises it (RestartBudget).
+        f"--max-worker-restart={4 * run_pass.workers}",
         f"--timeout={cell.test_seconds}", "--timeout-method=thread",
         f"--junitxml={folder / run_pass.junit}", "-o", "junit_family=xunit2",
         "-o", f"junit_suite_name={cell.name}",
@@ -191,24 +218,130 @@ def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = 
     ]
 
 
-def prepare(folder: Path) -> None:
-    """An empty results folder for a new run of the cell."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+# pytest options that change how a run reports, not which tests run nor how far it gets.
+_NEUTRAL_FLAGS = {
+    "-v", "--verbose", "-q", "--quiet", "-s", "-l", "--showlocals", "--full-trace",
+    "--no-header", "--no-summary", "--strict-markers", "--disable-warnings",
+    "--disable-pytest-warnings", "--cache-clear", "-rA",
+}
+_NEUTRAL_WITH_VALUE = {
+    "-n", "--numprocesses", "--maxprocesses", "--dist", "--max-worker-restart", "--tb",
+    "-r", "-p", "-W", "--pythonwarnings", "--durations", "--durations-min", "--timeout",
+    "--timeout-method", "--color", "--capture", "--log-level", "--log-cli-level",
+}
+# Options that narrow the run and take a value (kept with it in the selection).
+_SELECTING_WITH_VALUE = {
+    "-k", "-m", "--deselect", "--ignore", "--ignore-glob", "--maxfail", "-c",
+    "--config-file", "--rootdir", "-o", "--override-ini", "--confcutdir",
+    "--last-failed-no-failures", "--lfnf",
+}
+
+
+def selection(args: Sequence[str]) -> list[str]:
+    """The pytest arguments that narrow a run to part of the cell: test paths, ``-k``,
+    ``-m``, ``-x``, ``--lf``, ``--deselect``, ... (with their values), in order. Only
+    options known to change reporting alone (``-v``, ``--tb``, ``-n``, ``-p``, ...) are
+    left out: an option this list does not know counts as narrowing, so a partial run
+    never passes for the whole cell. [] means the whole cell."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        name, eq, _ = arg.partition("=")
+        if arg in _NEUTRAL_FLAGS or re.fullmatch(r"-[vqsl]+", arg):
+            continue
+        if name in _NEUTRAL_WITH_VALUE:
+            i += 0 if eq else 1  # skip its value too
+            continue
+        if not arg.startswith("--") and arg[:2] in {"-n", "-r", "-p", "-W"}:
+            continue  # a neutral short option with its value attached: -n4, -rA, -pno:x
+        out.append(arg)
+        if name in _SELECTING_WITH_VALUE and not eq and i < len(args):
+            out.append(args[i])
+            i += 1
+    return out
+
+
+class CellBusy(AccelgridError):
+    """Another run of the cell holds its results folder."""
+
+
+@contextlib.contextmanager
+def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[int | None]:
+    """Hold ``results/<cell>/.lock`` (flock) for the run; yields its fd (pytest inherits
+    it, so even a pytest that outlived its runner keeps the folder locked). Raises
+    :class:`CellBusy` with one line naming the holder when another run has it."""
+    cell_folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; runs are not guarded against each other
+        yield None
+        return
+    path = cell_folder / results.LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder, _ = results.read_json(path)
+            who = ""
+            if isinstance(holder, dict):
+                who = (f" (run {holder.get('run_id')}, pid {holder.get('pid')} on "
+                       f"{holder.get('host')}, since {holder.get('start')})")
+            raise CellBusy(f"{cell}: another run of this cell is in progress{who}; "
+                           f"{cell_folder} is locked until it ends") from None
+        except OSError as exc:  # e.g. a file system without locks: say so, run anyway
+            print(f"accelgrid: {cell}: cannot lock {path} ({exc}); running unguarded",
+                  file=sys.stderr, flush=True)
+        from .provenance import now
+
+        holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),
+                                  "host": socket.gethostname(), "start": now()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder_text.encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
              pytest_args: Sequence[str] = (), workers: int | None = None,
              limit_s: float | None = None) -> int:
-    """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit)."""
-    folder = (results_root / cell.name).resolve()
-    known_issues.registry_for_run(root)  # an invalid registry fails before results go
+    """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit).
+    Raises :class:`CellBusy` when another run of the cell is in progress."""
+    cell_folder = (results_root / cell.name).resolve()
+    # Everything the run reads is checked before the results folder is touched.
+    known_issues.registry_for_run(root)
     problem = detect.resolve_hardware(cell).problem
-    if problem:   # before the results folder is touched
+    if problem:
         raise AccelgridError(problem)
-    prepare(folder)
-    env = cell_env(cell, root, folder)
+    run_id = uuid.uuid4().hex
+    chosen = selection(pytest_args)
+    with cell_lock(cell_folder, cell.name, run_id) as lock_fd:
+        folder = results.run_folder(cell_folder, run_id, partial=bool(chosen))
+        if chosen:
+            results.prune_runs(cell_folder, RUNS_KEPT - 1)
+            folder.mkdir(parents=True)
+        else:
+            results.clear_for_run(cell_folder)
+        results.write_last_run(cell_folder, run_id, folder, chosen)
+        run = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
+        env = cell_env(cell, root, folder)
+        env.update({contract.RUN_ID: run_id,
+                    contract.PYTEST_ARGS: json.dumps(results.safe(run["pytest_args"])),
+                    contract.SELECTION: json.dumps(results.safe(chosen))})
+        if chosen:
+            print(f"accelgrid: {cell.name}: a selected run (pytest "
+                  f"{results.safe_text(' '.join(chosen))}): results in {folder}; "
+                  f"the cell's full run stays in {cell_folder}", flush=True)
+        return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
+                           run, () if lock_fd is None else (lock_fd,))
+
+
+def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str, str],
+                pytest_args: Sequence[str], workers: int | None, limit_s: float | None,
+                run: dict[str, object], keep_fds: tuple[int, ...]) -> int:
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
     deadline = time.monotonic() + limit
     ids = detect.device_ids(cell.device, env) if workers is None else []
@@ -236,14 +369,14 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
         print(f"accelgrid: {cell.name}: pass {run_pass.name}: {' '.join(cmd[1:3])} ... "
               f"(limit {left:.0f} s)", flush=True)
         pass_env = {**env, **dict(run_pass.env), contract.PASS: run_pass.name}
-        pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason)
+        pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason, keep_fds)
         if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
             pass_rc = 0
         rc = rc or pass_rc
         if stop_reason:
             break
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
-    summary = results.finalize(folder, reason)
+    summary = results.finalize(folder, reason, run)
     if ops_pages.write_cell(folder) is not None:
         print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
     counts = ", ".join(f"{n} {o}" for o, n in summary["counts"].items() if n)
@@ -255,16 +388,28 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     return rc
 
 
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
+    (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+
+
 def _run_pytest(cmd: list[str], root: Path, env: dict[str, str], limit: float,
-                stop_reason: list[str]) -> int:
-    # Own process group: the cell limit and signals reach every xdist worker.
-    proc = subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True)
+                stop_reason: list[str], keep_fds: tuple[int, ...] = ()) -> int:
+    # Own process group (the cell limit and signals reach every xdist worker and what the
+    # tests start), no terminal input (a background group reading it would be stopped),
+    # killed by the kernel if this process dies, and a guard in that group (lifetime).
+    posix = os.name == "posix"
+    extra: dict[str, object] = {}
+    if posix:
+        extra = {"process_group": 0, "preexec_fn": lifetime.death_signal_preexec(),
+                 "pass_fds": keep_fds}
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, **extra)
+    guard = _start_guard(proc.pid) if posix else None
 
     def _forward(signum: int, _frame: object) -> None:
         stop_reason.append(f"interrupted by {signal.Signals(signum).name}")
         _terminate(proc)
 
-    old = {s: signal.signal(s, _forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, _forward) for s in FORWARDED_SIGNALS}
     try:
         try:
             rc = proc.wait(timeout=max(limit, 1.0))
@@ -275,9 +420,43 @@ def _run_pytest(cmd: list[str], root: Path, env: dict[str, str], limit: float,
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        _end_guard(guard)  # whatever the pass left in its group goes with it
     if rc < 0:
         stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
     return rc
+
+
+def _start_guard(pgid: int) -> subprocess.Popen | None:
+    """The guard (:data:`accelgrid.lifetime.GUARD_CODE`) in process group ``pgid``: it
+    kills the group once its stdin closes, i.e. when this process ends the pass or dies."""
+    try:
+        guard = subprocess.Popen([sys.executable, "-I", "-c", lifetime.GUARD_CODE],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 process_group=pgid)
+        # Ready once it ignores the group's SIGTERM/SIGINT (a signal sent before then
+        # would end it early): it says so with one byte.
+        ready = guard.stdout.read(1)  # type: ignore[union-attr]
+        guard.stdout.close()  # type: ignore[union-attr]
+        if ready != b"+":
+            guard.wait()
+            raise OSError(f"it exited with {guard.returncode}")
+        return guard
+    except (OSError, subprocess.SubprocessError) as exc:  # pytest already gone, or no python
+        print(f"accelgrid: no guard for pytest's process group ({exc}); it relies on "
+              "the parent-death signal alone", file=sys.stderr, flush=True)
+        return None
+
+
+def _end_guard(guard: subprocess.Popen | None) -> None:
+    if guard is None:
+        return
+    with contextlib.suppress(OSError):
+        guard.stdin.close()  # type: ignore[union-attr]
+    try:
+        guard.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        guard.kill()
+        guard.wait()
 
 
 def _terminate(proc: subprocess.Popen, grace: float = 10.0) -> None:

@@ -92,7 +92,8 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     out = results.results_root(matrix.root)
     rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
     if rc != 0:
-        _fail(session, f"{cell.name}: pytest exited with {rc} (results in {out / cell.name})")
+        folder = results.last_run(out / cell.name)[1]
+        _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
 
 
 def _blocker(cell: Cell) -> str | None:

@@ -1,6 +1,7 @@
 """Run by torchrun from test_collectives.py: all-reduce, broadcast and two DDP steps.
 
-Prints one JSON line per rank with what it saw; the test checks them.
+Each rank writes what it saw to its own file, ``<out>/rank-<rank>.json`` (atomically): the
+ranks share one stdout, where their lines can interleave. The test checks the files.
 """
 
 from __future__ import annotations
@@ -8,13 +9,25 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from accelgrid import lifetime
+
+
+def write_report(out: Path, rank: int, report: dict) -> None:
+    """``out/rank-<rank>.json``, complete or absent: written aside, then renamed."""
+    tmp = out / f".rank-{rank}.json.tmp"
+    tmp.write_text(json.dumps(report), encoding="utf-8")
+    os.replace(tmp, out / f"rank-{rank}.json")
+
 
 def main() -> None:
-    device_type, backend = sys.argv[1], sys.argv[2]
+    # torch starts each rank in a session of its own: die with torchrun, not after it.
+    lifetime.die_with_parent()
+    device_type, backend, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
     if device_type == "cpu":
@@ -46,9 +59,9 @@ def main() -> None:
         loss.backward()
         opt.step()
     weights = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
-    print(json.dumps({"rank": rank, "world": world, "all_reduce": x.cpu().tolist(),
-                      "broadcast": y.cpu().tolist(), "weights": weights.tolist(),
-                      "device": str(device)}), flush=True)
+    write_report(out, rank, {"rank": rank, "world": world, "all_reduce": x.cpu().tolist(),
+                             "broadcast": y.cpu().tolist(), "weights": weights.tolist(),
+                             "device": str(device)})
     dist.destroy_process_group()
 
 

@@ -1,13 +1,16 @@
 """Collectives across the host's devices, started with torchrun: all-reduce, broadcast and
 a two-step DDP training, through the device's backend (nccl / xccl / gloo).
 
-Runs in the cell's all-devices pass (marker multi_device), so it sees every device.
+Runs in the cell's all-devices pass (marker multi_device), so it sees every device of the
+run: the runner sets CUDA_VISIBLE_DEVICES / ZE_AFFINITY_MASK to them (a subset chosen with
+ACCELGRID_DEVICES included), and the world is the number of devices torch sees.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accelgrid import backends
+from accelgrid import backends, detect, lifetime
 
 pytestmark = pytest.mark.multi_device
 
@@ -38,11 +41,17 @@ def _backend(device: str) -> str:
 
 
 def _world(device: str) -> int:
+    """One rank per device this process may use: torch counts only the visible ones."""
     if device == "cpu":
         return CPU_WORLD
     count = backends.dispatch("device_count", device)
+    var = detect.VISIBILITY_VAR.get(device)
+    visible = [d for d in os.environ.get(var or "", "").split(",") if d.strip()]
+    # A visibility list torch does not honour would put ranks on devices not chosen.
+    assert not visible or count <= len(visible), (
+        f"{var}={os.environ[var]} but torch sees {count} {device} devices")
     if count < 2:
-        pytest.skip(f"one {device} device on this host: collectives need at least two")
+        pytest.skip(f"one {device} device visible here: collectives need at least two")
     return count
 
 
@@ -52,11 +61,20 @@ def test_collectives_and_ddp(device: str, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={world}", str(WORKER), device, backend]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env,
-                          cwd=tmp_path)
+    out = tmp_path / "ranks"
+    out.mkdir()
+    # SIGTERM when this test's process dies: torchrun then stops its ranks itself.
+    proc = subprocess.run(lifetime.with_death_signal([*cmd, str(out)], signal.SIGTERM),
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    ranks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    ranks = [json.loads(f.read_text(encoding="utf-8"))
+             for f in sorted(out.glob("rank-*.json"))]
     assert sorted(r["rank"] for r in ranks) == list(range(world))
+    assert all(r["world"] == world for r in ranks)
+    var = detect.VISIBILITY_VAR.get(device)
+    # Shown by -rA: the world and where its ranks ran, in the run's visible devices.
+    print(f"world {world} on {sorted(r['device'] for r in ranks)}"
+          + (f" with {var}={os.environ.get(var)}" if var else ""))
     total = world * (world + 1) / 2
     for r in ranks:
         assert r["all_reduce"] == [total] * 4

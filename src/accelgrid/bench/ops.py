@@ -58,7 +58,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
     paths = list(suites)
     if not paths:
         raise InvalidInput("--suites names no test paths")
-    from .. import runner, sessions  # imports nox: only when a benchmark runs
+    from .. import results, runner, sessions  # imports nox: only when a benchmark runs
 
     the_cell = matrix.cell(cell)
     print(f"[1/2] preparing {the_cell.name}'s env", flush=True)
@@ -76,7 +76,8 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
                 print(f"[2/2] run {i + 1}/{repeat} {mode}: {times[mode][-1]:.1f} s "
                       f"(pytest exit {rc})", flush=True)
                 if mode == "capture":
-                    data = json.loads((folder / the_cell.name / "ops.json").read_text())
+                    run_folder = results.last_run(folder / the_cell.name)[1]
+                    data = json.loads((run_folder / "ops.json").read_text())
                     ops_seen = len(data["ops"])
     ratios = [c / p for c, p in zip(times["capture"], times["plain"], strict=True)]
     report = {"cell": the_cell.name, "suites": paths, "host": platform.node(),

@@ -68,6 +68,11 @@ class GridReport:
             if col["status"] == "partial":
                 state += f" (partial: {col['reason']})"
             out.append(f"{col['name']}: {state}")
+            base = col.get("baseline") or {}
+            if "outside_selection" in base:
+                out.append(f"{col['name']}: a selected run: {base['compared']} baseline "
+                           f"tests compared, {base['outside_selection']} outside its "
+                           "selection not compared (not lost)")
         out.append("wrote " + ", ".join(str(p) for p in self.paths.values()))
         base = self.model["baseline"]
         if base and self.model["columns"]:
@@ -80,12 +85,18 @@ class GridReport:
 
     def check(self) -> None:
         """Raise AccelgridError when no results folder was found, Regression (exit 3) on
-        any regression against the baselines."""
+        any regression against the baselines, AccelgridError (exit 1) when a selected
+        run's column compared none of its baseline's tests (everything selected is gone,
+        or the selection holds only new tests: the gate checked nothing)."""
         if not self.model["columns"]:
             raise AccelgridError("no results folders found in "
                                  + " ".join(str(p) for p in self.folders))
         if self.regressions:
             raise Regression(f"{len(self.regressions)} regression(s) against the baselines")
+        empty = (self.model["baseline"] or {}).get("nothing_compared")
+        if empty:
+            raise AccelgridError(f"{', '.join(empty)}: a selected run that recorded none of "
+                                 "its baseline's tests: nothing was compared")
 
 
 def grid(folders: Iterable[Path], out: Path, baseline_dir: Path | None = None,

@@ -203,9 +203,9 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
            ) -> tuple[list[CellUpdate], list[str]]:
     """Write ``folder/<cell>.json`` from each cell found in ``results`` (only ``cells``
     when given). Errored cells are refused, and partial ones (run never finished,
-    unreadable parts) unless ``allow_partial``; ``keep_missing`` keeps baseline entries
-    of tests absent from the results. Returns what happened per cell, in the order found,
-    and a note per path ignored."""
+    unreadable parts, a selected run) unless ``allow_partial``; ``keep_missing`` keeps
+    baseline entries of tests absent from the results (always, for a selected run).
+    Returns what happened per cell, in the order found, and a note per path ignored."""
     wanted = set(cells or ())
     folders, notes = discover([Path(p) for p in results])
     done: list[CellUpdate] = []
@@ -228,7 +228,9 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
                 entry.old = read(path)
             except ValueError as exc:
                 entry.unreadable = str(exc)
-        if keep_missing:
+        # A selected run (-k, a path, -x) says nothing of the tests outside its selection:
+        # they keep their baseline entries rather than being dropped.
+        if keep_missing or (cell.env or {}).get("selection"):
             doc["tests"] = dict(sorted({**entry.old, **doc["tests"]}.items()))
         entry.tests = doc["tests"]
         write(path, doc)
@@ -259,12 +261,17 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
             continue
         counts: Counter[str] = Counter()
         name = col["name"]
+        selected = bool(col.get("selection"))
+        outside = 0
         for nodeid in sorted(set(expected) | {n for n, r in rows.items() if name in r["cells"]}):
             row = rows.get(nodeid)
+            entry = row["cells"].get(name) if row is not None else None
+            if selected and entry is None:
+                outside += 1  # a selected run: a test it did not record was not selected
+                continue
             if row is None:
                 row = rows[nodeid] = new_row(nodeid)
                 added = True
-            entry = row["cells"].get(name)
             was = expected.get(nodeid)
             change = classify(was, entry["outcome"] if entry else None)
             counts[change] += 1
@@ -280,6 +287,9 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
                                 "message": (entry or {}).get("message")})
         col["baseline"] = {"file": str(path_for(folder, col["cell"])),
                            "counts": {c: counts.get(c, 0) for c in CATEGORIES}}
+        if selected:
+            col["baseline"]["outside_selection"] = outside
+            col["baseline"]["compared"] = sum(n for c, n in counts.items() if c != NEW)
         totals.update(counts)
     if added:
         model["rows"] = sorted(rows.values(), key=row_key)
@@ -288,7 +298,11 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
     model["baseline"] = {
         "dir": str(folder), "cells": [c["name"] for c in columns if c["baseline"]],
         "counts": {c: totals.get(c, 0) for c in CATEGORIES},
-        "regressions": totals.get(REGRESSION, 0), "changes": changes}
+        "regressions": totals.get(REGRESSION, 0), "changes": changes,
+        # Selected runs (partial columns) compared with nothing of their baseline: a gate
+        # on them checked nothing, which must not pass for a success (GridReport.check).
+        "nothing_compared": [c["name"] for c in columns if c["baseline"] and c["selection"]
+                             and not c["baseline"]["compared"]]}
     return model["baseline"]
 
 

@@ -123,6 +123,10 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
         "error": cell.error,
         "problems": problems,
         "reason": cell.error or "; ".join(problems) or None,
+        # The pytest args that narrowed the run ([] for the whole cell): such a column is
+        # partial, and tests outside it are not lost (compare.mark).
+        "selection": [str(a) for a in env.get("selection") or []]
+        if isinstance(env.get("selection"), list) else [],
         "path": str(cell.path),
         "baseline": None,
         "ops_vs_predicted": ops.folder_check(cell.path),  # None unless xpu with ops.json

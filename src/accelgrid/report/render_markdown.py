@@ -116,6 +116,9 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
             cells += " | " + (", ".join(f"{b[k]} {CHANGE_LABEL[k]}" for k in CHANGE_LABEL
                                         if b[k] and k != compare.EXPECTED_FAILURE)
                               or "no change") if b else " | no baseline"
+            outside = (c["baseline"] or {}).get("outside_selection")
+            if outside:
+                cells += f" ({outside} outside the selection)"
         out.append(f"| {_md(c['name'])} | {_md(c['torch_build'])} | {dev} | {cells} |")
     partial = [c for c in cols if c["status"] != "ok"]
     if partial:

@@ -1,0 +1,105 @@
+"""Process lifetime: nothing a cell run starts outlives the process that started it.
+
+Three layers, so that ``kill -9`` of any process group leaves no orphan:
+
+* :func:`death_signal_preexec`, :func:`with_death_signal`, :func:`die_with_parent`:
+  Linux's ``prctl(PR_SET_PDEATHSIG)``, through ctypes. The runner arms it in the pytest
+  it starts (``preexec_fn``), the in-cell plugin in every xdist worker,
+  ``suites/distributed`` in torchrun (through :func:`with_death_signal`: a test process
+  has threads, where ``preexec_fn`` is unsafe) and in each rank (torch starts ranks in
+  sessions of their own, out of reach of a process-group kill).
+* :data:`GUARD_CODE`: a tiny process the runner starts inside pytest's process group,
+  reading a pipe whose other end only the runner holds. When the runner dies (even by
+  SIGKILL) or ends the pass, the pipe closes and the guard kills the whole group: pytest,
+  its workers and whatever the tests started there. It works without prctl (macOS).
+* the runner's own ``killpg`` on its time limit and on SIGINT/SIGTERM/SIGHUP.
+
+Standard library only: this module is imported inside the cell.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+# The guard: ignores the signals the runner sends the group to stop pytest gently, says
+# so (one byte on stdout), waits for EOF on stdin (the runner closed its end or died),
+# then SIGKILLs its process group, itself included.
+GUARD_CODE = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
+    "    signal.signal(s, signal.SIG_IGN)\n"
+    "os.write(1, b'+')\n"
+    "while sys.stdin.buffer.read(65536):\n"
+    "    pass\n"
+    "os.killpg(0, signal.SIGKILL)\n"
+)
+
+
+# Arms the death signal, then becomes the command (execve keeps it): argv is
+# SIGNAL PARENT_PID COMMAND...
+EXEC_WITH_DEATH_SIGNAL = (
+    "import ctypes, os, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[1]), 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[2]):\n"
+    "    sys.exit(1)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def death_signal_preexec(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn`` for a child of this process: the kernel sends it ``sig`` when this
+    process dies. prctl is looked up here, before the fork; the child only calls it, and
+    exits at once if this process is already gone."""
+    prctl = _prctl()
+    parent = os.getpid()
+
+    def arm() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # died between fork and prctl: nobody would wait for us
+            os._exit(1)
+
+    return arm
+
+
+def with_death_signal(cmd: list[str], sig: int = signal.SIGKILL) -> list[str]:
+    """``cmd`` started so that it is sent ``sig`` when this process dies: a small Python
+    arms the signal and execs ``cmd`` (same pid). Unlike ``preexec_fn`` this is safe in a
+    process with threads. ``cmd`` unchanged where there is no prctl."""
+    if _prctl() is None:
+        return list(cmd)
+    return [sys.executable, "-I", "-c", EXEC_WITH_DEATH_SIGNAL, str(int(sig)),
+            str(os.getpid()), *cmd]
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Have the kernel send this process ``sig`` when its parent dies (Linux; False
+    elsewhere). A parent that died before this call cannot be told apart from a
+    subreaper that adopted us: the guard covers that window."""
+    prctl = _prctl()
+    if prctl is None:
+        return False
+    parent = os.getppid()
+    if prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:  # the parent died while we armed it
+        os.kill(os.getpid(), sig)
+    return True
