@@ -66,7 +66,11 @@ def workload_for(example: str) -> str:
 
 
 def read_records(results_dir: Path) -> list[dict[str, Any]]:
-    """Every line of ``<results_dir>/ops-raw/*.jsonl``."""
+    """Every line of ``<results_dir>/ops-raw/*.jsonl``, of the cell's latest run: a run
+    narrowed by pytest arguments writes ``runs/<id>/``, named by ``last-run.json``."""
+    last = results_dir / "last-run.json"
+    if last.is_file():
+        results_dir = results_dir / json.loads(last.read_text()).get("folder", ".")
     raw = results_dir / "ops-raw"
     files = sorted(raw.glob("*.jsonl"))
     if not files:
