@@ -750,7 +750,8 @@ def overlaps(
                 yield c, k, overlap
 
 
-def checkpoint_model(device: str) -> nn.Sequential:
+def checkpoint_model(device: str, dtype: torch.dtype = torch.float32) -> nn.Sequential:
     """Upstream's save/load model; its biases (1024, 128 elements) stay on device, its
     weights are offloaded. Shared with the resume subprocess so both build the same."""
-    return nn.Sequential(nn.Linear(32, 1024), nn.ReLU(), nn.Linear(1024, 128)).to(device)
+    model = nn.Sequential(nn.Linear(32, 1024), nn.ReLU(), nn.Linear(1024, 128))
+    return model.to(device=device, dtype=dtype)

@@ -188,8 +188,9 @@ def on_step(n: int, fault: Callable[[torch.optim.Optimizer, Callable[[], Any]], 
     return plant
 
 
-def _fails_naming(pair: h.Pair, mode: str, *, tolerances: dict[str, h.UpdateTolerance],
-                  step: int, names: set[str]) -> str:
+def _fails_naming(
+    pair: h.Pair, mode: str, *, tolerances: dict[str, h.UpdateTolerance], step: int, names: set[str]
+) -> str:
     """The check fails at ``step`` and names exactly ``names``; returns the message."""
     with pytest.raises(AssertionError) as info:
         h.assert_pair_close(pair, tolerances[mode])
