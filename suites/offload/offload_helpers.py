@@ -592,19 +592,34 @@ def compile_unavailable(device_type: str) -> str | None:
 # --- denormal floats in the CPU optimizer ----------------------------------------------------
 
 
+# Bit layouts: (same-size integer type, all bits but the sign, the exponent bits).
+_LAYOUT: dict[torch.dtype, tuple[torch.dtype, int, int]] = {
+    torch.float32: (torch.int32, 0x7FFFFFFF, 0x7F800000),
+    torch.bfloat16: (torch.int16, 0x7FFF, 0x7F80),
+    torch.float16: (torch.int16, 0x7FFF, 0x7C00),
+    torch.float64: (torch.int64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000),
+}
+
+
 def denormal_fraction(tensors: Iterable[torch.Tensor], *, squared: bool = False) -> float:
-    """Share of the elements of ``tensors`` that are denormal floats (non-zero, below the
-    dtype's smallest normal number); ``squared``: share whose square is (what a gradient
-    becomes in Adam's second moment: |g| < 1.1e-19 in fp32 and bf16)."""
+    """Share of the elements of ``tensors`` that are denormal floats (exponent bits zero,
+    mantissa not); ``squared``: share of non-zero elements whose square is below the
+    dtype's smallest normal number (what a gradient becomes in Adam's second moment:
+    |g| < 1.1e-19 in fp32 and bf16). Read from the bit patterns, so a flush-to-zero
+    setting of the calling thread does not change the count."""
     hits = total = 0
     for t in tensors:
         t = t.detach()
-        if not t.is_floating_point() or t.numel() == 0:
+        if t.dtype not in _LAYOUT or t.numel() == 0:
             continue
-        tiny = torch.finfo(t.dtype).tiny
-        limit = math.sqrt(tiny) if squared else tiny
-        a = t.abs()
-        hits += int(((a > 0) & (a < limit)).sum())
+        itype, magnitude, exponent = _LAYOUT[t.dtype]
+        bits = t.contiguous().view(itype)
+        nonzero = (bits & magnitude) != 0
+        if squared:
+            hit = nonzero & (t.abs() < math.sqrt(torch.finfo(t.dtype).tiny))
+        else:
+            hit = nonzero & ((bits & exponent) == 0)
+        hits += int(hit.sum())
         total += t.numel()
     return hits / total if total else 0.0
 
@@ -653,7 +668,7 @@ def flushed_share() -> float:
     every intra-op thread flushes denormals, 1/threads when only the calling one does."""
     threads = torch.get_num_threads()
     x = torch.full((max(threads, 1) * 2**18,), 1e-20)
-    return float(((x * x) == 0).float().mean())  # 1e-40 is a denormal float32
+    return float(((x * x).view(torch.int32) == 0).float().mean())  # 1e-40: denormal
 
 
 @dataclass(frozen=True)
