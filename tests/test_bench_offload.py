@@ -158,11 +158,13 @@ ROWS = [
 def test_markdown_table_from_rows() -> None:
     table = offload.markdown_table(ROWS)
     lines = table.splitlines()
-    assert lines[0].startswith("| params | dtype | mode | peak GiB | saving |")
-    assert lines[2] == "| 0.101 B | fp32 | none | 2.00 | – | 10.0 | 0.00 | 0.0 | – |"
-    assert lines[3] == "| 0.101 B | fp32 | offload | 0.50 | 75% | 40.0 | 0.40 | 15.0 | 2.67 |"
-    assert lines[4] == ("| ~1.0 B | bf16 | offload_grad | OutOfMemoryError: CUDA out of memory"
-                        " |" + " |" * 5)
+    assert lines[0].startswith("| model | params | dtype | mode | flush | peak GiB | saving |")
+    assert lines[2] == "| mlp | 0.101 B | fp32 | none | off | 2.00 | – | 10.0 | 0.00 | 0.0 | – " \
+                       "| – | – |"
+    assert lines[3] == "| mlp | 0.101 B | fp32 | offload | off | 0.50 | 75% | 40.0 | 0.40 | 15.0 " \
+                       "| 2.67 | – | – |"
+    assert lines[4] == ("| mlp | ~1.0 B | bf16 | offload_grad | off | OutOfMemoryError: CUDA out "
+                        "of memory |" + " |" * 7)
     assert table.endswith("\n") and len(lines) == 5
 
 
@@ -200,7 +202,7 @@ def test_whole_run_on_cpu_with_stand_ins(cpu_stand_ins: None, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     report = offload.run([0.0001], ["fp32"], list(offload.MODES), suite=SUITE, steps=2,
                          warmup=1, width=64, tokens=8, copy_mib=1, out=tmp_path,
-                         plot_png=False)
+                         plot_png=False, models=["mlp"])
     assert not offload.failed(report)
     rows = report["results"]
     assert [r["mode"] for r in rows] == list(offload.MODES)
@@ -220,7 +222,7 @@ def test_whole_run_on_cpu_with_stand_ins(cpu_stand_ins: None, tmp_path: Path,
     assert md.endswith(offload.markdown_table(rows))
     assert not (tmp_path / "bench_offload.png").exists()
     out = capsys.readouterr().out
-    assert "[bench offload] [3/3] 0.0001 B fp32 offload_grad:" in out
+    assert "[bench offload] [3/3] mlp 0.0001 B fp32 offload_grad:" in out
 
 
 def test_a_failed_run_is_reported_and_exits_1(cpu_stand_ins: None, tmp_path: Path,
@@ -232,6 +234,7 @@ def test_a_failed_run_is_reported_and_exits_1(cpu_stand_ins: None, tmp_path: Pat
 
     monkeypatch.setattr(helpers, "import_cpu_offload", lambda: broken)
     rc = main(["bench", "offload", "--matrix", MATRIX, "--sizes", "0.0001", "--dtypes", "bf16",
+               "--models", "mlp",
                "--steps", "1", "--warmup", "0", "--width", "64", "--tokens", "4",
                "--copy-mib", "1", "--no-plot", "--out", str(tmp_path)])
     assert rc == 1

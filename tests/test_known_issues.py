@@ -25,7 +25,8 @@ TESTS = Path(__file__).resolve().parent
 CORPUS = TESTS / "bad_known_issues"
 EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
 REFERENCE_ISSUES = {"pytorch/pytorch#127929", "pytorch/pytorch#127931", "pytorch/pytorch#127937",
-                    "pytorch/pytorch#127941", "pytorch/pytorch#128478", "pytorch/ao#958"}
+                    "pytorch/pytorch#127941", "pytorch/pytorch#128478", "pytorch/ao#958",
+                    "pytorch/ao#584", "pytorch/ao#1720"}
 
 
 # --- the repo's registry -----------------------------------------------------------------

@@ -20,7 +20,7 @@ from accelgrid.report import model as grid_model
     ("skipped", "crashed", compare.REGRESSION), ("passed", "timeout", compare.REGRESSION),
     ("failed", "passed", compare.NEW_PASS), ("xfailed", "passed", compare.NEW_PASS),
     ("failed", "error", compare.EXPECTED_FAILURE), ("passed", "passed", compare.UNCHANGED),
-    ("passed", "skipped", compare.CHANGED), ("passed", None, compare.LOST),
+    ("passed", "skipped", compare.REGRESSION), ("passed", None, compare.LOST),
     (None, "failed", compare.NEW), (None, None, None),
 ])
 def test_classify(expected: str | None, actual: str | None, change: str | None) -> None:

@@ -1,5 +1,7 @@
-"""Gate for the CPU-offload suite: skip where torchao's offload cannot run, not-run
-where torchao (or its CPUOffloadOptimizer) is missing."""
+"""Gate for the CPU-offload suite: tests of torchao's optimizer (those that use the
+``offload_cls`` fixture) skip where torchao's offload cannot run and are not-run where
+torchao (or its CPUOffloadOptimizer) is missing. The checker tests
+(test_offload_checks.py) need neither and run in every cell."""
 
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ import offload_helpers  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _offload_gate(device: str) -> None:
-    """cpu/mps cells: skip with upstream's reason (CPUOffloadOptimizer asserts CUDA/XPU,
-    pytorch/ao#958), so the grid shows a skip, never a pass. cuda/xpu cells without a
-    usable torchao: not-run with the reason."""
+def _offload_gate(request: pytest.FixtureRequest, device: str) -> None:
+    """For tests of torchao's optimizer: cpu/mps cells skip with upstream's reason
+    (CPUOffloadOptimizer asserts CUDA/XPU, pytorch/ao#958), so the grid shows a skip,
+    never a pass; cuda/xpu cells without a usable torchao: not-run with the reason."""
+    if "offload_cls" not in request.fixturenames:
+        return
     kind = device_type(device)
     if kind not in offload_helpers.SUPPORTED_DEVICES:
         pytest.skip(offload_helpers.skip_reason(kind))

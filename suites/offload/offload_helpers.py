@@ -7,12 +7,16 @@ interpreter started by the cross-process test can use it as-is.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import ctypes
 import importlib
 import importlib.util
 import inspect
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,18 +89,24 @@ def offloaded_states(state_dict: Any) -> list[dict[str, Any]]:
     return state_dict["offloaded"] if isinstance(state_dict, dict) else list(state_dict)
 
 
-def upstream_model(device: str, dtype: torch.dtype = torch.float32) -> nn.Sequential:
+UPSTREAM_HIDDEN = 131072
+
+
+def upstream_model(
+    device: str, dtype: torch.dtype = torch.float32, *, hidden: int = UPSTREAM_HIDDEN
+) -> nn.Sequential:
     """The model of upstream's correctness test.
 
     The first two layers have a poor arithmetic density (long transfers, little compute),
     which makes missing synchronisation show up as wrong numbers. Layer 2 is frozen.
     With ``minimal_size=4096`` the small biases (64, 128) stay on device and the rest is
-    offloaded, so both paths are exercised.
+    offloaded, so both paths are exercised. ``hidden`` narrows the wide layers (the
+    checker tests, which run on the CPU too, use a narrower copy of the same shape).
     """
     model = nn.Sequential(
-        nn.Linear(32, 131072),
+        nn.Linear(32, hidden),
         nn.ReLU(),
-        nn.Linear(131072, 64),
+        nn.Linear(hidden, 64),
         nn.ReLU(),
         nn.Linear(64, 64),
         nn.ReLU(),
@@ -134,17 +144,101 @@ def mlp(
 
 
 def bench_mlp(
-    width: int, depth: int, device: str, dtype: torch.dtype = torch.float32
+    width: int,
+    depth: int,
+    device: str,
+    dtype: torch.dtype = torch.float32,
+    *,
+    gelu: bool = False,
 ) -> nn.Sequential:
-    """The model of ``accelgrid bench offload``: :func:`mlp` (``depth`` bias-free
-    ``width x width`` layers) with weights drawn with std ``width**-0.5``, so activations
-    neither vanish nor blow up through a deep linear stack (Linear's default init shrinks
-    them by about sqrt(3) per layer)."""
+    """The plain-stack model of ``accelgrid bench offload``: :func:`mlp` (``depth``
+    bias-free ``width x width`` layers) with weights drawn with std ``width**-0.5``, so
+    activations neither vanish nor blow up through a deep linear stack (Linear's default
+    init shrinks them by about sqrt(3) per layer).
+
+    ``gelu``: a GELU between the layers (``mlp-gelu``). Nothing renormalises the stream, so
+    activations and gradients shrink layer after layer until nearly every squared gradient
+    is a denormal float: the case that makes the CPU optimizer step slow (see
+    :func:`flush_denormals`)."""
     model = mlp(width, depth, device, dtype)
     with torch.no_grad():
         for layer in model:
             layer.weight.normal_(0.0, width**-0.5)
-    return model
+    if not gelu:
+        return model
+    layers: list[nn.Module] = []
+    for i, layer in enumerate(model):
+        layers += [layer] if i == depth - 1 else [layer, nn.GELU()]
+    return nn.Sequential(*layers)
+
+
+class TransformerBlock(nn.Module):
+    """A pre-LayerNorm transformer block: ``x + attn(LN(x))`` (causal self-attention,
+    head size 128), then ``x + fc2(GELU(fc1(LN(x))))`` with a 4x wide MLP. About
+    ``12 * width**2`` parameters, biases included."""
+
+    def __init__(self, width: int, device: str, dtype: torch.dtype) -> None:
+        super().__init__()
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.heads = max(1, width // 128)
+        self.ln1 = nn.LayerNorm(width, **kw)
+        self.qkv = nn.Linear(width, 3 * width, **kw)
+        self.proj = nn.Linear(width, width, **kw)
+        self.ln2 = nn.LayerNorm(width, **kw)
+        self.fc1 = nn.Linear(width, 4 * width, **kw)
+        self.fc2 = nn.Linear(4 * width, width, **kw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, w = x.shape
+        q, k, v = (
+            self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        )
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, w))
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+BENCH_MODELS = ("transformer", "mlp", "mlp-gelu")
+BENCH_SEQ = 256  # tokens per sequence of the transformer's batch
+
+
+def bench_params_per_layer(kind: str, width: int) -> int:
+    """Parameters of one layer (transformer: one block) of a bench model."""
+    return 12 * width * width + 13 * width if kind == "transformer" else width * width
+
+
+def bench_model(
+    kind: str, width: int, depth: int, device: str, dtype: torch.dtype = torch.float32
+) -> nn.Sequential:
+    """A model of ``accelgrid bench offload``: ``transformer`` (``depth`` blocks of
+    :class:`TransformerBlock`), ``mlp`` (:func:`bench_mlp`) or ``mlp-gelu``."""
+    if kind == "transformer":
+        return nn.Sequential(*(TransformerBlock(width, device, dtype) for _ in range(depth)))
+    if kind in ("mlp", "mlp-gelu"):
+        return bench_mlp(width, depth, device, dtype, gelu=kind == "mlp-gelu")
+    raise ValueError(f"unknown bench model {kind!r}; choose from {', '.join(BENCH_MODELS)}")
+
+
+def bench_input(
+    kind: str, tokens: int, width: int, device: str, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``tokens`` rows of input: ``(tokens, width)``, for the transformer
+    ``(tokens // BENCH_SEQ, BENCH_SEQ, width)`` (one sequence when fewer tokens)."""
+    x = torch.randn(tokens, width, device=device, dtype=dtype)
+    if kind != "transformer":
+        return x
+    seq = min(BENCH_SEQ, tokens)
+    return x[: tokens - tokens % seq].view(-1, seq, width)
+
+
+def _autocast(device_type: str, dtype: torch.dtype | None) -> Any:
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device_type, dtype=dtype)
+
+
+def trainable_copies(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of the trainable parameters, by name, where they are (on the device, so that
+    taking them after each step adds no host synchronisation to the run)."""
+    return {n: p.detach().clone() for n, p in _named(model) if p.requires_grad}
 
 
 def train(
@@ -152,16 +246,30 @@ def train(
     optimizer: Any,
     inputs: Iterable[list[torch.Tensor]],
     scheduler: Any = None,
+    *,
+    autocast: torch.dtype | None = None,
+    trajectory: list[dict[str, torch.Tensor]] | None = None,
 ) -> None:
     """One optimizer step per item of ``inputs``; each item is a list of micro-batches whose
-    gradients accumulate before the step."""
+    gradients accumulate before the step.
+
+    ``autocast``: run forward and loss under ``torch.autocast`` with that dtype (mixed
+    precision: parameters keep their dtype). ``trajectory``: append
+    :func:`trainable_copies` after every step, without synchronising anything: the copy of
+    step k runs on the compute stream just before step k+1's forward, so parameters that
+    had not arrived on the device when the forward starts are recorded as they were read.
+    """
     for micro_batches in inputs:
         for x in micro_batches:
-            model(x).sum().backward()
+            with _autocast(x.device.type, autocast):
+                loss = model(x).sum()
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if scheduler is not None:
             scheduler.step()
+        if trajectory is not None:
+            trajectory.append(trainable_copies(model))
 
 
 def seeded_inputs(
@@ -182,9 +290,15 @@ def seeded_inputs(
     ]
 
 
+def _named(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    """named_parameters of the module itself, also through a torch.compile wrapper (whose
+    names would carry an ``_orig_mod.`` prefix)."""
+    return getattr(model, "_orig_mod", model).named_parameters()
+
+
 def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     """Detached CPU copies of all parameters, by name."""
-    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
+    return {name: p.detach().to("cpu", copy=True) for name, p in _named(model)}
 
 
 def assert_params_close(
@@ -198,11 +312,14 @@ def assert_params_close(
     """``torch.testing.assert_close`` per named parameter, naming the one that differs.
 
     With ``outlier_fraction``, up to that fraction of each tensor's elements (at least one)
-    may miss ``rtol``/``atol`` as long as they stay within ``rtol``/``outlier_atol``.
+    may miss ``rtol``/``atol`` as long as they stay within ``rtol``/``outlier_atol``. The
+    outlier bound applies to each tensor on its own: every tensor is checked against the
+    same ``rtol``/``atol`` first.
     """
     assert actual.keys() == expected.keys()
     for name in expected:
         a, e = actual[name], expected[name]
+        limits = tolerances
         if outlier_fraction:
             assert a.shape == e.shape and a.dtype == e.dtype, (name, a.shape, e.shape)
             a, e = a.float(), e.float()
@@ -214,10 +331,217 @@ def assert_params_close(
                 f"parameter {name}: {misses} of {e.numel()} elements outside "
                 f"rtol={tolerances['rtol']} atol={tolerances['atol']} (at most {allowed} may be)"
             )
-            tolerances = {**tolerances, "atol": outlier_atol}
+            limits = {**tolerances, "atol": outlier_atol}
         torch.testing.assert_close(
-            a, e, msg=lambda m, name=name: f"parameter {name}: {m}", **tolerances
+            a, e, msg=lambda m, name=name: f"parameter {name}: {m}", **limits
         )
+
+
+# --- comparing updates -------------------------------------------------------------------
+
+
+def spacing(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The gap between adjacent ``dtype`` values at each element's ``magnitude`` (one ulp;
+    the smallest normal number's gap below it), as float32."""
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(magnitude.float().abs().clamp_min(info.tiny))
+    return torch.ldexp(torch.full(exponent.shape, info.eps), exponent - 1)
+
+
+@dataclass(frozen=True)
+class UpdateTolerance:
+    """How far a step's parameter update may be from the reference's update, per element:
+
+        |update - reference update| <= atol + rtol * |reference update| + ulps * spacing
+
+    where ``spacing`` is one ulp of the parameter's dtype at the parameter's magnitude
+    (the two runs round the updated parameter separately; in bf16 an ulp of a parameter of
+    0.2 is about one whole lr = 1e-3 step, so a parameter comparison cannot see a skipped
+    step there, an update comparison still sees it on every smaller element).
+
+    Up to ``outlier_fraction`` of a tensor's elements (at least one, when not zero) may
+    miss that, as long as each stays within ``outlier_scale`` times the tensor's largest
+    reference update (an Adam step whose near-zero gradient changed sign between the runs
+    lands a whole step away on the other side). A tensor the reference did not move must
+    not move at all.
+    """
+
+    rtol: float
+    ulps: float
+    atol: float = 0.0
+    outlier_fraction: float = 0.0
+    outlier_scale: float = 3.0
+
+
+def update_problems(
+    before: dict[str, torch.Tensor],
+    actual: dict[str, torch.Tensor],
+    expected: dict[str, torch.Tensor],
+    tol: UpdateTolerance,
+    *,
+    expected_before: dict[str, torch.Tensor] | None = None,
+) -> list[str]:
+    """One line per parameter whose update (``actual - before``) is not within ``tol`` of
+    the reference's (``expected - expected_before``; ``expected_before`` defaults to
+    ``before``); empty when all are. Parameters are compared by the names in ``expected``."""
+    expected_before = before if expected_before is None else expected_before
+    problems = []
+    for name in expected:
+        e1, a1 = expected[name].detach().cpu(), actual[name].detach().cpu()
+        assert a1.shape == e1.shape and a1.dtype == e1.dtype, (name, a1.shape, e1.shape)
+        a0, e0 = before[name].detach().cpu().float(), expected_before[name].detach().cpu().float()
+        da, de = a1.float() - a0, e1.float() - e0
+        if not torch.any(de):
+            if torch.any(da):
+                problems.append(
+                    f"parameter {name}: the reference did not move it, it moved by up to "
+                    f"{da.abs().max().item():.3g}"
+                )
+            continue
+        diff = (da - de).abs()
+        magnitude = torch.stack([a0.abs(), e0.abs(), a1.float().abs(), e1.float().abs()]).amax(0)
+        slack = tol.rtol * de.abs() + tol.ulps * spacing(magnitude, e1.dtype)
+        misses = diff > tol.atol + slack
+        n = int(misses.sum())
+        allowed = math.ceil(de.numel() * tol.outlier_fraction) if tol.outlier_fraction else 0
+        bound = tol.outlier_scale * de.abs().max().item()
+        wild = int((misses & (diff > bound + slack)).sum())
+        if n <= allowed and not wild:
+            continue
+        i = int((diff - slack).argmax())
+        ratio = (da.norm() / de.norm()).item()
+        problems.append(
+            f"parameter {name}: {n} of {de.numel()} elements' updates off the reference's "
+            f"(at most {allowed} may be, each within {bound:.3g}; {wild} beyond that); "
+            f"|update| / |reference update| = {ratio:.3f}; worst element {i}: update "
+            f"{da.flatten()[i].item():.4g} vs {de.flatten()[i].item():.4g} (before "
+            f"{a0.flatten()[i].item():.4g}), allowed {tol.atol + slack.flatten()[i].item():.3g}"
+        )
+    return problems
+
+
+def assert_updates_close(
+    before: dict[str, torch.Tensor],
+    actual: dict[str, torch.Tensor],
+    expected: dict[str, torch.Tensor],
+    tol: UpdateTolerance,
+) -> None:
+    """Both runs started from ``before``: their updates (after - before) agree within
+    ``tol`` (:func:`update_problems`), every parameter named."""
+    problems = update_problems(before, actual, expected, tol)
+    assert not problems, "updates differ from the reference:\n" + "\n".join(problems)
+
+
+def assert_trajectory_close(
+    before: dict[str, torch.Tensor],
+    actual: list[dict[str, torch.Tensor]],
+    expected: list[dict[str, torch.Tensor]],
+    tol: UpdateTolerance,
+) -> None:
+    """Step by step: the update each step made (the step's parameters minus the previous
+    step's, in each run) agrees with the reference run's update of the same step. Names
+    the first step that differs and every parameter that differs there."""
+    assert len(actual) == len(expected), (len(actual), len(expected))
+    prev_a = prev_e = before
+    for step, (a, e) in enumerate(zip(actual, expected, strict=True), 1):
+        problems = update_problems(prev_a, a, e, tol, expected_before=prev_e)
+        assert not problems, (
+            f"step {step} of {len(expected)}: updates differ from the reference:\n"
+            + "\n".join(problems)
+        )
+        prev_a, prev_e = a, e
+
+
+# Tolerances of the offload-vs-on-device comparisons, calibrated with the checker tests
+# (test_offload_checks.py: CPU fused AdamW, as torchao runs it, against multi-tensor
+# kernels) and upstream's model: fp32 differs by a few ulps at most; bf16 parameters round
+# separately in the two runs (an ulp each) and the bf16 state makes an update differ by
+# up to ~1 % (SGD's momentum buffer); near-zero gradients that change sign after step 1
+# flip a few Adam updates (in 2 steps 1.5e-5 of 4.2 M elements, in 20 steps with
+# accumulation up to 3e-3 of a tensor in bf16, 8e-6 in fp32). Mixed precision keeps fp32
+# parameters but computes gradients in bf16. A skipped, doubled or zero-gradient step is
+# 30-100 % off the reference update on most elements of the tensor.
+TOLERANCES: dict[str, UpdateTolerance] = {
+    "fp32": UpdateTolerance(rtol=1e-3, ulps=2, outlier_fraction=1e-4),
+    "bf16": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=1e-4),
+    "amp": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=1e-4),
+}
+# Long runs (20 steps): the trajectories drift apart and more Adam updates flip.
+LONG_TOLERANCES: dict[str, UpdateTolerance] = {
+    "fp32": UpdateTolerance(rtol=1e-3, ulps=2, outlier_fraction=1e-4),
+    "bf16": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=1.5e-2),
+    "amp": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=2e-3),
+}
+
+
+def precision(dtype: torch.dtype, autocast: torch.dtype | None = None) -> str:
+    """The tolerance key of a run: ``amp`` (fp32 parameters under bf16 autocast), else the
+    parameters' dtype (``fp32``, ``bf16``)."""
+    if autocast is not None:
+        return "amp"
+    return {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
+
+
+@dataclass
+class Pair:
+    """Two runs of the same model on the same data: ``expected`` (the reference
+    optimizer) and ``actual`` (the optimizer under test). Trajectories hold the trainable
+    parameters after every step; ``*_final`` all parameters at the end, on the CPU."""
+
+    before: dict[str, torch.Tensor]
+    frozen: list[str]
+    expected: list[dict[str, torch.Tensor]]
+    actual: list[dict[str, torch.Tensor]]
+    expected_final: dict[str, torch.Tensor]
+    actual_final: dict[str, torch.Tensor]
+    expected_optimizer: Any = None
+    actual_optimizer: Any = None
+
+
+def run_pair(
+    model: nn.Module,
+    make_reference: Any,
+    make_actual: Any,
+    inputs: list[list[torch.Tensor]],
+    *,
+    autocast: torch.dtype | None = None,
+    compiled: bool = False,
+    scheduler: Any = None,
+) -> Pair:
+    """Train ``model`` with ``make_reference(params)``'s optimizer, then a copy of it (as
+    it was) with ``make_actual(params)``'s, one run after the other: run interleaved, the
+    second run would give the first's host->device copies extra time and hide missing
+    synchronisation. ``scheduler(optimizer)`` makes an LR scheduler for each run;
+    ``compiled`` trains through ``torch.compile`` of each model."""
+    second = copy.deepcopy(model)
+    before = snapshot(model)
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    runs = []
+    for net in (model, second):
+        optimizer = (make_reference if net is model else make_actual)(net.parameters())
+        trajectory: list[dict[str, torch.Tensor]] = []
+        sched = scheduler(optimizer) if scheduler is not None else None
+        train(
+            torch.compile(net) if compiled else net,
+            optimizer,
+            inputs,
+            sched,
+            autocast=autocast,
+            trajectory=trajectory,
+        )
+        runs.append((trajectory, snapshot(net), optimizer))
+    (exp_t, exp_f, exp_o), (act_t, act_f, act_o) = runs
+    return Pair(before, frozen, exp_t, act_t, exp_f, act_f, exp_o, act_o)
+
+
+def assert_pair_close(pair: Pair, tol: UpdateTolerance) -> None:
+    """The runs made the same updates step by step (:func:`assert_trajectory_close`), the
+    reference trained every trainable parameter and neither touched a frozen one."""
+    trainable = {n: pair.before[n] for n in pair.expected[0]}
+    assert_trajectory_close(trainable, pair.actual, pair.expected, tol)
+    assert_trained(pair.before, pair.expected_final, pair.frozen)
+    for name in pair.frozen:
+        assert torch.equal(pair.actual_final[name], pair.before[name]), f"frozen {name} changed"
 
 
 def assert_trained(
@@ -232,6 +556,151 @@ def assert_trained(
             assert not moved, f"frozen parameter {name} changed"
         else:
             assert moved, f"trainable parameter {name} did not change"
+
+
+# --- torch.compile -------------------------------------------------------------------------
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    """Why ``torch.compile`` (inductor) cannot compile for ``device_type`` here; None if
+    it can: dynamo must support this Python, and inductor needs triton for cuda/xpu and a
+    C++ compiler for the cpu."""
+    dynamo = importlib.import_module("torch._dynamo")
+    supported = getattr(dynamo, "is_dynamo_supported", None)
+    if supported is not None and not supported():
+        v = sys.version_info
+        return (
+            f"torch {torch.__version__}'s torch.compile does not support Python {v.major}.{v.minor}"
+        )
+    if device_type in ("cuda", "xpu"):
+        try:
+            from torch.utils._triton import has_triton
+        except ImportError:
+            return None
+        if not has_triton():
+            return f"torch.compile's inductor needs triton for {device_type}; none usable here"
+        return None
+    if device_type == "cpu":
+        import shutil
+
+        if not any(shutil.which(c) for c in ("g++", "c++", "clang++", "cl")):
+            return "torch.compile's inductor needs a C++ compiler for the cpu; none on PATH"
+        return None
+    return f"torch.compile is not checked on {device_type} by this suite"
+
+
+# --- denormal floats in the CPU optimizer ----------------------------------------------------
+
+
+# Bit layouts: (same-size integer type, all bits but the sign, the exponent bits).
+_LAYOUT: dict[torch.dtype, tuple[torch.dtype, int, int]] = {
+    torch.float32: (torch.int32, 0x7FFFFFFF, 0x7F800000),
+    torch.bfloat16: (torch.int16, 0x7FFF, 0x7F80),
+    torch.float16: (torch.int16, 0x7FFF, 0x7C00),
+    torch.float64: (torch.int64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000),
+}
+
+
+def denormal_fraction(tensors: Iterable[torch.Tensor], *, squared: bool = False) -> float:
+    """Share of the elements of ``tensors`` that are denormal floats (exponent bits zero,
+    mantissa not); ``squared``: share of non-zero elements whose square is below the
+    dtype's smallest normal number (what a gradient becomes in Adam's second moment:
+    |g| < 1.1e-19 in fp32 and bf16). Read from the bit patterns, so a flush-to-zero
+    setting of the calling thread does not change the count."""
+    hits = total = 0
+    for t in tensors:
+        t = t.detach()
+        if t.dtype not in _LAYOUT or t.numel() == 0:
+            continue
+        itype, magnitude, exponent = _LAYOUT[t.dtype]
+        bits = t.contiguous().view(itype)
+        nonzero = (bits & magnitude) != 0
+        if squared:
+            hit = nonzero & (t.abs() < math.sqrt(torch.finfo(t.dtype).tiny))
+        else:
+            hit = nonzero & ((bits & exponent) == 0)
+        hits += int(hit.sum())
+        total += t.numel()
+    return hits / total if total else 0.0
+
+
+def _openmp_runtime() -> Any:
+    """The OpenMP runtime torch's intra-op pool runs on (libgomp, or LLVM/Intel's, which
+    export the same GOMP_ entry points), from this process's loaded libraries; None if
+    there is none (not Linux, or torch built without OpenMP)."""
+    if "OpenMP" not in torch.__config__.parallel_info():
+        return None
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    paths = {
+        line.split()[-1]
+        for line in maps.splitlines()
+        if re.search(r"/lib(gomp|omp|iomp5)[^/]*\.so", line)
+    }
+    for path in sorted(paths):
+        lib = ctypes.CDLL(path)  # already loaded: the same instance torch uses
+        if hasattr(lib, "GOMP_parallel"):
+            return lib
+    return None
+
+
+_FLUSH_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _set_flush_in_every_thread(lib: Any, enabled: bool, threads: int) -> None:
+    """Run ``torch.set_flush_denormal(enabled)`` in each thread of an OpenMP team of
+    ``threads``: the pool at::parallel_for uses (libgomp keeps its threads and their
+    floating-point control registers between parallel regions)."""
+
+    @_FLUSH_CALLBACK
+    def set_here(_data: Any) -> None:
+        torch.set_flush_denormal(enabled)
+
+    lib.GOMP_parallel.argtypes = [_FLUSH_CALLBACK, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+    lib.GOMP_parallel.restype = None
+    lib.GOMP_parallel(set_here, None, threads, 0)
+
+
+def flushed_share() -> float:
+    """Share of a parallel multiply's denormal results that came out as zero: 1.0 when
+    every intra-op thread flushes denormals, 1/threads when only the calling one does."""
+    threads = torch.get_num_threads()
+    x = torch.full((max(threads, 1) * 2**18,), 1e-20)
+    return float(((x * x).view(torch.int32) == 0).float().mean())  # 1e-40: denormal
+
+
+@dataclass(frozen=True)
+class FlushReport:
+    """What :func:`flush_denormals` did."""
+
+    enabled: bool
+    method: str  # "openmp-team": every thread of the OpenMP pool; "calling-thread"; "unsupported"
+    threads: int
+    flushed_share: float  # :func:`flushed_share` afterwards
+
+
+def flush_denormals(enabled: bool) -> FlushReport:
+    """Flush denormal floats to zero (FTZ/DAZ) in every thread that runs torch's CPU
+    intra-op work, or stop doing so.
+
+    ``torch.set_flush_denormal`` sets the control register of the calling thread only;
+    the fused CPU AdamW that CPUOffloadOptimizer runs is split over the OpenMP pool by
+    at::parallel_for, so flushing only there leaves (threads - 1) / threads of the work
+    on slow denormal arithmetic. Here the call also runs inside every thread of the pool,
+    through the OpenMP runtime's GOMP_parallel entry (a ctypes callback), and a parallel
+    probe (:func:`flushed_share`) reports whether it took. Threads the pool starts later
+    inherit the setting from the thread that starts them. Without an OpenMP runtime only
+    the calling thread is set (method ``calling-thread``)."""
+    if not torch.set_flush_denormal(enabled):
+        return FlushReport(enabled, "unsupported", torch.get_num_threads(), flushed_share())
+    lib = _openmp_runtime()
+    method = "calling-thread"
+    if lib is not None:
+        _set_flush_in_every_thread(lib, enabled, torch.get_num_threads())
+        method = "openmp-team"
+    return FlushReport(enabled, method, torch.get_num_threads(), flushed_share())
 
 
 # --- profiler traces -----------------------------------------------------------------------
@@ -296,7 +765,8 @@ def overlaps(
                 yield c, k, overlap
 
 
-def checkpoint_model(device: str) -> nn.Sequential:
+def checkpoint_model(device: str, dtype: torch.dtype = torch.float32) -> nn.Sequential:
     """Upstream's save/load model; its biases (1024, 128 elements) stay on device, its
     weights are offloaded. Shared with the resume subprocess so both build the same."""
-    return nn.Sequential(nn.Linear(32, 1024), nn.ReLU(), nn.Linear(1024, 128)).to(device)
+    model = nn.Sequential(nn.Linear(32, 1024), nn.ReLU(), nn.Linear(1024, 128))
+    return model.to(device=device, dtype=dtype)

@@ -2,15 +2,29 @@
 
 A device that claims an API but lacks it in this torch build fails with the API's exact
 name (pytorch/pytorch#127929: torch.xpu.memory_allocated & co. missing in torch 2.4);
-a feature the device does not claim is skipped with the reason.
+a feature the device does not claim is skipped with the reason, and so is a check that
+cannot apply to the device (nothing to synchronise on the cpu).
+
+Each check is a ``check_*`` function that a test runs on the cell's device; the
+``test_*_catches_*`` tests plant a fault (a wrong kernel, a no-op synchronize, a no-op
+wait_stream, ...) with monkeypatch and assert that the same check fails, so a check that
+cannot fail does not go unnoticed.
 """
 
 from __future__ import annotations
+
+import math
+import time
+from typing import Any
 
 import pytest
 import torch
 
 from accelgrid import backends
+from accelgrid.backends import device_type
+
+BF16_EPS = torch.finfo(torch.bfloat16).eps  # 2**-7: one ulp of bf16 at 1.0
+FP32_EPS = torch.finfo(torch.float32).eps  # 2**-23
 
 
 def call(api: str, device: str, *args, **kwargs):
@@ -24,32 +38,220 @@ def call(api: str, device: str, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
+def reference_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a @ b, |a| @ |b|) in float64 on the CPU by an explicit sum of products, not by a
+    matmul kernel, so no kernel under test computes its own reference."""
+    a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+    return (a64[:, :, None] * b64[None, :, :]).sum(1), (
+        a64.abs()[:, :, None] * b64.abs()[None, :, :]
+    ).sum(1)
+
+
+def fp32_matmul_unit_roundoff(kind: str) -> float:
+    """The unit roundoff of an fp32 matmul's products and sums here: fp32's, unless
+    TF32 (``high``) or bf16 (``medium``) matmuls are allowed."""
+    precision = torch.get_float32_matmul_precision()
+    if kind == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        precision = "high" if precision == "highest" else precision
+    return {"highest": FP32_EPS / 2, "high": 2.0**-11, "medium": BF16_EPS / 2}[precision]
+
+
+def assert_within(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, what: str) -> None:
+    err = (got.double().cpu() - ref).abs()
+    bad = err > bound
+    if bad.any():
+        i = int((err - bound).argmax())
+        pytest.fail(
+            f"{what}: {int(bad.sum())} of {ref.numel()} elements off the float64 reference; "
+            f"worst: {got.flatten()[i].item():.6g} vs {ref.flatten()[i].item():.6g} "
+            f"(error {err.flatten()[i].item():.3g}, bound {bound.flatten()[i].item():.3g})",
+            pytrace=False,
+        )
+
+
+def busy_work(device: str, seconds: float = 0.05) -> None:
+    """Queue about ``seconds`` of matmuls on the current stream of ``device`` (timed on a
+    warm one), so that work issued after it is still pending when the host looks. Waits
+    with the device module's own synchronize, not the dispatch table's under test."""
+    sync = getattr(torch, device_type(device)).synchronize
+    x = torch.randn(2048, 2048, device=device)
+    x @ x  # warm-up: library handles, kernel selection
+    sync()
+    t0 = time.perf_counter()
+    x @ x
+    sync()
+    for _ in range(max(1, math.ceil(seconds / max(time.perf_counter() - t0, 1e-6)))):
+        x = (x @ x) * 1e-3  # keeps values finite
+
+
+# --- the checks ------------------------------------------------------------------------
+
+
+def check_available(device: str) -> None:
+    kind = device_type(device)
+    module = getattr(torch, kind, None)
+    assert module is not None, f"torch.{kind} does not exist in torch {torch.__version__}"
+    is_available = getattr(module, "is_available", None)
+    assert is_available is not None, f"torch.{kind}.is_available is missing"
+    assert is_available(), f"torch.{kind}.is_available() is False on this host"
+    accelerator = getattr(getattr(torch, "accelerator", None), "current_accelerator", None)
+    if kind != "cpu" and accelerator is not None:  # torch >= 2.6
+        current = accelerator()
+        assert current is not None and current.type == kind, (
+            f"torch.accelerator.current_accelerator() is {current}, not {kind}"
+        )
+    t = torch.ones(4, device=device)
+    assert t.device.type == kind and float(t.sum()) == 4.0, f"a tensor on {device}: {t}"
+
+
+def check_device_count(device: str) -> None:
+    """Every index below device_count() holds a tensor, and has a name where names are
+    claimed; the index device_count() does not exist."""
+    count = call("device_count", device)
+    assert count >= 1, f"{device}: device_count() == {count}"
+    kind = device_type(device)
+    for i in range(count):
+        t = torch.full((2,), float(i), device=f"{kind}:{i}")
+        assert t.device.index == i and t.sum().item() == 2.0 * i, f"{kind}:{i}: {t}"
+        if backends.claims("device_name", device):
+            name = call("device_name", device, i)
+            assert isinstance(name, str) and name.strip(), f"{kind}:{i}: device name {name!r}"
+    with pytest.raises((RuntimeError, AssertionError, ValueError)):
+        torch.empty(1, device=f"{kind}:{count}")
+
+
+def check_matmul(device: str) -> None:
+    """An fp32 matmul on the device against a float64 reference computed by an explicit
+    sum on the CPU: every element within 2·K·u·(|A|·|B|) (the rounding error bound of a
+    K-term dot product; u is fp32's unit roundoff, or TF32's / bf16's where those
+    matmul precisions are allowed)."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 48, generator=gen)
+    b = torch.randn(48, 32, generator=gen)
+    got = a.to(device) @ b.to(device)
+    assert got.device.type == device_type(device) and got.dtype == torch.float32
+    ref, scale = reference_matmul(a, b)
+    k = a.shape[1]
+    bound = 2 * k * fp32_matmul_unit_roundoff(device_type(device)) * scale
+    assert_within(got, ref, bound, f"fp32 matmul on {device}")
+    x = torch.empty(1024, device=device).fill_(3.0)
+    assert x.device.type == device_type(device) and float(x.sum()) == 3072.0
+
+
+def check_synchronize(device: str) -> None:
+    """A device->host copy into pinned memory, issued behind ~50 ms of device work, has
+    landed once synchronize() returns (and had not before: the premise that synchronize
+    had something to wait for)."""
+    kind = device_type(device)
+    if kind == "cpu":
+        pytest.skip(
+            "cpu ops finish before they return: torch.cpu.synchronize has nothing "
+            "to wait for, so a missing one cannot be caught on the cpu"
+        )
+    try:
+        host = torch.zeros(1 << 20, pin_memory=True)
+    except RuntimeError as exc:
+        pytest.skip(f"no pinned host memory for an asynchronous copy on {kind}: {exc}")
+    Event = backends.resolve("Event", device) if backends.claims("Event", device) else None
+    busy_work(device)
+    src = torch.full((1 << 20,), 7.0, device=device)
+    host.copy_(src, non_blocking=True)
+    if Event is not None:
+        done = Event()
+        done.record()
+        assert not done.query(), "premise: the copy was done before synchronize (too fast)"
+    call("synchronize", device)
+    assert bool((host == 7.0).all()), (
+        f"after synchronize() the device->host copy had not landed: "
+        f"{int((host != 7.0).sum())} of {host.numel()} elements still unwritten"
+    )
+
+
+def check_stream_wait(device: str) -> None:
+    """Work on a side stream, made visible to the current stream by wait_stream() alone:
+    the current stream reads the side stream's result right after the wait, with nothing
+    synchronised in between; then the side stream's events time it."""
+    Stream = call_resolve("Stream", device)
+    Event = call_resolve("Event", device)
+    module = getattr(torch, device_type(device))
+    side = Stream()
+    result = torch.zeros(1 << 20, device=device)
+    call("synchronize", device)
+    start, end = Event(enable_timing=True), Event(enable_timing=True)
+    with module.stream(side):
+        start.record(side)
+        busy_work(device)
+        result.fill_(5.0)
+        end.record(side)
+    module.current_stream().wait_stream(side)
+    seen = result.clone()  # on the current stream: after the side stream's fill, or not
+    host = seen.cpu()  # waits for the current stream only
+    assert bool((host == 5.0).all()), (
+        f"after wait_stream() the current stream read {int((host != 5.0).sum())} of "
+        f"{host.numel()} elements before the side stream wrote them"
+    )
+    end.synchronize()
+    assert start.elapsed_time(end) > 0.0, "the side stream's events timed no work"
+
+
+def call_resolve(api: str, device: str) -> Any:
+    try:
+        return backends.resolve(api, device)
+    except backends.NotClaimed as exc:
+        pytest.skip(str(exc))
+    except backends.MissingAPI as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def check_seeded_determinism(device: str) -> None:
+    def draw() -> torch.Tensor:
+        call("manual_seed", device, 1234)
+        return torch.randn(1000, device=device).cpu()
+
+    first, second = draw(), draw()
+    assert torch.equal(first, second), "same seed gave different random numbers"
+    call("manual_seed", device, 4321)
+    assert not torch.equal(first, torch.randn(1000, device=device).cpu())
+
+
+def check_bf16_autocast(device: str) -> None:
+    """Under autocast(bfloat16) a matmul runs in bf16 and returns bf16; against the
+    float64 product of the bf16-rounded inputs (explicit sum on the CPU) each element is
+    within one bf16 ulp (BF16_EPS relative: the output's rounding is half of that; a
+    CPU kernel measured 0.97 of half) plus the fp32 accumulation bound
+    K·2**-24·(|A|·|B|). The former check allowed 3e-2 relative plus 0.3: 4 ulps and more."""
+    if backends.claims("is_bf16_supported", device) and not call("is_bf16_supported", device):
+        pytest.skip(f"{device} reports no bf16 support")
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 64, generator=gen)
+    b = torch.randn(64, 64, generator=gen)
+    with torch.autocast(device_type=device_type(device), dtype=torch.bfloat16):
+        got = a.to(device) @ b.to(device)
+    assert got.dtype == torch.bfloat16, f"autocast left matmul in {got.dtype}"
+    ref, scale = reference_matmul(a.bfloat16(), b.bfloat16())
+    k = a.shape[1]
+    bound = BF16_EPS * ref.abs() + k * FP32_EPS / 2 * scale
+    assert_within(got.float(), ref, bound, f"bf16 autocast matmul on {device}")
+
+
+# --- the checks on the cell's device ------------------------------------------------------
+
+
 def test_device_available(device: str) -> None:
-    if device == "cpu":
-        return
-    module = getattr(torch, device, None)
-    assert module is not None, f"torch.{device} does not exist in torch {torch.__version__}"
-    assert module.is_available(), f"torch.{device}.is_available() is False on this host"
+    check_available(device)
 
 
 def test_device_count_and_name(device: str) -> None:
-    count = call("device_count", device)
-    assert count >= 1, f"{device}: device_count() == {count}"
-    if backends.claims("device_name", device):
-        name = call("device_name", device, 0)
-        assert isinstance(name, str) and name.strip(), f"empty device name: {name!r}"
+    if device_type(device) == "cpu":
+        pytest.skip(
+            "cpu is one logical device by definition (torch.cpu.device_count() is "
+            "always 1): no count to check"
+        )
+    check_device_count(device)
 
 
 def test_allocation_and_matmul_match_cpu(device: str) -> None:
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randn(64, 48, generator=gen, dtype=torch.float32)
-    b = torch.randn(48, 32, generator=gen, dtype=torch.float32)
-    on_device = (a.to(device) @ b.to(device)).cpu()
-    assert on_device.device.type == "cpu"
-    # TF32 / reduced-precision accumulation on GPUs: compare at 1e-3.
-    torch.testing.assert_close(on_device, a @ b, rtol=1e-3, atol=1e-3)
-    x = torch.empty(1024, device=device).fill_(3.0)
-    assert x.device.type == device and float(x.sum()) == 3072.0
+    check_matmul(device)
 
 
 def test_memory_stats(device: str) -> None:
@@ -69,55 +271,19 @@ def test_memory_stats(device: str) -> None:
 
 
 def test_synchronize(device: str) -> None:
-    x = torch.randn(256, 256, device=device)
-    y = x @ x
-    call("synchronize", device)
-    assert torch.isfinite(y).all()
+    check_synchronize(device)
 
 
 def test_streams_and_events(device: str) -> None:
-    try:
-        Stream = backends.resolve("Stream", device)
-        Event = backends.resolve("Event", device)
-    except backends.NotClaimed as exc:
-        pytest.skip(str(exc))
-    except backends.MissingAPI as exc:
-        pytest.fail(str(exc), pytrace=False)
-    stream = Stream()
-    start, end = Event(enable_timing=True), Event(enable_timing=True)
-    x = torch.randn(512, 512, device=device)
-    with getattr(torch, device).stream(stream):
-        start.record(stream)
-        y = x @ x
-        end.record(stream)
-    end.synchronize()
-    assert start.elapsed_time(end) >= 0.0
-    # Work on a side stream must be visible after it is waited for.
-    getattr(torch, device).current_stream().wait_stream(stream)
-    torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu(), rtol=1e-3, atol=1e-3)
+    check_stream_wait(device)
 
 
 def test_seeded_determinism(device: str) -> None:
-    def draw() -> torch.Tensor:
-        call("manual_seed", device, 1234)
-        return torch.randn(1000, device=device).cpu()
-
-    first, second = draw(), draw()
-    assert torch.equal(first, second), "same seed gave different random numbers"
-    call("manual_seed", device, 4321)
-    assert not torch.equal(first, torch.randn(1000, device=device).cpu())
+    check_seeded_determinism(device)
 
 
 def test_bf16_autocast(device: str) -> None:
-    if backends.claims("is_bf16_supported", device) and not call("is_bf16_supported", device):
-        pytest.skip(f"{device} reports no bf16 support")
-    a = torch.randn(64, 64, device=device)
-    b = torch.randn(64, 64, device=device)
-    with torch.autocast(device_type=device, dtype=torch.bfloat16):
-        out = a @ b
-    assert out.dtype == torch.bfloat16, f"autocast left matmul in {out.dtype}"
-    # bf16 keeps 8 bits of mantissa: relative error of a 64-term dot product stays ~1e-2.
-    torch.testing.assert_close(out.float(), a @ b, rtol=3e-2, atol=3e-1)
+    check_bf16_autocast(device)
 
 
 # Flags that make a card without native fp64 (ATS-M) emulate it: matrix.yaml sets them for
@@ -153,3 +319,72 @@ def test_float64_math(device: str, request: pytest.FixtureRequest) -> None:
     # 1 + 2**-40 does not survive a float32 detour: the device really computed in fp64.
     x = torch.tensor([1.0 + 2.0**-40], dtype=torch.float64, device=device)
     assert float((x - 1.0).sum().cpu()) == 2.0**-40
+
+
+# --- each check fails on a planted fault ----------------------------------------------------
+
+
+def _fails(check: Any, device: str, match: str) -> None:
+    with pytest.raises((AssertionError, pytest.fail.Exception), match=match):
+        check(device)
+
+
+def test_available_check_catches_an_unavailable_device(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(getattr(torch, device_type(device)), "is_available", lambda: False)
+    _fails(check_available, device, r"is_available\(\) is False")
+
+
+def test_count_check_catches_a_phantom_device(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if device_type(device) == "cpu":
+        pytest.skip("the count check does not run on the cpu (one logical device)")
+    real = backends.resolve("device_count", device)
+    monkeypatch.setitem(backends.TABLES["device_count"], device_type(device), lambda: real() + 1)
+    with pytest.raises(RuntimeError):  # the phantom index cannot hold a tensor
+        check_device_count(device)
+
+
+def test_fp32_check_catches_a_kernel_off_by_1e_4(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1e-4 relative: inside the 1e-3 the former check allowed, far outside fp32's bound."""
+    real = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: real(a, b) * (1 + 1e-4))
+    _fails(check_matmul, device, "fp32 matmul")
+
+
+def test_synchronize_check_catches_a_no_op_synchronize(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if device_type(device) == "cpu":
+        pytest.skip("the synchronize check does not run on the cpu (nothing to wait for)")
+    real = backends.resolve("synchronize", device)
+    monkeypatch.setitem(backends.TABLES["synchronize"], device_type(device), lambda: None)
+    _fails(check_synchronize, device, "had not landed")
+    real()
+
+
+def test_stream_check_catches_a_no_op_wait_stream(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Stream = call_resolve("Stream", device)
+    monkeypatch.setattr(Stream, "wait_stream", lambda self, other: None)
+    _fails(check_stream_wait, device, "before the side stream wrote them")
+    call("synchronize", device)
+
+
+def test_seed_check_catches_a_seed_that_is_ignored(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(backends.TABLES["manual_seed"], device_type(device), lambda seed: None)
+    _fails(check_seeded_determinism, device, "same seed gave different random numbers")
+
+
+def test_bf16_check_catches_a_result_two_ulps_off(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 bf16 ulps (1.6e-2 relative): inside the 3e-2 the former check allowed."""
+    real = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: real(a, b) * (1 + 2 * BF16_EPS))
+    _fails(check_bf16_autocast, device, "bf16 autocast matmul")

@@ -1,15 +1,25 @@
 """``accelgrid bench offload``: what torchao's CPUOffloadOptimizer saves and costs on a GPU.
 
-For MLP stacks of about the requested sizes (billions of parameters), each dtype and each
-mode — ``none`` (plain fused AdamW on the device), ``offload`` (CPUOffloadOptimizer) and
-``offload_grad`` (``offload_gradients=True``) — it measures peak device memory and the
-median step time, and sets the step time against the floor given by the bytes the offload
-moves per step (gradients device->host, parameters host->device) over the measured pinned
-copy bandwidth. Writes ``bench_offload.json``, ``bench_offload.md`` and, with matplotlib,
-``bench_offload.png``.
+For models of about the requested sizes (billions of parameters) — ``transformer``
+(pre-LayerNorm blocks: attention, a GELU MLP, residuals), ``mlp`` (a plain stack of
+bias-free square Linear layers) and, on request, ``mlp-gelu`` (the same stack with a GELU
+between the layers: nothing renormalises it, so its gradients shrink into denormal
+floats) — each dtype and each mode — ``none`` (plain fused AdamW on the device),
+``offload`` (CPUOffloadOptimizer) and ``offload_grad`` (``offload_gradients=True``) — it
+measures peak device memory and the median step time, sets the step time against the
+floor given by the bytes the offload moves per step (gradients device->host, parameters
+host->device) over the measured pinned copy bandwidth, and reports the share of gradient
+elements whose square is a denormal float and of Adam's second moment that is one (the
+CPU optimizer step slows down on denormal arithmetic). With ``--flush-denormals on|both``
+the offload modes also run with denormals flushed to zero in every thread of the CPU
+optimizer's intra-op pool (:func:`offload_helpers.flush_denormals`). Writes
+``bench_offload.json``, ``bench_offload.md`` and, with matplotlib, ``bench_offload.png``.
 
-The model (:func:`offload_helpers.bench_mlp`) and the torchao import
-(:func:`offload_helpers.import_cpu_offload`: ``torchao.optim`` or
+``--cpu-adamw`` (:func:`run_cpu_adamw`) needs no GPU: fused CPU AdamW over normal and
+denormal-heavy state, with each way of flushing denormals side by side.
+
+The models (:func:`offload_helpers.bench_model`), the denormal flush and the torchao
+import (:func:`offload_helpers.import_cpu_offload`: ``torchao.optim`` or
 ``torchao.prototype.low_bit_optim``) come from the offload suite's own helper module,
 ``suites/offload/offload_helpers.py``, loaded by path (:func:`suite_helpers`): the
 benchmark measures what the suite tests, and there is one copy of each. That module stays
@@ -48,8 +58,12 @@ if TYPE_CHECKING:  # an annotation only: running the benchmark loads no matrix
 MODES = ("none", "offload", "offload_grad")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 DEVICES = ("auto", "cuda", "xpu")
+MODELS = ("transformer", "mlp", "mlp-gelu")  # offload_helpers.BENCH_MODELS
+DEFAULT_MODELS = "transformer,mlp"
+FLUSH = {"off": (False,), "on": (True,), "both": (False, True)}
 GiB = 2**30
 DEFAULT_SIZES = "0.1,0.5,1"
+CPU_ADAMW_NUMEL = 2**26  # elements per case of --cpu-adamw (4 tensors; 1 GiB per fp32 copy)
 DEFAULT_OUT = Path("results/bench-offload")
 SUITE = "offload"
 HELPERS = "offload_helpers.py"
@@ -190,17 +204,25 @@ def run_one(
     steps: int,
     warmup: int,
     bandwidth: dict[str, float],
+    model_kind: str = "mlp",
+    flush: bool = False,
 ) -> dict[str, Any]:
-    """One (size, dtype, mode) measurement; errors (e.g. out of memory) are recorded."""
+    """One (model, size, dtype, mode, flush) measurement; errors (e.g. out of memory) are
+    recorded in the row."""
     dtype = getattr(torch, DTYPES[dtype_name])
-    depth = max(1, round(size_b * 1e9 / (width * width)))
-    row: dict[str, Any] = {"size_b": size_b, "dtype": dtype_name, "mode": mode, "layers": depth}
+    depth = max(1, round(size_b * 1e9 / helpers.bench_params_per_layer(model_kind, width)))
+    row: dict[str, Any] = {"model": model_kind, "size_b": size_b, "dtype": dtype_name,
+                           "mode": mode, "flush_denormals": flush, "layers": depth}
     _free(torch, device)
     base = dispatch("memory_allocated", device)
     model = optimizer = x = None
     try:
+        if flush:
+            done = helpers.flush_denormals(True)
+            row["flush"] = {"method": done.method, "threads": done.threads,
+                            "flushed_share": done.flushed_share}
         torch.manual_seed(0)
-        model = helpers.bench_mlp(width, depth, device, dtype)
+        model = helpers.bench_model(model_kind, width, depth, device, dtype)
         row["params"] = sum(p.numel() for p in model.parameters())
         if mode == "none":
             # fused: the fastest stock on-device AdamW, and what the offload runs on the CPU;
@@ -217,8 +239,8 @@ def run_one(
             optimizer = offload_cls(
                 model.parameters(), torch.optim.AdamW, offload_gradients=mode == "offload_grad"
             )
-            moved = _offloaded_numel(model, offload_cls) * model[0].weight.element_size()
-        x = torch.randn(tokens, width, device=device, dtype=dtype)
+            moved = _offloaded_numel(model, offload_cls) * next(model.parameters()).element_size()
+        x = helpers.bench_input(model_kind, tokens, width, device, dtype)
         dispatch("synchronize", device)
         dispatch("reset_peak_memory_stats", device)
         times = []
@@ -241,37 +263,92 @@ def run_one(
             floor_ms=floor_s * 1e3,
             step_over_floor=step_s / floor_s if floor_s else None,
         )
+        if flush:
+            helpers.flush_denormals(False)
+        row.update(denormals(torch, helpers, model, optimizer, x, device))
     except Exception as exc:  # keep going: one OOM should not lose the other rows
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     finally:
+        if flush:
+            helpers.flush_denormals(False)
         del model, optimizer, x
         _free(torch, device)
     return row
+
+
+def denormals(
+    torch: Any, helpers: ModuleType, model: Any, optimizer: Any, x: Any, device: str
+) -> dict[str, float | None]:
+    """After the timed steps, one more backward (no step): ``grad_sq_denormal``, the share
+    of gradient elements whose square is a denormal float (device gradients, or the
+    offloaded host copies where the device ones were freed), and ``state_denormal``, the
+    share of Adam's second moment (``exp_avg_sq``; on the host for offloaded params) that
+    is denormal; None where the optimizer does not expose them."""
+    model(x).sum().backward()
+    dispatch("synchronize", device)  # every stream: the offload's gradient copies too
+    host = getattr(optimizer, "param_d2h_map", None) or {}
+    grads = []
+    for p in model.parameters():
+        if p.grad is not None:
+            grads.append(p.grad)
+        elif p in host and getattr(host[p], "grad", None) is not None:
+            grads.append(host[p].grad)
+    out: dict[str, float | None] = {
+        "grad_sq_denormal": helpers.denormal_fraction(grads, squared=True) if grads else None
+    }
+    optimizer.zero_grad(set_to_none=True)
+    try:
+        state = optimizer.state_dict()
+        if isinstance(state, dict) and "state" in state:  # a plain torch optimizer
+            parts = [state]
+        else:
+            parts = list(helpers.offloaded_states(state))
+            if isinstance(state, dict) and state.get("on-device"):
+                parts.append(state["on-device"])
+        second = [s["exp_avg_sq"] for part in parts for s in part["state"].values()
+                  if "exp_avg_sq" in s]
+    except (AttributeError, KeyError, TypeError):
+        second = []
+    out["state_denormal"] = helpers.denormal_fraction(second) if second else None
+    return out
 
 
 def _fmt(value: Any, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+def _pct(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.1%}" if value >= 0.001 or value == 0 else f"{value:.1e}"
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """One line per run; saving is relative to the ``none`` run of the same size and dtype."""
-    plain = {(r["size_b"], r["dtype"]): r.get("peak_gib") for r in rows if r["mode"] == "none"}
+    """One line per run; saving is relative to the ``none`` run of the same model, size and
+    dtype. ``flush``: denormals flushed in the CPU optimizer's threads (offload modes)."""
+    def group(r: dict[str, Any]) -> tuple:
+        return (r.get("model", "mlp"), r["size_b"], r["dtype"])
+
+    plain = {group(r): r.get("peak_gib") for r in rows if r["mode"] == "none"}
     lines = [
-        "| params | dtype | mode | peak GiB | saving | step ms | GB moved each way "
-        "| floor ms | step / floor |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| model | params | dtype | mode | flush | peak GiB | saving | step ms "
+        "| GB moved each way | floor ms | step / floor | grad² denormal | v denormal |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         params = f"{r['params'] / 1e9:.3g} B" if "params" in r else f"~{r['size_b']} B"
+        flush = "on" if r.get("flush_denormals") else "off"
+        head = f"| {r.get('model', 'mlp')} | {params} | {r['dtype']} | {r['mode']} | {flush} |"
         if "error" in r:
-            lines.append(f"| {params} | {r['dtype']} | {r['mode']} | {r['error']} |" + " |" * 5)
+            lines.append(f"{head} {r['error']} |" + " |" * 7)
             continue
-        ref = plain.get((r["size_b"], r["dtype"]))
+        ref = plain.get(group(r))
         saving = 1 - r["peak_gib"] / ref if ref and r["mode"] != "none" else None
         lines.append(
-            f"| {params} | {r['dtype']} | {r['mode']} | {r['peak_gib']:.2f} "
-            f"| {_fmt(saving, '.0%')} | {r['step_ms']:.1f} | {r['bytes_each_way'] / 1e9:.2f} "
-            f"| {r['floor_ms']:.1f} | {_fmt(r['step_over_floor'], '.2f')} |"
+            f"{head} {r['peak_gib']:.2f} | {_fmt(saving, '.0%')} | {r['step_ms']:.1f} "
+            f"| {r['bytes_each_way'] / 1e9:.2f} | {r['floor_ms']:.1f} "
+            f"| {_fmt(r['step_over_floor'], '.2f')} | {_pct(r.get('grad_sq_denormal'))} "
+            f"| {_pct(r.get('state_denormal'))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -287,27 +364,34 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
         _log("matplotlib is not installed; skipping the PNG")
         return False
     ok = [r for r in rows if "error" not in r]
-    groups = sorted({(r["size_b"], r["dtype"]) for r in ok})
-    modes = [m for m in MODES if any(r["mode"] == m for r in ok)]
+
+    def group(r: dict[str, Any]) -> tuple:
+        return (r.get("model", "mlp"), r["size_b"], r["dtype"])
+
+    def series(r: dict[str, Any]) -> str:
+        return r["mode"] + ("+flush" if r.get("flush_denormals") else "")
+
+    groups = sorted({group(r) for r in ok})
+    names = [m + f for m in MODES for f in ("", "+flush") if any(series(r) == m + f for r in ok)]
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(13, 4.5))
-    bar = 0.8 / max(1, len(modes))
-    for j, mode in enumerate(modes):
+    bar = 0.8 / max(1, len(names))
+    for j, name in enumerate(names):
         xs, mem, step, floor = [], [], [], []
-        for i, group in enumerate(groups):
+        for i, g in enumerate(groups):
             for r in ok:
-                if (r["size_b"], r["dtype"]) == group and r["mode"] == mode:
-                    xs.append(i + (j - (len(modes) - 1) / 2) * bar)
+                if group(r) == g and series(r) == name:
+                    xs.append(i + (j - (len(names) - 1) / 2) * bar)
                     mem.append(r["peak_gib"])
                     step.append(r["step_ms"])
                     floor.append(r["floor_ms"])
-        ax_mem.bar(xs, mem, bar, label=mode)
-        ax_time.bar(xs, step, bar, label=mode)
-        if mode != "none":
-            floor_label = "transfer floor" if mode == modes[-1] else None
+        ax_mem.bar(xs, mem, bar, label=name)
+        ax_time.bar(xs, step, bar, label=name)
+        if name != "none":
+            floor_label = "transfer floor" if name == names[-1] else None
             ax_time.scatter(
                 xs, floor, marker="_", s=200, color="black", zorder=3, label=floor_label
             )
-    labels = [f"{s} B\n{d}" for s, d in groups]
+    labels = [f"{m}\n{s} B {d}" for m, s, d in groups]
     for ax, title in ((ax_mem, "peak device memory (GiB)"), (ax_time, "median step time (ms)")):
         ax.set_xticks(range(len(groups)), labels)
         ax.set_title(title)
@@ -333,10 +417,16 @@ def run(
     copy_mib: int = 1024,
     out: str | Path = DEFAULT_OUT,
     plot_png: bool = True,
+    models: Sequence[str] = ("transformer", "mlp"),
+    flush: str = "off",
 ) -> dict[str, Any]:
     """Run the benchmark; write ``bench_offload.{json,md,png}`` to ``out`` and return the
     report (``meta``, ``bandwidth``, ``results``: one row per run, with ``error`` where a
     run failed, e.g. out of memory; the other runs still go on).
+
+    ``models``: from :data:`MODELS`. ``flush``: ``off``, ``on`` or ``both`` (each offload
+    run once without and once with denormals flushed in the CPU optimizer's threads; the
+    ``none`` runs, whose optimizer is on the device, only without).
 
     ``suite``: the offload suite's folder (:func:`suite_dir`). Raises InvalidInput for bad
     arguments, NotRunnable (exit 2) without torch, a CUDA/XPU device or torchao's
@@ -345,6 +435,8 @@ def run(
     _check(dtypes, tuple(DTYPES), "dtypes", ",".join(dtypes))
     _check(modes, MODES, "modes", ",".join(modes))
     _check([device], DEVICES, "device", device)
+    _check(models, MODELS, "models", ",".join(models))
+    _check([flush], tuple(FLUSH), "flush-denormals", flush)
     problems = [f"--{name} must be >= {least}, not {value}" for name, value, least in (
         ("steps", steps, 1), ("warmup", warmup, 0), ("width", width, 1), ("tokens", tokens, 1),
         ("copy-mib", copy_mib, 1)) if value < least]
@@ -376,9 +468,10 @@ def run(
     )
 
     rows = []
-    plan = [(s, d, m) for d in dtypes for s in sorted(sizes) for m in modes]
+    plan = [(k, s, d, m, f) for k in models for d in dtypes for s in sorted(sizes) for m in modes
+            for f in FLUSH[flush] if not (f and m == "none")]
     started = time.perf_counter()
-    for n, (size_b, dtype_name, mode) in enumerate(plan, 1):
+    for n, (kind, size_b, dtype_name, mode, flushed) in enumerate(plan, 1):
         row = run_one(
             torch,
             helpers,
@@ -392,15 +485,19 @@ def run(
             steps=steps,
             warmup=warmup,
             bandwidth=bandwidth,
+            model_kind=kind,
+            flush=flushed,
         )
         rows.append(row)
-        head = f"[{n}/{len(plan)}] {size_b} B {dtype_name} {mode}:"
+        head = (f"[{n}/{len(plan)}] {kind} {size_b} B {dtype_name} {mode}"
+                f"{' flush' if flushed else ''}:")
         if "error" in row:
             _log(f"{head} {row['error']}")
         else:
             _log(
                 f"{head} {row['params'] / 1e9:.3g} B params, peak {row['peak_gib']:.2f} GiB, "
-                f"step {row['step_ms']:.1f} ms (floor {row['floor_ms']:.1f} ms) "
+                f"step {row['step_ms']:.1f} ms (floor {row['floor_ms']:.1f} ms), grad² "
+                f"denormal {_pct(row.get('grad_sq_denormal'))} "
                 f"[{time.perf_counter() - started:.0f} s]"
             )
 
@@ -418,6 +515,9 @@ def run(
         "tokens": tokens,
         "steps": steps,
         "warmup": warmup,
+        "models": list(models),
+        "flush_denormals": flush,
+        "intra_op_threads": torch.get_num_threads(),
     }
     report = {"meta": meta, "bandwidth": bandwidth, "results": rows}
     (out / "bench_offload.json").write_text(dumps(report, indent=2) + "\n")
@@ -425,7 +525,11 @@ def run(
     header = (
         f"torch {meta['torch']}, torchao {meta['torchao']}, {name}; pinned copies "
         f"H2D {bandwidth['h2d_gbps']:.1f} GB/s, D2H {bandwidth['d2h_gbps']:.1f} GB/s; "
-        f"{tokens} x {width} batch, median of {steps} steps.\n\n"
+        f"{tokens} x {width} batch (transformer: sequences of {helpers.BENCH_SEQ}), median "
+        f"of {steps} steps, {torch.get_num_threads()} CPU threads. grad² denormal: share of "
+        "gradient elements whose square is a denormal float; v denormal: share of Adam's "
+        "exp_avg_sq that is one; flush: denormals flushed to zero in every thread of the "
+        "CPU optimizer.\n\n"
     )
     (out / "bench_offload.md").write_text(header + table)
     print(table, flush=True)
@@ -438,3 +542,101 @@ def run(
 def failed(report: dict[str, Any]) -> bool:
     """Whether a run of the report failed (``accelgrid bench offload`` then exits 1)."""
     return any("error" in r for r in report["results"])
+
+
+# --- fused CPU AdamW over denormal floats (no device needed) --------------------------------
+
+CPU_ADAMW_CASES = {
+    # case: (gradient scale, how denormals are flushed, intra-op threads: None = as set)
+    "normal gradients": (1e-3, "none", None),
+    "denormal": (1e-20, "none", None),
+    "denormal, flush in the calling thread": (1e-20, "calling-thread", None),
+    "denormal, flush in every OpenMP thread": (1e-20, "every-thread", None),
+    "denormal, 1 thread": (1e-20, "none", 1),
+    "denormal, 1 thread, flush": (1e-20, "calling-thread", 1),
+}
+
+
+def run_cpu_adamw(
+    *,
+    suite: Path,
+    numel: int | None = None,
+    steps: int = 10,
+    warmup: int = 2,
+    out: str | Path = DEFAULT_OUT,
+) -> dict[str, Any]:
+    """Fused CPU AdamW — what CPUOffloadOptimizer runs for each offloaded parameter — over
+    4 fp32 parameters of ``numel / 4`` elements, side by side: gradients of normal size,
+    gradients of 1e-20 (their squares, and Adam's second moment, are denormal floats) with
+    no flush, with ``torch.set_flush_denormal(True)`` in the calling thread only, with
+    :func:`offload_helpers.flush_denormals` (every OpenMP thread), and on one intra-op
+    thread without and with the calling thread flushing. Per case: the median step
+    time, the share of a parallel probe's denormal results flushed
+    (:func:`offload_helpers.flushed_share`) and the share of ``exp_avg_sq`` left
+    denormal. Writes ``bench_offload_cpu_adamw.json``
+    and ``.md`` to ``out``. Needs torch only. ``numel`` defaults to
+    :data:`CPU_ADAMW_NUMEL`."""
+    numel = CPU_ADAMW_NUMEL if numel is None else numel
+    problems = [f"--{n} must be >= {least}, not {v}" for n, v, least in (
+        ("steps", steps, 1), ("warmup", warmup, 0), ("numel", numel, 4)) if v < least]
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    try:
+        import torch
+    except ImportError as exc:
+        raise NotRunnable("torch is not installed") from exc
+    helpers = suite_helpers(suite)
+    threads = torch.get_num_threads()
+    _log(f"fused CPU AdamW over {numel:,} fp32 elements, {threads} threads, "
+         f"torch {torch.__version__}")
+    rows = []
+    for case, (scale, how, case_threads) in CPU_ADAMW_CASES.items():
+        torch.set_num_threads(case_threads or threads)
+        try:
+            if how == "every-thread":
+                method = helpers.flush_denormals(True).method
+            else:
+                method = "calling-thread" if how == "calling-thread" else "none"
+                torch.set_flush_denormal(how == "calling-thread")
+            gen = torch.Generator().manual_seed(0)
+            params = [torch.zeros(numel // 4) for _ in range(4)]
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen) * scale
+            optimizer = torch.optim.AdamW(params, fused=True)
+            times = []
+            for i in range(warmup + steps):
+                t0 = time.perf_counter()
+                optimizer.step()
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
+            share = helpers.flushed_share()
+        finally:
+            helpers.flush_denormals(False)
+            torch.set_num_threads(threads)
+        second = [optimizer.state[p]["exp_avg_sq"] for p in params]
+        rows.append({"case": case, "threads": case_threads or threads, "flush": method,
+                     "step_ms": statistics.median(times) * 1e3,
+                     "min_step_ms": min(times) * 1e3, "flushed_share": share,
+                     "state_denormal": helpers.denormal_fraction(second)})
+        del optimizer, params, second
+        _log(f"{case}: {rows[-1]['step_ms']:.1f} ms (flushed share {share:.2f})")
+    report = {"meta": {"torch": torch.__version__, "numel": numel, "threads": threads,
+                       "steps": steps, "warmup": warmup, "host": platform.node(),
+                       "cpu": platform.processor() or platform.machine(),
+                       "date": datetime.datetime.now(datetime.UTC).isoformat(
+                           timespec="seconds")},
+              "results": rows}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_offload_cpu_adamw.json").write_text(dumps(report, indent=2) + "\n")
+    lines = ["| case | threads | flush | step ms (median) | min | flushed share | v denormal |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['case']} | {r['threads']} | {r['flush']} | {r['step_ms']:.1f} "
+              f"| {r['min_step_ms']:.1f} | {r['flushed_share']:.2f} "
+              f"| {_pct(r['state_denormal'])} |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    (out / "bench_offload_cpu_adamw.md").write_text(
+        f"torch {torch.__version__}, {numel:,} fp32 elements in 4 tensors, median of {steps} "
+        f"steps.\n\n" + table)
+    print(table, flush=True)
+    return report

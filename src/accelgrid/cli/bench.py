@@ -19,7 +19,10 @@ from ._common import matrix_of
 OFFLOAD = (
     "Peak device memory and median step time of torchao's CPUOffloadOptimizer "
     "(modes: none = plain fused AdamW on the device, offload, offload_grad = "
-    "offload_gradients=True) on MLP stacks of about the given sizes, against the floor "
+    "offload_gradients=True) on models of about the given sizes (transformer blocks, "
+    "plain Linear stacks; mlp-gelu: a stack whose gradients go denormal), with the share "
+    "of denormal gradients and optimizer state, optionally with denormals flushed in the "
+    "CPU optimizer's threads, against the floor "
     "set by the bytes moved per step over the measured pinned copy bandwidth. Writes "
     "bench_offload.json, bench_offload.md and bench_offload.png (with matplotlib) to "
     "--out. Exits 2 without a CUDA/XPU device or torchao, 1 if a run failed (e.g. out "
@@ -87,6 +90,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--out", type=Path, default=offload_bench.DEFAULT_OUT,
                    help="output directory")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--models", default=offload_bench.DEFAULT_MODELS,
+                   help=f"from {','.join(offload_bench.MODELS)} (mlp-gelu: the denormal case)")
+    p.add_argument("--flush-denormals", default="off", choices=tuple(offload_bench.FLUSH),
+                   help="flush denormals to zero in the CPU optimizer's threads; both: each "
+                        "offload run without and with")
+    p.add_argument("--cpu-adamw", action="store_true",
+                   help="only fused CPU AdamW over normal and denormal state, each way of "
+                        "flushing side by side (no GPU needed; --steps, --warmup, --out)")
     p.set_defaults(func=_offload)
 
     p = what.add_parser("grid", parents=[common], formatter_class=raw, description=GRID,
@@ -117,13 +128,20 @@ def _overhead(args: argparse.Namespace) -> int:
 
 
 def _offload(args: argparse.Namespace) -> int:
+    suite = offload_bench.suite_dir(matrix_of(args))
+    if args.cpu_adamw:
+        offload_bench.run_cpu_adamw(suite=suite, steps=args.steps, warmup=args.warmup,
+                                    out=args.out)
+        return 0
     sizes = offload_bench.parse_sizes(args.sizes)
     dtypes = offload_bench.split_list(args.dtypes, tuple(offload_bench.DTYPES), "dtypes")
     modes = offload_bench.split_list(args.modes, offload_bench.MODES, "modes")
+    models = offload_bench.split_list(args.models, offload_bench.MODELS, "models")
     report = offload_bench.run(
-        sizes, dtypes, modes, suite=offload_bench.suite_dir(matrix_of(args)),
+        sizes, dtypes, modes, suite=suite,
         device=args.device, steps=args.steps, warmup=args.warmup, width=args.width,
-        tokens=args.tokens, copy_mib=args.copy_mib, out=args.out, plot_png=not args.no_plot)
+        tokens=args.tokens, copy_mib=args.copy_mib, out=args.out, plot_png=not args.no_plot,
+        models=models, flush=args.flush_denormals)
     return 1 if offload_bench.failed(report) else 0
 
 

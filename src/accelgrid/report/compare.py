@@ -32,10 +32,13 @@ SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VE
 DEFAULT_DIR = "baselines"
 
 # What a test's outcome now is, relative to its baseline.
-REGRESSION = "regression"  # expected good (passed/xfailed/skipped/not-run), now bad
+REGRESSION = "regression"  # expected good (passed/xfailed/skipped/not-run), now bad;
+# or passed, now skipped/not-run (coverage lost on the cell's own device)
 NEW_PASS = "new-pass"  # passes now, expected something else
 EXPECTED_FAILURE = "expected-failure"  # bad, and the baseline says bad
-CHANGED = "changed"  # another change that is not bad, e.g. passed -> skipped
+CHANGED = "changed"  # another change that is not bad, e.g. failed -> xfailed
+# A test that passed and now skips no longer checks anything: the gate counts it.
+LOST_COVERAGE = (outcomes.SKIPPED, outcomes.NOT_RUN)
 LOST = "lost"  # in the baseline, absent from the results
 NEW = "new"  # in the results, absent from the baseline
 UNCHANGED = "unchanged"
@@ -63,6 +66,8 @@ def classify(expected: str | None, actual: str | None) -> str | None:
         return UNCHANGED
     if actual == outcomes.PASSED:
         return NEW_PASS
+    if expected == outcomes.PASSED and actual in LOST_COVERAGE:
+        return REGRESSION
     return CHANGED
 
 
