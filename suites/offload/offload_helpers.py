@@ -460,11 +460,15 @@ def assert_trajectory_close(
 # flip a few Adam updates (in 2 steps 1.5e-5 of 4.2 M elements, in 20 steps with
 # accumulation up to 3e-3 of a tensor in bf16, 8e-6 in fp32). Mixed precision keeps fp32
 # parameters but computes gradients in bf16. A skipped, doubled or zero-gradient step is
-# 30-100 % off the reference update on most elements of the tensor.
+# 30-100 % off the reference update on most elements of the tensor. On an H200 (torch
+# 2.11, torchao 0.17) bf16 SGD with momentum and accumulation put 2 of 4,096 elements of
+# one tensor 15 % off after 2 steps (CUDA's on-device kernel vs the CPU one): bf16 and
+# mixed precision allow 1e-3 of a tensor (4 of 4,096), still far below a planted fault's
+# 19-43 % of the tensor.
 TOLERANCES: dict[str, UpdateTolerance] = {
     "fp32": UpdateTolerance(rtol=1e-3, ulps=2, outlier_fraction=1e-4),
-    "bf16": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=1e-4),
-    "amp": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=1e-4),
+    "bf16": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=1e-3),
+    "amp": UpdateTolerance(rtol=0.05, ulps=2, outlier_fraction=1e-3),
 }
 # Long runs (20 steps): the trajectories drift apart and more Adam updates flip.
 LONG_TOLERANCES: dict[str, UpdateTolerance] = {
