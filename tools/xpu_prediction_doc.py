@@ -2,7 +2,7 @@
 """Write docs/xpu-prediction.md: every table and figure in it comes from
 accelgrid.xpu_prediction over the packaged upstream data and a captured ops.json.
 
-    python tools/xpu_prediction_doc.py [--ops docs/cuda/ops-cuda-2.11.json] [--check]
+    python tools/xpu_prediction_doc.py [--ops docs/h200-2026-11-30/ops-cuda-2.11-op-capture.json] [--check]
 
 ``--check`` compares with the committed file instead of writing it (exit 1 if stale).
 """
@@ -137,7 +137,8 @@ not counted. Predictions for {xp.SEED_SERIES}:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", type=Path, default=ROOT / "docs" / "cuda" / "ops-cuda-2.11.json")
+    parser.add_argument("--ops", type=Path,
+                        default=ROOT / "docs" / "h200-2026-11-30" / "ops-cuda-2.11-op-capture.json")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "xpu-prediction.md")
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
