@@ -2,7 +2,7 @@
 """Write docs/xpu-prediction.md: every table and figure in it comes from
 accelgrid.xpu_prediction over the packaged upstream data and a captured ops.json.
 
-    python tools/xpu_prediction_doc.py [--ops docs/h200-2026-11-30/ops-cuda-2.11-op-capture.json] [--check]
+    python tools/xpu_prediction_doc.py [--ops CAPTURE/ops.json] [--check]
 
 ``--check`` compares with the committed file instead of writing it (exit 1 if stale).
 """
