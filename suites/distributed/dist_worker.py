@@ -48,6 +48,7 @@ def main() -> None:
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn_like(p))
+    initial = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=None if device_type == "cpu" else [local])
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
@@ -61,6 +62,7 @@ def main() -> None:
     weights = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
     write_report(out, rank, {"rank": rank, "world": world, "all_reduce": x.cpu().tolist(),
                              "broadcast": y.cpu().tolist(), "weights": weights.tolist(),
+                             "initial": initial.tolist(),
                              "device": str(device)})
     dist.destroy_process_group()
 

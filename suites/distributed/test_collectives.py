@@ -79,9 +79,62 @@ def test_collectives_and_ddp(device: str, tmp_path: Path) -> None:
     for r in ranks:
         assert r["all_reduce"] == [total] * 4
         assert r["broadcast"] == [100.0, 101.0, 102.0]
-    # DDP averaged gradients: every rank ends with the same weights despite its own data.
+    check_ddp_weights(ranks)
+    if device != "cpu":
+        assert len({r["device"] for r in ranks}) == world  # one device per rank
+
+
+STEPS, LR = 2, 0.1   # as dist_worker.py
+
+
+def expected_weights(initial: list[float], world: int) -> torch.Tensor:
+    """What DDP must leave: SGD on the gradient averaged over the ranks' data (rank r draws
+    its inputs from a CPU generator seeded with r, as dist_worker.py does), in float64."""
+    w = torch.tensor(initial, dtype=torch.float64)
+    gens = [torch.Generator().manual_seed(r) for r in range(world)]
+    for _ in range(STEPS):
+        grads = []
+        for gen in gens:
+            inp = torch.randn(16, 8, generator=gen).double()
+            weight = w[:16].view(2, 8).clone().requires_grad_(True)
+            bias = w[16:].clone().requires_grad_(True)
+            (inp @ weight.T + bias).pow(2).mean().backward()
+            grads.append(torch.cat([weight.grad.flatten(), bias.grad]))
+        w = w - LR * torch.stack(grads).mean(0)
+    return w
+
+
+def check_ddp_weights(ranks: list[dict]) -> None:
+    """Every rank ends with the same weights, and they are the averaged-gradient SGD
+    update of the initial ones (an optimizer that does nothing, or ranks that do not
+    average, fail)."""
     first = torch.tensor(ranks[0]["weights"])
     for r in ranks[1:]:
         torch.testing.assert_close(torch.tensor(r["weights"]), first)
-    if device != "cpu":
-        assert len({r["device"] for r in ranks}) == world  # one device per rank
+    want = expected_weights(ranks[0]["initial"], len(ranks)).float()
+    assert not torch.equal(first, torch.tensor(ranks[0]["initial"])), "DDP never stepped"
+    # fp32 on the device vs a float64 reference of two steps: 1e-4 covers TF32-free
+    # reduction order; a missed step moves weights by ~LR * |grad| ~ 1e-2.
+    torch.testing.assert_close(first, want, rtol=1e-4, atol=1e-5)
+
+
+def _fake_ranks(world: int, step: bool = True, average: bool = True) -> list[dict]:
+    initial = torch.randn(18, generator=torch.Generator().manual_seed(7)).tolist()
+    if not step:
+        return [{"initial": initial, "weights": initial} for _ in range(world)]
+    if average:
+        w = expected_weights(initial, world).float().tolist()
+        return [{"initial": initial, "weights": w} for _ in range(world)]
+    return [{"initial": initial, "weights": expected_weights(initial, 1).float().tolist()}
+            for _ in range(world)]
+
+
+def test_ddp_check_catches_an_optimizer_that_does_nothing() -> None:
+    check_ddp_weights(_fake_ranks(2))
+    with pytest.raises(AssertionError, match="never stepped"):
+        check_ddp_weights(_fake_ranks(2, step=False))
+
+
+def test_ddp_check_catches_ranks_that_do_not_average() -> None:
+    with pytest.raises(AssertionError):   # each rank stepped on rank 0's data alone
+        check_ddp_weights(_fake_ranks(2, average=False))
