@@ -109,3 +109,33 @@ def test_readme_layout_names_every_module() -> None:
                if not p.stem.startswith("_") and "templates" not in p.parts}
     missing = sorted(m for m in modules if f"`{m}`" not in named)
     assert not missing, f"README's layout table does not name {missing}"
+
+
+def _in_cell_modules() -> set[str]:
+    """The in-cell contract's source modules (.importlinter): what runs inside a cell."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / ".importlinter")
+    return set(cfg["importlinter:contract:in-cell"]["source_modules"].split())
+
+
+def test_suites_import_only_in_cell_modules() -> None:
+    # A cell's env has torch and pytest, not accelgrid's own dependencies: a suite that
+    # imports e.g. accelgrid.detect (-> matrix -> jsonschema) fails to collect there.
+    allowed = _in_cell_modules() | {"accelgrid"}
+    bad = []
+    for path in (ROOT / "suites").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names]
+                                         if node.module == "accelgrid" else [])
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name.startswith("accelgrid") and name not in allowed:
+                    bad.append(f"{path.relative_to(ROOT)}: {name}")
+    # seed_coverage is a report tool run with accelgrid installed, not a test module.
+    bad = [b for b in bad if not b.startswith("suites/hf_examples/seed_coverage.py")]
+    assert not bad, bad

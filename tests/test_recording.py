@@ -386,6 +386,25 @@ def test_cpu_cell_without_marked_tests_runs_one_pass(mini_project, python) -> No
     assert env["passes"] == ["single"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_module_that_fails_to_import_is_an_error_record(mini_project, python,
+                                                         workers) -> None:
+    # A suite importing what the cell's env lacks used to vanish from the cell's results.
+    proj = mini_project(workers=workers)
+    payload = proj / "suites" / "payload"
+    (payload / "test_ok.py").write_text("def test_a():\n    pass\n")
+    (payload / "test_broken.py").write_text("import not_installed_anywhere\n"
+                                            "def test_b():\n    pass\n")
+    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") != 0
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    by = {r["nodeid"]: r for r in recs}
+    broken = by["suites/payload/test_broken.py"]
+    assert broken["outcome"] == "error" and broken["phase"] == "collect"
+    assert "not_installed_anywhere" in broken["message"]
+    assert by["suites/payload/test_ok.py::test_a"]["outcome"] == "passed"
+    assert sum(1 for r in recs if r["nodeid"] == "suites/payload/test_broken.py") == 1
+
+
 # --- nothing lost: any number of crashes and hangs -------------------------------------
 
 MANY_CRASHES = '''

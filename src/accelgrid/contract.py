@@ -37,6 +37,10 @@ PASS_ALL_DEVICES = "all-devices"
 PASS_HOST_ACCELERATORS = "host-accelerators"
 PASSES = (PASS_SINGLE, PASS_PINNED, PASS_ALL_DEVICES, PASS_HOST_ACCELERATORS)
 
+# How a process is pinned to some of the host's devices: set before torch is imported
+# (the runner pins xdist workers; suites read it to size a world).
+VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+
 # --- set by the user (or CI) -----------------------------------------------------------
 RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go
 WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell

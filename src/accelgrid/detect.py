@@ -299,7 +299,7 @@ def resolve_hardware(cell: Cell, env: Mapping[str, str] | None = None,
 
 
 # How a process is pinned to some of the host's devices (set before torch is imported).
-VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+VISIBILITY_VAR = contract.VISIBILITY_VAR
 
 # What hides every accelerator from a cpu cell's tests (set before torch is imported), so
 # code that picks its device from what the host has (torchao's CPUOffloadOptimizer) sees a

@@ -95,6 +95,7 @@ class Recorder:
         self.cell = os.environ.get(contract.CELL, folder.name)
         self.device = os.environ.get(contract.DEVICE, "cpu")
         self.run = _run_fields()
+        self.collect_errors: set[str] = set()
 
     # --- provenance and collection -------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -139,6 +140,17 @@ class Recorder:
         self._update_env(lambda e: e.update(end=provenance.now(), status="finished",
                                             exitstatus=int(exitstatus), torch=torch_facts))
         results.sync(self.folder / results.TESTS)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # A module that fails to import is a result of its own: otherwise its tests would
+        # just vanish from the cell (xdist forwards each failure once, deduplicated).
+        if not report.failed or report.nodeid in self.collect_errors:
+            return
+        self.collect_errors.add(report.nodeid)
+        self._write({"nodeid": report.nodeid or "<collection>", "outcome": outcomes.ERROR,
+                     "duration": None, "message": _message(report),
+                     "longrepr": _short(str(report.longrepr or ""), 8000), "phase": "collect",
+                     "worker": None, "device": self.device})
 
     # --- per-test records ----------------------------------------------------------
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:

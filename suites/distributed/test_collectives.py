@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accelgrid import backends, detect, lifetime
+from accelgrid import backends, contract, lifetime
 
 pytestmark = pytest.mark.multi_device
 
@@ -45,7 +45,7 @@ def _world(device: str) -> int:
     if device == "cpu":
         return CPU_WORLD
     count = backends.dispatch("device_count", device)
-    var = detect.VISIBILITY_VAR.get(device)
+    var = contract.VISIBILITY_VAR.get(device)
     visible = [d for d in os.environ.get(var or "", "").split(",") if d.strip()]
     # A visibility list torch does not honour would put ranks on devices not chosen.
     assert not visible or count <= len(visible), (
@@ -71,7 +71,7 @@ def test_collectives_and_ddp(device: str, tmp_path: Path) -> None:
              for f in sorted(out.glob("rank-*.json"))]
     assert sorted(r["rank"] for r in ranks) == list(range(world))
     assert all(r["world"] == world for r in ranks)
-    var = detect.VISIBILITY_VAR.get(device)
+    var = contract.VISIBILITY_VAR.get(device)
     # Shown by -rA: the world and where its ranks ran, in the run's visible devices.
     print(f"world {world} on {sorted(r['device'] for r in ranks)}"
           + (f" with {var}={os.environ.get(var)}" if var else ""))
