@@ -61,3 +61,12 @@ def test_bench_module_has_no_argparse() -> None:
 
     for path in Path(accelgrid.bench.__file__).parent.glob("*.py"):
         assert "argparse" not in path.read_text(), path
+
+
+@pytest.mark.parametrize("what", ["overhead", "offload", "grid", "ops"])
+def test_benches_write_under_results_by_default(what: str) -> None:
+    # A plain bench run never dirties the checkout: docs/ only with --out docs.
+    from accelgrid import cli
+
+    out = str(cli.parse(["bench", what]).out)
+    assert out == f"results/bench-{what}", out

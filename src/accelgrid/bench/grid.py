@@ -5,7 +5,8 @@ Synthesizes results folders (realistic mix: mostly passes, failures with message
 tracebacks, skips, known-issue xfails with links, a crash, a timeout, one errored cell),
 a baseline per cell, then times ``grid.build`` (reading every folder, comparing with the
 baselines) and ``grid.write`` (grid.json, grid.md, grid.html), ``--repeat`` times.
-Prints the figures and writes them to ``docs/bench-grid.md``.
+Prints the figures and writes them to ``results/bench-grid/bench-grid.md`` (``--out docs``
+updates the committed figures).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ DEFAULT_CELLS = 50
 DEFAULT_TESTS = 2000
 DEFAULT_REPEAT = 3
 DEFAULT_BUDGET = 10.0
-DEFAULT_OUT = "docs"
+DEFAULT_OUT = "results/bench-grid"  # docs/ only when asked (--out docs): never dirty a checkout
 TRACEBACK = "".join(f"  File \"suites/x/helpers.py\", line {n}, in step\n    y = f(x)\n"
                     for n in range(20)) + "AssertionError: tensors are not close"
 

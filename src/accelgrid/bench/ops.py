@@ -26,7 +26,7 @@ from ..results import dumps
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_SUITES = ("suites/hf_examples/test_workloads.py",)
 DEFAULT_REPEAT = 2
-DEFAULT_OUT = "docs"
+DEFAULT_OUT = "results/bench-ops"  # docs/ only when asked (--out docs)
 MODES = ("plain", "capture")
 CAPTURE = "ACCELGRID_CAPTURE_OPS"
 

@@ -29,7 +29,7 @@ from ..results import dumps
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_REPEAT = 3
-DEFAULT_OUT = "docs"
+DEFAULT_OUT = "results/bench-overhead"  # docs/ only when asked (--out docs)
 ENV_BACKENDS = ("uv", "virtualenv")
 
 
