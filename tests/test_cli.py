@@ -215,3 +215,9 @@ def test_a_reader_that_leaves_early_ends_every_listing_quietly(tmp_path, command
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
+
+
+def test_plan_says_whether_the_cell_can_run_here() -> None:
+    assert "this host   the device is present" in _cli("plan", "cpu-2.13").stdout
+    mps = _cli("plan", "mps-2.13").stdout
+    assert "this host   mps needs a Darwin host" in mps

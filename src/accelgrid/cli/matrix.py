@@ -77,6 +77,9 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     print(f"cell        {cell.name}")
     print(f"device      {cell.device} (runner labels: {', '.join(cell.runner_labels)})")
+    absent = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
+    blocked = None if absent else detect.runtime_problem(cell)
+    print(f"this host   {absent or blocked or 'the device is present: the cell can run here'}")
     print(f"python      {cell.python}")
     if cell.torch_wheel:
         wheel, problem = install.local_wheel(cell)
