@@ -64,8 +64,21 @@ def main() -> None:
                              "broadcast": y.cpu().tolist(), "weights": weights.tolist(),
                              "initial": initial.tolist(),
                              "device": str(device)})
+    del opt, ddp
+    dist.barrier()
     dist.destroy_process_group()
+
+
+def _exit_now() -> None:
+    """Leave without running C++ static destructors: on torch 2.13 CPU (gloo, torchrun)
+    about one rank exit in ten aborted *after* main() returned ("terminate called without
+    an active exception", faulthandler: no Python frame), with every report already
+    written; the work this test checks is done and on disk by then."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
+    _exit_now()
