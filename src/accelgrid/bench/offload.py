@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends import dispatch
 from ..errors import EXIT_INVALID, AccelgridError, InvalidInput
-from ..results import dumps
+from . import write_outputs
 
 if TYPE_CHECKING:  # an annotation only: running the benchmark loads no matrix
     from ..matrix import Matrix
@@ -520,7 +520,6 @@ def run(
         "intra_op_threads": torch.get_num_threads(),
     }
     report = {"meta": meta, "bandwidth": bandwidth, "results": rows}
-    (out / "bench_offload.json").write_text(dumps(report, indent=2) + "\n")
     table = markdown_table(rows)
     header = (
         f"torch {meta['torch']}, torchao {meta['torchao']}, {name}; pinned copies "
@@ -531,7 +530,7 @@ def run(
         "exp_avg_sq that is one; flush: denormals flushed to zero in every thread of the "
         "CPU optimizer.\n\n"
     )
-    (out / "bench_offload.md").write_text(header + table)
+    write_outputs(out, "bench_offload", report, header + table)
     print(table, flush=True)
     if plot_png and plot(rows, out / "bench_offload.png"):
         _log(f"wrote {out / 'bench_offload.png'}")
@@ -626,17 +625,14 @@ def run_cpu_adamw(
                        "date": datetime.datetime.now(datetime.UTC).isoformat(
                            timespec="seconds")},
               "results": rows}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_offload_cpu_adamw.json").write_text(dumps(report, indent=2) + "\n")
     lines = ["| case | threads | flush | step ms (median) | min | flushed share | v denormal |",
              "|---|---:|---|---:|---:|---:|---:|"]
     lines += [f"| {r['case']} | {r['threads']} | {r['flush']} | {r['step_ms']:.1f} "
               f"| {r['min_step_ms']:.1f} | {r['flushed_share']:.2f} "
               f"| {_pct(r['state_denormal'])} |" for r in rows]
     table = "\n".join(lines) + "\n"
-    (out / "bench_offload_cpu_adamw.md").write_text(
-        f"torch {torch.__version__}, {numel:,} fp32 elements in 4 tensors, median of {steps} "
-        f"steps.\n\n" + table)
+    write_outputs(out, "bench_offload_cpu_adamw", report,
+                  f"torch {torch.__version__}, {numel:,} fp32 elements in 4 tensors, median "
+                  f"of {steps} steps.\n\n" + table)
     print(table, flush=True)
     return report

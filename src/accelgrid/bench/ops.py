@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..matrix import Matrix
-from ..results import dumps
+from . import write_outputs
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_SUITES = ("suites/hf_examples/test_workloads.py",)
@@ -85,10 +85,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
               "ops_classified": ops_seen}
     md = render_markdown(report)
     if out is not None:
-        out_dir = Path(out)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "bench-ops.json").write_text(dumps(report, indent=2) + "\n")
-        (out_dir / "bench-ops.md").write_text(md)
+        write_outputs(out, "bench-ops", report, md)
     print(md, end="")
     return report
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
-from ..results import dumps
+from . import write_outputs
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_REPEAT = 3
@@ -100,10 +100,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
 
     md = render_markdown(report)
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "bench-overhead.json").write_text(dumps(report, indent=2) + "\n")
-        (out / "bench-overhead.md").write_text(md)
+        write_outputs(out, "bench-overhead", report, md)
     print(md, end="")
     return report
 

@@ -140,15 +140,25 @@ def cell_html(data: dict[str, Any]) -> str:
     return _page(f"Op coverage: {data['cell']}", sections, _cell_intro(data))
 
 
+def _write_pages(out: Path, stem: str, data: dict[str, Any], markdown: str,
+                 html: str) -> dict[str, Path]:
+    """``out/<stem>.json`` / ``.md`` / ``.html``; returns their paths."""
+    out = Path(out)
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md",
+             "html": out / f"{stem}.html"}
+    write_json(paths["json"], data)   # makes the folder too
+    paths["md"].write_text(markdown, encoding="utf-8")
+    paths["html"].write_text(html, encoding="utf-8")
+    return paths
+
+
 def write_cell(folder: Path) -> dict[str, Any] | None:
     """Write ops.json / ops.md / ops.html into a cell's results folder; returns ops.json's
     content, or None (nothing written) when the cell captured no ops."""
     data = ops.aggregate(folder)
     if data is None:
         return None
-    write_json(folder / "ops.json", data)
-    (folder / "ops.md").write_text(cell_markdown(data), encoding="utf-8")
-    (folder / "ops.html").write_text(cell_html(data), encoding="utf-8")
+    _write_pages(folder, "ops", data, cell_markdown(data), cell_html(data))
     return data
 
 
@@ -252,14 +262,7 @@ def cross_html(view: dict[str, Any]) -> str:
 
 def write_cross(view: dict[str, Any], out: Path) -> dict[str, Path]:
     """Write ops-grid.json / .md / .html into ``out``; returns their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "ops-grid.json", "md": out / "ops-grid.md",
-             "html": out / "ops-grid.html"}
-    write_json(paths["json"], view)
-    paths["md"].write_text(cross_markdown(view), encoding="utf-8")
-    paths["html"].write_text(cross_html(view), encoding="utf-8")
-    return paths
+    return _write_pages(out, "ops-grid", view, cross_markdown(view), cross_html(view))
 
 
 # --- predicted per XPU release ---------------------------------------------------------
@@ -355,14 +358,8 @@ def predicted_html(doc: dict[str, Any]) -> str:
 
 def write_predicted(doc: dict[str, Any], out: Path) -> dict[str, Path]:
     """Write ops-predicted.json / .md / .html into ``out``; returns their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "ops-predicted.json", "md": out / "ops-predicted.md",
-             "html": out / "ops-predicted.html"}
-    write_json(paths["json"], doc)
-    paths["md"].write_text(predicted_markdown(doc), encoding="utf-8")
-    paths["html"].write_text(predicted_html(doc), encoding="utf-8")
-    return paths
+    return _write_pages(out, "ops-predicted", doc, predicted_markdown(doc),
+                        predicted_html(doc))
 
 
 def default_predicted_out(inputs: list[Path]) -> Path:
