@@ -198,3 +198,15 @@ def synthetic_xpu_ops(series: str = "2.5", torch: str = "2.5.1+xpu",
             "synthetic": "no Intel GPU ran this: tests/report_cases.py built it",
             "workloads": capture["workloads"], "counts": counts,
             "generic_fallback_notice": False, "fallback_seen": [], "missing": [], "ops": ops}
+
+
+def pinned_cell(root: Path) -> Path:
+    """A cuda-2.11 cell whose two tests ran on pinned workers, one per GPU."""
+    cell = root / "cuda-2.11"
+    cell.mkdir()
+    results.write_json(cell / results.ENV, {"cell": "cuda-2.11", "device_type": "cuda",
+                                            "torch": {"version": "2.11.0"}})
+    for n, dev in enumerate(("cuda:0", "cuda:1")):
+        results.append_record(cell / results.TESTS, {"nodeid": f"suites/s/t.py::t{n}",
+                                                     "outcome": "passed", "device": dev})
+    return cell

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from report_cases import artifacts, broken_cells, demo, write_cell
+from report_cases import artifacts, broken_cells, demo, pinned_cell, write_cell
 
 from accelgrid import report, results
 from accelgrid.bench import grid as bench_grid
@@ -108,13 +108,7 @@ def test_synthetic_grid_is_complete(tmp_path: Path) -> None:
 
 
 def test_grid_keeps_the_device_a_pinned_worker_ran_on(tmp_path: Path) -> None:
-    cell = tmp_path / "cuda-2.11"
-    cell.mkdir()
-    results.write_json(cell / results.ENV, {"cell": "cuda-2.11", "device_type": "cuda",
-                                            "torch": {"version": "2.11.0"}})
-    for n, dev in enumerate(("cuda:0", "cuda:1")):
-        results.append_record(cell / results.TESTS, {"nodeid": f"suites/s/t.py::t{n}",
-                                                     "outcome": "passed", "device": dev})
+    cell = pinned_cell(tmp_path)
     assert {r["cells"]["cuda-2.11"]["device"] for r in grid_model.build([cell])["rows"]} == {
         "cuda:0", "cuda:1"}
 

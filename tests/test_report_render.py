@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from report_cases import ISSUE, baseline_case, broken_cells, demo, write_cell
+from report_cases import ISSUE, baseline_case, broken_cells, demo, pinned_cell, write_cell
 
 from accelgrid import report, results
 from accelgrid.bench import grid as bench_grid
@@ -154,13 +154,7 @@ def test_changes_against_baselines_are_rendered(tmp_path: Path) -> None:
 
 
 def test_html_shows_the_device_a_pinned_worker_ran_on(tmp_path: Path) -> None:
-    cell = tmp_path / "cuda-2.11"
-    cell.mkdir()
-    results.write_json(cell / results.ENV, {"cell": "cuda-2.11", "device_type": "cuda",
-                                            "torch": {"version": "2.11.0"}})
-    for n, dev in enumerate(("cuda:0", "cuda:1")):
-        results.append_record(cell / results.TESTS, {"nodeid": f"suites/s/t.py::t{n}",
-                                                     "outcome": "passed", "device": dev})
+    cell = pinned_cell(tmp_path)
     page = render_html.render(report.build([cell]))
     assert 'title="[cuda:0]"' in page and 'title="[cuda:1]"' in page
 
@@ -301,7 +295,6 @@ def test_html_filters_in_browser(tmp_path: Path) -> None:
 def test_markdown_says_how_an_xpu_cell_compares_with_the_prediction(tmp_path: Path) -> None:
     from report_cases import PLANTED, synthetic_xpu_ops
 
-    from accelgrid import results
 
     # SYNTHETIC xpu cell (no Intel GPU ran it): its ops.json from real op names.
     data = synthetic_xpu_ops()
