@@ -35,7 +35,6 @@ PASS_ALL_DEVICES = "all-devices"
 # A cpu cell's tests see no accelerator (detect.HIDE_ACCELERATORS); the ones marked
 # sees_accelerators run after them in this pass, which sees the host's.
 PASS_HOST_ACCELERATORS = "host-accelerators"
-PASSES = (PASS_SINGLE, PASS_PINNED, PASS_ALL_DEVICES, PASS_HOST_ACCELERATORS)
 
 # How a process is pinned to some of the host's devices: set before torch is imported
 # (the runner pins xdist workers; suites read it to size a world).

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import contract
 from . import known_issues_runtime as runtime
 from .environment import redact_text
 from .matrix import Cell, Matrix, load_matrix
@@ -45,7 +46,7 @@ from .versions import in_range, range_is_empty
 
 DEFAULT_REGISTRY = "known_issues.yaml"
 RUNTIME_JSON = "known_issues.json"     # the cell's entries, in its results folder
-ENV_DISABLE = "ACCELGRID_NO_KNOWN_ISSUES"  # =1: run cells without the registry (raw outcomes)
+ENV_DISABLE = contract.NO_KNOWN_ISSUES  # =1: run cells without the registry (raw outcomes)
 REPRO_DIR = "suites/repro"
 
 ISSUE_ID = re.compile(

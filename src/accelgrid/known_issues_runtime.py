@@ -33,9 +33,10 @@ from typing import Any
 
 import pytest
 
+from . import contract
 from .versions import in_range
 
-ENV_KNOWN_ISSUES = "ACCELGRID_KNOWN_ISSUES"
+ENV_KNOWN_ISSUES = contract.KNOWN_ISSUES
 UPSTREAM_MARKER = "upstream"
 EXPECTED_OUTCOMES = ("failed", "error", "skipped")
 _ENTRY_KEY = pytest.StashKey[dict]()

@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from accelgrid import contract
+
 from .workloads import WORKLOADS, make_tokenizer
 
-ENV_SRC = "ACCELGRID_TRANSFORMERS_SRC"
+ENV_SRC = contract.TRANSFORMERS_SRC
 MAX_STEPS = 3
 
 STANDIN_METRICS: dict[str, tuple[str, ...]] = {
