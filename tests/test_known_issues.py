@@ -26,7 +26,7 @@ CORPUS = TESTS / "bad_known_issues"
 EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
 REFERENCE_ISSUES = {"pytorch/pytorch#127929", "pytorch/pytorch#127931", "pytorch/pytorch#127937",
                     "pytorch/pytorch#127941", "pytorch/pytorch#128478", "pytorch/ao#958",
-                    "pytorch/ao#584", "pytorch/ao#1720"}
+                    "pytorch/ao#584", "pytorch/ao#1720", "huggingface/transformers#41250"}
 
 
 # --- the repo's registry -----------------------------------------------------------------
@@ -61,6 +61,9 @@ def test_repo_registry_scopes(repo) -> None:
         "xpu-2.4", "xpu-2.5", "xpu-2.5-fp64-emulation", "xpu-2.5-fallback-debug"}
     ao = registry.get("pytorch/ao#958")
     assert ao.out_of_scope_reason(matrix.cell("cuda-2.13")) == "device cuda is not in cpu, mps"
+    # Seen with transformers 5.17.0 (torch 2.11's pin), not with 5.24.0.
+    assert {c.name for c in matrix.cells if c.torch == "2.11"} == in_scope[
+        "huggingface/transformers#41250"]
     old = registry.get("pytorch/pytorch#127929")
     assert old.out_of_scope_reason(matrix.cell("cpu-2.5")) == "torch 2.5.1 is outside <2.5"
     # The narrowed test: _foreach_mul_.Tensor stays in scope on 2.5, the others do not.
