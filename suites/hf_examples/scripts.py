@@ -24,7 +24,7 @@ import numpy as np
 
 from accelgrid import contract
 
-from .workloads import WORKLOADS, make_tokenizer
+from .workloads import WORKLOADS, make_tokenizer, needs_torchvision
 
 ENV_SRC = contract.TRANSFORMERS_SRC
 MAX_STEPS = 3
@@ -568,7 +568,12 @@ def load_inputs(spec: ScriptSpec, argv: list[str], cache_dir: Path) -> dict[str,
     if (model_dir / "preprocessor_config.json").exists():
         auto = (transformers.AutoFeatureExtractor if spec.workload == "speech-pretraining"
                 else transformers.AutoImageProcessor)
-        auto.from_pretrained(str(model_dir))
+        try:
+            auto.from_pretrained(str(model_dir))
+        except ImportError as exc:
+            if (missing := needs_torchvision(exc)) is None:
+                raise
+            raise missing from exc
     if train := _arg(argv, "--train_file"):
         ext = train.rsplit(".", 1)[1]
         kwargs = {"field": "data"} if spec.workload == "question-answering" else {}

@@ -13,6 +13,7 @@ for example, switch dropout off to compare a training-mode step across devices.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -676,6 +677,33 @@ def build_speech_pretraining(config_overrides: dict[str, Any] | None = None) -> 
     return Workload(model, train, evals, collate, extractor)
 
 
+def needs_torchvision(exc: BaseException) -> MissingModelClass | None:
+    """A not-run for transformers' "requires the Torchvision library" ImportError, else
+    None. transformers 5.17.0 raises it for AutoImageProcessor and SegformerImageProcessor
+    when torchvision is missing (5.24.0 falls back to PIL), and cells do not install
+    torchvision: PyPI's wheels are built against PyPI's torch, not the device indexes'."""
+    if not isinstance(exc, ImportError) or "torchvision" not in str(exc).lower():
+        return None
+    import transformers
+
+    return MissingModelClass(
+        f"transformers {transformers.__version__} needs torchvision here, which this cell "
+        f"does not install ({str(exc).strip().split('. ', 1)[0]})"
+    )
+
+
+def _image_backend_or_not_run(build: Callable[..., Workload]) -> Callable[..., Workload]:
+    @functools.wraps(build)
+    def wrapped(*args: Any, **kwargs: Any) -> Workload:
+        try:
+            return build(*args, **kwargs)
+        except ImportError as exc:
+            if (missing := needs_torchvision(exc)) is None:
+                raise
+            raise missing from exc
+    return wrapped
+
+
 WORKLOADS: dict[str, Callable[..., Workload]] = {
     "image-classification": build_image_classification,
     "object-detection": build_object_detection,
@@ -692,6 +720,8 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "image-pretraining": build_image_pretraining,
     "language-modeling": build_language_modeling,
 }
+
+WORKLOADS = {name: _image_backend_or_not_run(build) for name, build in WORKLOADS.items()}
 
 # Workloads whose loss is random by design (so a cross-device comparison of the first
 # step is meaningless): Mask2Former samples mask points with torch.rand, whose stream
