@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,24 @@ def test_a_cell_without_its_env_says_how_to_build_it(project: Path, command: str
     assert proc.stderr == (f"accelgrid {command}: cpu-2.4: its env {venvs.env_dir(project, cell)}"
                            " is not built yet; build it with: nox -s cpu-2.4 --install-only\n")
     assert proc.stdout == ""
+
+
+def test_a_long_project_path_gets_noxs_hashed_env_name_quietly(mini_project) -> None:
+    """nox hashes an env name that would make too long a shebang line (and logs it):
+    env/shell look where nox builds, and print only their one line."""
+    with tempfile.TemporaryDirectory() as base:
+        # nox hashes when .nox/<name> passes 87 characters and .nox itself is under 91.
+        pad = 85 - len(str(Path(base) / "proj" / ".nox"))
+        deep = Path(base) / ("d" * pad) / "proj"
+        shutil.copytree(mini_project(), deep)
+        cell = load_matrix(deep / "matrix.yaml").cell("cpu-2.13")
+        where = venvs.env_dir(deep, cell)
+        assert where.parent == deep / ".nox" and where.name != "cpu-2-13"
+        assert re.fullmatch(r"[0-9a-f]{8}", where.name)
+        proc = accelgrid("--matrix", str(deep / "matrix.yaml"), "env", "cpu-2.13")
+    assert proc.returncode == 1
+    assert proc.stderr == (f"accelgrid env: cpu-2.13: its env {where} is not built yet; "
+                           "build it with: nox -s cpu-2.13 --install-only\n")
 
 
 def test_shell_with_a_command_that_does_not_exist_says_so(project: Path) -> None:

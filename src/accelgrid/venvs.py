@@ -12,6 +12,7 @@ without either.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -34,7 +35,14 @@ class NotBuilt(AccelgridError):
 
 def env_dir(root: Path, cell: Cell) -> Path:
     """Where ``nox -s CELL`` builds ``cell``'s env (``.nox/cpu-2-13``)."""
-    return Path(_normalize_path(str(root / ENVDIR), cell.name))
+    # nox logs a hashed name as a warning; outside nox nothing configures its logger, so
+    # Python's last-resort handler would print it to stderr on every call.
+    log = logging.getLogger("nox")
+    disabled, log.disabled = log.disabled, True
+    try:
+        return Path(_normalize_path(str(root / ENVDIR), cell.name))
+    finally:
+        log.disabled = disabled
 
 
 def python_in(env: Path) -> Path:
