@@ -235,6 +235,8 @@ def test_the_cell_session_installs_without_logging_the_password(tmp_path, monkey
     monkeypatch.setenv(contract.TORCH_INDEX, INDEX)
     monkeypatch.setattr(install, "index_problem", lambda index, timeout=15.0: None)
     monkeypatch.setattr(environment, "pip_settings", lambda python=None: {})
+    # The session's env: a real one (after installing, the session links it to src/).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path)], check=True)
     session = _Session(tmp_path)
     sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
     assert "p@ss" not in "\n".join(session.logged)

@@ -51,7 +51,10 @@ HOST_ROOT = "ACCELGRID_HOST_ROOT"      # where detection reads sys/ and dev/ (te
 HARDWARE = "ACCELGRID_HARDWARE"        # the runner's hardware family, e.g. ats-m (else detected)
 DRIVER = "ACCELGRID_DRIVER"            # the runner's driver stack, e.g. lts or rolling
 NO_KNOWN_ISSUES = "ACCELGRID_NO_KNOWN_ISSUES"  # "1": raw outcomes, registry off
-TRANSFORMERS_SRC = "ACCELGRID_TRANSFORMERS_SRC"  # transformers checkout for example scripts
+# transformers checkout(s) for the real example scripts (hf_examples): a checkout, a folder
+# of checkouts named by version (v5.17.0 or 5.17.0), or a path with {version}; a cell uses
+# the one at its installed transformers, and runs no script (not-run) without one.
+TRANSFORMERS_SRC = "ACCELGRID_TRANSFORMERS_SRC"
 CONTAINER_ENGINE = "ACCELGRID_CONTAINER_ENGINE"  # docker | podman | buildah
 CONTAINER_BASE = "ACCELGRID_CONTAINER_BASE"      # base image instead of the matrix's
 SOURCE_COMMIT = "ACCELGRID_SOURCE_COMMIT"  # inside an image: the commit it was built from

@@ -20,7 +20,7 @@ from pathlib import Path
 import nox
 from nox.virtualenv import PassthroughEnv
 
-from . import contract, detect, environment, install, known_issues, results, runner
+from . import contract, detect, environment, install, known_issues, results, runner, venvs
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
 
@@ -86,6 +86,9 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         for step in plan.steps:
             session.log(f"{cell.name}: installing {step.description}")
             session.install(*step.args, env=step.env or None)
+    if not isinstance(session.virtualenv, PassthroughEnv):
+        # Its python imports accelgrid from this checkout by itself (venvs.PTH).
+        venvs.link_project(python, matrix.root)
     # session.run returns None under --install-only: the env is ready, run nothing.
     if session.run(python, "-c", "pass", silent=True, external=True) is None:
         return
@@ -152,5 +155,4 @@ def prepared_python(root: Path, cell: Cell, env: dict[str, str] | None = None) -
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise AccelgridError(f"{cell.name}: preparing its env failed:\n{proc.stderr[-2000:]}")
-    # nox names env folders after the session, with '.' replaced.
-    return str(root / ".nox" / cell.name.replace(".", "-") / "bin" / "python")
+    return str(venvs.python_in(venvs.env_dir(root, cell)))

@@ -3,34 +3,30 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
 
+from accelgrid.outcomes import not_run
+
+from . import checkouts
 from .scripts import ENV_SRC
 
 
 @pytest.fixture(scope="session")
 def transformers_src() -> Path:
-    """The checkout named by ``ACCELGRID_TRANSFORMERS_SRC``; skips without one, errors on
-    one that is not a checkout of the installed version (its scripts would refuse to run
-    or test other code)."""
+    """The checkout of the installed transformers that ``ACCELGRID_TRANSFORMERS_SRC``
+    names (:mod:`.checkouts`: a checkout, a folder of them by version, or a path with
+    ``{version}``). Skips without the variable; not-run, naming what was looked at, when
+    it has no checkout at the installed version (its scripts would refuse to run or test
+    other code)."""
     import transformers
 
-    tag = f"v{transformers.__version__}"
     value = os.environ.get(ENV_SRC)
     if not value:
-        pytest.skip(f"set {ENV_SRC} to a transformers checkout at {tag}")
-    src = Path(value)
-    init = src / "src" / "transformers" / "__init__.py"
-    if not (src / "examples" / "pytorch").is_dir() or not init.is_file():
-        pytest.fail(f"{ENV_SRC}={value} is not a transformers checkout", pytrace=False)
-    found = re.search(r'__version__\s*=\s*"([^"]+)"', init.read_text())
-    if not found or found.group(1) != transformers.__version__:
-        pytest.fail(
-            f"{ENV_SRC} is at {found.group(1) if found else '?'}, installed transformers "
-            f"is {transformers.__version__}: check out {tag}",
-            pytrace=False,
-        )
+        pytest.skip(f"set {ENV_SRC} to a transformers checkout at v{transformers.__version__}"
+                    f" (or a folder of checkouts by version)")
+    src, how = checkouts.find(value, transformers.__version__)
+    if src is None:
+        not_run(how)
     return src

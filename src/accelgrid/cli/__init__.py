@@ -23,7 +23,7 @@ from ..errors import AccelgridError
 from ._common import DEFAULT_MATRIX, common_parser
 
 # Command groups, in the order `accelgrid --help` lists them.
-GROUPS = ("matrix", "run", "report", "issues", "ci", "container", "bench")
+GROUPS = ("matrix", "run", "shell", "report", "issues", "ci", "container", "bench")
 
 DESCRIPTION = """\
 accelgrid: a reproducible test matrix for PyTorch device backends.
@@ -40,6 +40,8 @@ examples:
   accelgrid cells --device xpu           list the xpu cells
   accelgrid plan xpu-2.5                 what that cell installs, sets and runs
   accelgrid run cpu-2.13 -- -k smoke     run a cell (via nox), pytest args after --
+  accelgrid shell cpu-2.13 -- python -m pytest suites/smoke -k matmul
+                                         one test inside the cell's env (env: its variables)
   accelgrid grid results/*               grids from results folders
 
 exit codes: 0 ok, 1 failed run / stale generated files / nothing found,

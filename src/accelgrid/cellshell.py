@@ -1,0 +1,146 @@
+"""Working inside a cell by hand: the variables a run of the cell gives its tests, and a
+shell (or one command) in the cell's env with them.
+
+The variables come from the runner's own functions: :func:`accelgrid.runner.cell_env`
+(device, profile, hardware family and driver, accelgrid's contract, the cell's known
+issues) and the first pass of :func:`accelgrid.runner.passes` (a cpu cell hides the
+host's accelerators; one device is pinned). Left out are what only a run has: its id and
+its pytest arguments. A test run by hand records into ``results/<cell>/.debug/``, which no
+grid reads and the cell's next full run clears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from . import contract, detect, results, runner, venvs
+from .errors import InvalidInput
+from .matrix import Cell, Matrix
+
+DEBUG = ".debug"   # results/<cell>/.debug/: a dot folder, so grids never take it for a cell
+
+
+@dataclass(frozen=True)
+class CellEnv:
+    """The cell's env and what a run of the cell changes in the environment it starts in."""
+
+    cell: str
+    env_dir: Path
+    python: Path
+    results: Path                 # where a test run by hand records
+    pass_name: str                # the run's pass whose variables these are
+    set: dict[str, str]           # new or changed by the run
+    unset: tuple[str, ...]        # removed by the run (e.g. another cell's known issues)
+
+    def activation(self, base: Mapping[str, str]) -> dict[str, str]:
+        """What activating the env sets: VIRTUAL_ENV, and its bin/ first on PATH."""
+        path = base.get("PATH", "")
+        return {"VIRTUAL_ENV": str(self.env_dir),
+                "PATH": os.pathsep.join(p for p in (str(self.python.parent), path) if p)}
+
+    def environ(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` as the cell's tests see it, with the env activated."""
+        env = {k: v for k, v in base.items() if k not in self.unset}
+        env.update(self.set)
+        env.update(self.activation(base))
+        env.pop("PYTHONHOME", None)  # would point the env's python at another prefix
+        return env
+
+    def exports(self) -> str:
+        """Shell lines for ``eval``: the run's variables, then the activation."""
+        lines = [f"# {self.cell}: the variables a run gives its tests (pass {self.pass_name})",
+                 f"# env: {self.env_dir}",
+                 f"# python: {self.python}",
+                 f"# a test run by hand records into {self.results}"]
+        lines += [f"unset {name}" for name in self.unset]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.set.items())]
+        lines += ["# the env, activated",
+                  f"export VIRTUAL_ENV={shlex.quote(str(self.env_dir))}",
+                  f'export PATH={shlex.quote(str(self.python.parent))}"${{PATH:+:$PATH}}"']
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict:
+        return {"cell": self.cell, "env_dir": str(self.env_dir), "python": str(self.python),
+                "results": str(self.results), "pass": self.pass_name,
+                "set": dict(sorted(self.set.items())), "unset": list(self.unset)}
+
+
+def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
+             note: TextIO | None = None) -> CellEnv:
+    """The variables a run of cell ``name`` gives its tests, against ``base`` (default:
+    this process's environment). Raises UnknownName for a cell that does not exist and
+    :class:`~accelgrid.venvs.NotBuilt` when its env is not built yet. Writes what the
+    run would write before its tests start (the cell's known issues) into the
+    ``.debug`` folder, which it empties first. Notes (the runner's hardware line, a
+    relinked env) go to ``note`` (a file; default stderr), never to stdout, which is for
+    ``eval``."""
+    note = note or sys.stderr
+    cell = matrix.cell(name)
+    root = matrix.root.resolve()   # as the noxfile's ROOT: every path printed is absolute
+    python = venvs.built_python(root, cell)
+    _, before = venvs.link_project(python, root)
+    if before:
+        print(f"accelgrid: {cell.name}: its env imported accelgrid from {before}; now from "
+              f"{root / 'src'}", file=note, flush=True)
+    base = dict(os.environ if base is None else base)
+    folder = (results.results_root(root) / cell.name / DEBUG).resolve()
+    results.clear_for_run(folder)
+    with contextlib.redirect_stdout(note):
+        env = runner.cell_env(cell, root, folder, base)
+    first = _first_pass(cell, env)
+    env.update({**dict(first.env), contract.PASS: first.name})
+    return CellEnv(
+        cell=cell.name, env_dir=venvs.env_dir(root, cell), python=python,
+        results=folder, pass_name=first.name,
+        set={k: v for k, v in env.items() if base.get(k) != v},
+        unset=tuple(sorted(k for k in base if k not in env)))
+
+
+def _first_pass(cell: Cell, env: Mapping[str, str]) -> runner.Pass:
+    """The pass a test runs in, as the runner plans it for this host. With several
+    devices the run pins one to each worker: by hand, one process, the first device."""
+    workers = 1 if env.get(contract.WORKERS, "").strip() else None  # only None matters
+    ids = detect.device_ids(cell.device, dict(env))
+    plan = runner.passes(cell, workers, ids)
+    if plan[0].name == contract.PASS_PINNED:
+        plan = runner.passes(cell, None, ids[:1])
+    return plan[0]
+
+
+def run_in(found: CellEnv, command: Sequence[str], base: Mapping[str, str] | None = None
+           ) -> int:
+    """Run ``command`` (default: ``$SHELL``, else /bin/sh) in the cell's env with its
+    variables. On POSIX this process becomes the command (its exit status is the
+    command's; signals go straight to it); elsewhere it waits and returns the status."""
+    env = found.environ(os.environ if base is None else base)
+    argv = list(command) or [env.get("SHELL") or "/bin/sh"]
+    if not command:
+        print(f"accelgrid shell: {found.cell}: {found.env_dir} with the variables of a run "
+              f"(pass {found.pass_name}); records go to {found.results}; `exit` leaves",
+              file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    if os.name != "posix":
+        try:
+            return subprocess.call(argv, env=env)
+        except FileNotFoundError:
+            raise InvalidInput(f"no command {argv[0]!r} in the cell's env or on PATH") from None
+    # Python ignores SIGPIPE and SIGXFSZ; an exec'd program must not inherit that.
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError:
+        raise InvalidInput(f"no command {argv[0]!r} in the cell's env or on PATH") from None
+    except PermissionError as exc:
+        raise InvalidInput(f"cannot run {argv[0]!r}: {exc.strerror}") from None
+    return 0  # not reached: execvpe does not return

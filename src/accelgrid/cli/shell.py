@@ -1,0 +1,46 @@
+"""``accelgrid env`` and ``accelgrid shell``: a cell's env and the variables a run of it
+gives its tests, for running one test by hand (:mod:`accelgrid.cellshell`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import cellshell
+from ._common import matrix_of
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "env", parents=[common], help="print a cell's env and the variables a run sets",
+        description="Print the cell's env (its folder and python) and the variables a run "
+                    "of the cell gives its tests, as export lines for eval, then the lines "
+                    "activating the env.",
+        epilog='eval "$(accelgrid env cpu-2.13)" && python -m pytest suites/smoke -k matmul')
+    p.add_argument("cell")
+    p.add_argument("--json", action="store_true",
+                   help="as JSON: env_dir, python, results, pass, set, unset")
+    p.set_defaults(func=_env)
+
+    p = sub.add_parser(
+        "shell", parents=[common], help="a shell (or a command after --) inside a cell's env",
+        description="Start $SHELL, or the command after --, in the cell's env with the "
+                    "variables a run of the cell gives its tests; its exit status is the "
+                    "command's.",
+        epilog="accelgrid shell cpu-2.13 -- python -m pytest suites/smoke -k matmul")
+    p.add_argument("cell")
+    p.set_defaults(func=_shell, passthrough="argv")
+
+
+def _env(args: argparse.Namespace) -> int:
+    found = cellshell.cell_env(matrix_of(args), args.cell)
+    if args.json:
+        print(json.dumps(found.as_dict(), indent=2))
+    else:
+        print(found.exports(), end="")
+    return 0
+
+
+def _shell(args: argparse.Namespace) -> int:
+    found = cellshell.cell_env(matrix_of(args), args.cell)
+    return cellshell.run_in(found, args.argv)
