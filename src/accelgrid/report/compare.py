@@ -268,7 +268,8 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
         name = col["name"]
         selected = bool(col.get("selection"))
         outside = 0
-        for nodeid in sorted(set(expected) | {n for n, r in rows.items() if name in r["cells"]}):
+        # Any order: what this loop adds up does not depend on it (changes are sorted below).
+        for nodeid in expected.keys() | {n for n, r in rows.items() if name in r["cells"]}:
             row = rows.get(nodeid)
             entry = row["cells"].get(name) if row is not None else None
             if selected and entry is None:
