@@ -315,6 +315,7 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
 # A record's fields as the reports use them: name -> accepted types (None always is).
 _TEXT_FIELDS = ("message", "longrepr", "worker", "device", "cell", "when", "pass")
 _FIELD_CHECKS = frozenset((*_TEXT_FIELDS, "duration", "issue"))
+_PLAIN_TEXT = frozenset(_TEXT_FIELDS) - {"message", "longrepr"}  # kept as they are
 MAX_NODEID = 4096
 
 
@@ -335,7 +336,8 @@ def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | Non
                       "word; record skipped"]
     notes: list[str] = []
     for name, value in list(rec.items()):  # a record has a handful of fields
-        if value is None or name not in _FIELD_CHECKS:
+        if value is None or name not in _FIELD_CHECKS or (
+                type(value) is str and name in _PLAIN_TEXT):  # most fields: nothing to do
             continue
         if name == "duration":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
@@ -374,8 +376,9 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     raw, problems = read_jsonl(path, ("nodeid", "outcome"))
     records = []
     redacted: dict[str, str] = {}
+    name = path.name
     for i, rec in enumerate(raw, 1):
-        clean, notes = clean_record(rec, f"{path.name} record {i}", redacted)
+        clean, notes = clean_record(rec, f"{name} record {i}", redacted)
         if len(problems) < MAX_NOTES:
             problems += notes[:MAX_NOTES - len(problems)]
         if clean is not None:
