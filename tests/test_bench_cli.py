@@ -11,7 +11,7 @@ OPTIONS = {
     "overhead": ["--matrix", "--cell", "--suites", "--repeat", "--skip-env", "--out"],
     "offload": ["--matrix", "--device", "--sizes", "--dtypes", "--modes", "--steps",
                 "--warmup", "--width", "--tokens", "--copy-mib", "--out", "--no-plot"],
-    "grid": ["--matrix", "--cells", "--tests", "--repeat", "--budget", "--out"],
+    "grid": ["--matrix", "--cells", "--tests", "--repeat", "--budget", "--out", "--profile"],
     "ops": ["--matrix", "--cell", "--suites", "--repeat", "--out"],
 }
 

@@ -135,6 +135,20 @@ def test_markdown_stays_under_summary_budget(tmp_path: Path) -> None:
     assert report.GITHUB_SUMMARY_LIMIT == render_markdown.GITHUB_SUMMARY_LIMIT == 1024 * 1024
 
 
+def test_markdown_renders_the_full_grid_whenever_it_fits(tmp_path: Path) -> None:
+    # grid.md skips rendering a full grid that cannot fit by a lower bound of its size:
+    # a budget of exactly the full grid's size must still get the full grid. Short names
+    # and passes only: the bound is then within a few percent of the size.
+    cells = [write_cell(tmp_path, f"cpu-2.{i}", {f"suites/s/t.py::t{n}": "passed"
+                                                 for n in range(400)}) for i in range(20)]
+    model = report.build(cells)
+    full = render_markdown.render(model)
+    assert "## Grid\n" in full
+    size = len(full.encode())
+    assert render_markdown.render(model, limit=size) == full
+    assert "## Grid: rows with a bad result" in render_markdown.render(model, limit=size - 1)
+
+
 def test_synthetic_grid_renders_every_row(tmp_path: Path) -> None:
     bench_grid.synthesize(tmp_path / "a", cells=6, tests=300)
     page = render_html.render(report.build([tmp_path / "a"]))

@@ -136,3 +136,32 @@ def test_a_full_run_clears_the_cell_folder_but_keeps_selected_runs(tmp_path: Pat
         os.utime(cell / results.RUNS / name, (1e9 - age * 100, 1e9 - age * 100))
     results.prune_runs(cell, 2)
     assert sorted(p.name for p in (cell / results.RUNS).iterdir()) == ["abc", "r3"]
+
+
+def test_jsonl_lines_are_read_as_json_loads_reads_each(tmp_path: Path) -> None:
+    # read_jsonl scans most lines with json's C scanner directly: every other shape of
+    # line must still come out as json.loads of that line alone says.
+    rec = '{"nodeid": "suites/s/t.py::a", "outcome": "passed", "duration": 0.5}'
+    lines = [rec, rec + "\r", " " + rec, rec + "  ", rec + " x", rec + rec, rec + "\t",
+             '{"nodeid": "b", "outcome": "failed", "duration": NaN}', "\ufeff" + rec,
+             '{"nodeid": "c", "outcome":', '"passed"}', "[1]", '{"nodeid": "d"}',
+             '{"nodeid": "e", "outcome": "passed", "n": ' + "9" * 5000 + "}",
+             '{"nodeid": "f", "outcome": "passed", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+             '{"nodeid": "g", "outcome": "passed"}']
+    path = tmp_path / results.TESTS
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected, bad = [], []
+    for n, line in enumerate(lines, 1):
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            bad.append(n)
+            continue
+        if isinstance(value, dict) and {"nodeid", "outcome"} <= value.keys():
+            expected.append(value)
+        else:
+            bad.append(n)
+    records, problems = results.read_jsonl(path, ("nodeid", "outcome"))
+    assert json.dumps(records) == json.dumps(expected)  # NaN compares equal this way
+    assert [int(p.split(":")[1]) for p in problems] == bad
+    assert [r["nodeid"] for r in records] == ["suites/s/t.py::a"] * 5 + ["b", "g"]

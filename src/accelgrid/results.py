@@ -237,6 +237,23 @@ def _decode_line(raw: bytes) -> tuple[str, bool]:
         return raw.decode("utf-8", errors="replace"), False
 
 
+_SCAN = json.JSONDecoder().scan_once  # json.loads' own C scanner, without its wrappers
+
+
+def _loads_line(line: str) -> tuple[Any, str | None]:
+    """:func:`_loads` of one line of a JSON-lines file. A line that is one JSON value and
+    its newline (nearly all) is scanned directly: json.loads' Python wrappers cost more
+    than the parse at a grid's 100,000 lines. Anything else (whitespace around the value,
+    extra data, errors) goes through :func:`_loads`, so the result is always its."""
+    try:
+        value, end = _SCAN(line, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return _loads(line)
+    if end == len(line) or (end == len(line) - 1 and line[end] == "\n"):
+        return value, None
+    return _loads(line)
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
                ) -> tuple[list[dict[str, Any]], list[str]]:
     """Objects of a JSON-lines file that have ``required`` keys, and a note per unusable
@@ -250,6 +267,7 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
     if fh is None:
         return records, [f"{path.name} {why}"]
     skipped = 0
+    keys = frozenset(required)
 
     def note(text: str) -> None:
         nonlocal skipped
@@ -279,11 +297,11 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
             if not raw.strip():
                 continue
             line, utf8 = _decode_line(raw)
-            rec, err = _loads(line)
+            rec, err = _loads_line(line)
             if err:
                 note(f"{path.name}:{n}: unreadable line ({err})")
                 continue
-            if not isinstance(rec, dict) or any(k not in rec for k in required):
+            if not isinstance(rec, dict) or not rec.keys() >= keys:
                 note(f"{path.name}:{n}: not a record with {', '.join(required)}")
                 continue
             if not utf8:
@@ -297,14 +315,17 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
 # A record's fields as the reports use them: name -> accepted types (None always is).
 _TEXT_FIELDS = ("message", "longrepr", "worker", "device", "cell", "when", "pass")
 _FIELD_CHECKS = frozenset((*_TEXT_FIELDS, "duration", "issue"))
+_PLAIN_TEXT = frozenset(_TEXT_FIELDS) - {"message", "longrepr"}  # kept as they are
 MAX_NODEID = 4096
 
 
-def clean_record(rec: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, list[str]]:
+def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | None = None
+                 ) -> tuple[dict[str, Any] | None, list[str]]:
     """A test record with the types reports rely on, and what was wrong with it; None
     when it cannot stand for a test (its nodeid or outcome is not text). Messages and
-    tracebacks lose credentials (:func:`accelgrid.environment.redact_text`). ``rec`` is
-    changed in place (read_jsonl's records are fresh)."""
+    tracebacks lose credentials (:func:`accelgrid.environment.redact_text`; ``redacted``,
+    when given, remembers its results across records). ``rec`` is changed in place
+    (read_jsonl's records are fresh)."""
     nodeid, outcome = rec.get("nodeid"), rec.get("outcome")
     if not isinstance(nodeid, str) or not nodeid.strip() or len(nodeid) > MAX_NODEID:
         what = ("empty" if isinstance(nodeid, str) and not nodeid.strip() else
@@ -315,7 +336,8 @@ def clean_record(rec: dict[str, Any], where: str) -> tuple[dict[str, Any] | None
                       "word; record skipped"]
     notes: list[str] = []
     for name, value in list(rec.items()):  # a record has a handful of fields
-        if value is None or name not in _FIELD_CHECKS:
+        if value is None or name not in _FIELD_CHECKS or (
+                type(value) is str and name in _PLAIN_TEXT):  # most fields: nothing to do
             continue
         if name == "duration":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
@@ -329,7 +351,12 @@ def clean_record(rec: dict[str, Any], where: str) -> tuple[dict[str, Any] | None
                 notes.append(f"{where}: issue of {nodeid[:200]} is a {_kind(value)}; dropped")
         elif isinstance(value, str):
             if name in ("message", "longrepr"):  # test output may print a token
-                rec[name] = redact_text(value)
+                if redacted is None:
+                    rec[name] = redact_text(value)
+                else:  # the same skip reason or traceback recurs across a file's records
+                    done = redacted.get(value)
+                    rec[name] = done if done is not None else redacted.setdefault(
+                        value, redact_text(value))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             rec[name] = str(value)
         else:
@@ -348,8 +375,10 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Test records of a tests.jsonl, and a note per unusable line or field."""
     raw, problems = read_jsonl(path, ("nodeid", "outcome"))
     records = []
+    redacted: dict[str, str] = {}
+    name = path.name
     for i, rec in enumerate(raw, 1):
-        clean, notes = clean_record(rec, f"{path.name} record {i}")
+        clean, notes = clean_record(rec, f"{name} record {i}", redacted)
         if len(problems) < MAX_NOTES:
             problems += notes[:MAX_NOTES - len(problems)]
         if clean is not None:

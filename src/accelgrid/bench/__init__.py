@@ -13,7 +13,10 @@ import grid``), so importing this package costs nothing.
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
+from typing import Any
 
 from ..results import write_json
 
@@ -24,3 +27,33 @@ def write_outputs(out: str | Path, stem: str, report: dict, markdown: str) -> Pa
     write_json(out / f"{stem}.json", report)   # makes the folder too
     (out / f"{stem}.md").write_text(markdown, encoding="utf-8")
     return out
+
+
+def machine() -> dict[str, Any]:
+    """What a timing depends on: host, CPUs (and how many this process may use), CPU
+    model, memory, OS and Python."""
+    model = platform.processor() or platform.machine()
+    try:  # Linux names the CPU model here; platform.processor() often says only x86_64
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (AttributeError, ValueError, OSError):
+        memory = None
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"host": platform.node(), "cpus": os.cpu_count(), "cpus_usable": usable,
+            "cpu_model": model, "memory_gib": round(memory, 1) if memory else None,
+            "os": platform.platform(terse=True), "machine": platform.machine(),
+            "python": f"{platform.python_implementation()} {platform.python_version()}"}
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none): other work on the machine
+    stretches wall times."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None

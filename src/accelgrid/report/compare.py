@@ -259,6 +259,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
         notes.append(f"baseline folder {folder} does not exist: nothing compared")
     totals: Counter[str] = Counter()
     changes: list[dict[str, Any]] = []
+    verdicts: dict[tuple[str | None, str], str] = {}  # classify's, per pair met
     added = False
     for col in columns:
         expected = baselines.get(col["cell"])
@@ -268,28 +269,38 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
         name = col["name"]
         selected = bool(col.get("selection"))
         outside = 0
-        for nodeid in sorted(set(expected) | {n for n, r in rows.items() if name in r["cells"]}):
+        # Results first, then the baseline's tests without one. Any order: what these
+        # loops add up does not depend on it (changes are sorted below).
+        for nodeid, row in rows.items():
+            entry = row["cells"].get(name)
+            if entry is None:
+                continue
+            was, actual = expected.get(nodeid), entry["outcome"]
+            change = verdicts.get((was, actual)) or verdicts.setdefault(
+                (was, actual), classify(was, actual))
+            counts[change] += 1
+            if change != UNCHANGED:
+                entry["change"] = change
+                if was is not None:
+                    entry["expected"] = was
+                changes.append({"nodeid": nodeid, "cell": name, "change": change,
+                                "expected": was, "outcome": actual,
+                                "message": entry.get("message")})
+        for nodeid, was in expected.items():
             row = rows.get(nodeid)
-            entry = row["cells"].get(name) if row is not None else None
-            if selected and entry is None:
+            if row is not None and name in row["cells"]:
+                continue  # compared above
+            if selected:
                 outside += 1  # a selected run: a test it did not record was not selected
                 continue
             if row is None:
                 row = rows[nodeid] = new_row(nodeid)
                 added = True
-            was = expected.get(nodeid)
-            change = classify(was, entry["outcome"] if entry else None)
+            change = classify(was, None)  # lost
             counts[change] += 1
-            if change == LOST:
-                row.setdefault("lost", {})[name] = was
-            elif entry is not None and change != UNCHANGED:
-                entry["change"] = change
-                if was is not None:
-                    entry["expected"] = was
-            if change != UNCHANGED:
-                changes.append({"nodeid": nodeid, "cell": name, "change": change,
-                                "expected": was, "outcome": entry["outcome"] if entry else None,
-                                "message": (entry or {}).get("message")})
+            row.setdefault("lost", {})[name] = was
+            changes.append({"nodeid": nodeid, "cell": name, "change": change,
+                            "expected": was, "outcome": None, "message": None})
         col["baseline"] = {"file": str(path_for(folder, col["cell"])),
                            "counts": {c: counts.get(c, 0) for c in CATEGORIES}}
         if selected:

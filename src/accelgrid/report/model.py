@@ -155,16 +155,20 @@ def build(folders: Iterable[Path]) -> dict[str, Any]:
     columns.sort(key=_sort_key)
     rows: dict[str, dict[str, Any]] = {}
     for col in columns:
-        for nodeid, rec in by_key[col["name"]].tests.items():
-            row = rows.get(nodeid) or rows.setdefault(nodeid, new_row(nodeid))
-            entry = {k: rec[k] for k in RECORD_FIELDS if rec.get(k) not in (None, "")}
-            if isinstance(entry.get("duration"), float):
-                entry["duration"] = round(entry["duration"], 4)
+        name = col["name"]
+        for nodeid, rec in by_key[name].tests.items():
+            row = rows.get(nodeid)
+            if row is None:
+                row = rows[nodeid] = new_row(nodeid)
+            entry = {k: v for k in RECORD_FIELDS if (v := rec.get(k)) is not None and v != ""}
+            duration = entry.get("duration")
+            if isinstance(duration, float):
+                entry["duration"] = round(duration, 4)
             if "issue" in entry:
                 issue = _issue(entry.pop("issue"))
                 if issue:
                     entry["issue"] = issue
-            row["cells"][col["name"]] = entry
+            row["cells"][name] = entry
     return {"schema": SCHEMA_VERSION, "generated": now(), "outcomes": list(outcomes.ALL),
             "columns": columns, "rows": sorted(rows.values(), key=row_key), "baseline": None,
             "notes": notes}

@@ -31,6 +31,8 @@ CHANGE_CODE = {
     compare.REGRESSION: "r", compare.NEW_PASS: "n", compare.EXPECTED_FAILURE: "e",
     compare.CHANGED: "c", compare.LOST: "l", compare.NEW: "+",
 }
+# A result with only these fields (and no pinned device, not bad) is a bare glyph.
+_PLAIN_FIELDS = frozenset(("outcome", "duration", "worker", "device"))
 LONGREPR_HTML_LIMIT = 8000  # characters of a traceback kept in the HTML page
 MESSAGE_TITLE_LIMIT = 300
 
@@ -45,6 +47,8 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
     cols = model["columns"]
     names = [c["name"] for c in cols]
     dclass = [f"d{dev_index[c['device']]}" for c in cols]
+    plain = [{o: f'<td class="{d} {o}">{GLYPH[o]}</td>' for o in outcomes.ALL} for d in dclass]
+    bad = frozenset(outcomes.BAD)
     details: dict[str, Any] = {}
     parts: list[str] = []
     suite = None
@@ -70,6 +74,13 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
                     tds.append(f'<td class="{dclass[j]}"></td>')
                 continue
             outcome = rec["outcome"]
+            if _PLAIN_FIELDS.issuperset(rec) and outcome not in bad \
+                    and ":" not in rec.get("device", ""):
+                # Most results: a glyph, no title, no details; the same <td> every time.
+                codes.append(CODE[outcome])
+                changes.append(".")
+                tds.append(plain[j][outcome])
+                continue
             change = rec.get("change")
             codes.append(CODE[outcome])
             changes.append(CHANGE_CODE.get(change, "."))

@@ -136,8 +136,10 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
     out += ["", "Legend: " + ", ".join(f"{SYMBOL[o]} {o}" for o in outcomes.ALL), ""]
     out += [f"- note: {_md(n)}" for n in model.get("notes", [])]
     head = "\n".join(out) + "\n"
-    # Each grid cell is at least 4 bytes: skip rendering a full grid that cannot fit.
-    fits = len(model["rows"]) * (len(cols) + 2) * 4 < limit
+    # A row takes at least " | " per column and its symbol per result: skip rendering a
+    # full grid that cannot fit (rendering a big one only to drop it cost a third).
+    least = min(len(s.encode()) for s in SYMBOL.values())
+    fits = sum(3 * (len(cols) + 2) + least * len(r["cells"]) for r in model["rows"]) < limit
     text = head + "\n".join(["## Grid", ""] + _md_grid(model, model["rows"],
                                                         len(model["rows"]) < 300)) if fits else ""
     if not fits or len(text.encode()) > limit:
