@@ -111,7 +111,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan) -> No
     """Install ``plan``'s steps, one numbered line each before (what is installed) and
     after (what changed, seconds taken); the venv nox made is step 1."""
     total = len(plan.steps) + 1
-    venv = Path(session.virtualenv.location)
+    venv = Path(session.bin).parent
     made = (venv / "pyvenv.cfg").stat().st_mtime if (venv / "pyvenv.cfg").exists() else 0.0
     shown = os.path.relpath(venv) if Path.cwd() in venv.parents else str(venv)
     how = (f"created with uv in {time.time() - _IDLE_SINCE:.1f} s" if made >= _IDLE_SINCE - 1
