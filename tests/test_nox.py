@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,16 @@ def test_real_cpu_cell_end_to_end(tmp_path: Path) -> None:
     assert outcomes["test_allocation_and_matmul_match_cpu"] == "passed"
     assert outcomes["test_memory_stats"] == "skipped"  # cpu claims no device memory API
     assert (folder / "junit.xml").exists()
+    # The console: each env step with what it installs and its seconds, a line per suite,
+    # why tests did not run; pytest's own report (-rA passes) in pytest.log only.
+    assert "nox > cpu-2.13: [2/3] installing torch from the default index: torch==2.13.0\n" \
+        in proc.stderr
+    assert re.search(r"nox > cpu-2\.13: \[3/3\] .+ \[\d+\.\d s\]\n", proc.stderr)
+    assert re.search(r"accelgrid: cpu-2\.13: smoke \d+/\d+ done: \d+ passed, \d+ skipped "
+                     r"\[\d+ s\]\n", proc.stdout), proc.stdout
+    assert "accelgrid: cpu-2.13:   smoke: 2 skipped — cpu does not claim Stream\n" in proc.stdout
+    assert "PASSES" not in proc.stdout + proc.stderr
+    assert "= PASSES =" in (folder / results.PYTEST_LOG).read_text()
     grid = nox("-s", "grid", env={"ACCELGRID_RESULTS_DIR": str(out)})
     assert grid.returncode == 0, grid.stderr
     md = (out / "grid.md").read_text()

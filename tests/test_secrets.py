@@ -219,7 +219,7 @@ class _Session:
     def log(self, text: str) -> None:
         self.logged.append(text)
 
-    def install(self, *args: str, env=None) -> None:
+    def install(self, *args: str, env=None, **output) -> None:
         self.logged.append("uv pip install " + " ".join(args))  # what nox prints
         self.installs.append((args, env))
 

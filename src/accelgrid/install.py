@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,3 +153,31 @@ def index_problem(index: str, timeout: float = 15.0) -> str | None:
         reason = getattr(exc, "reason", None) or exc
         return (f"package index {shown} cannot be reached: "
                 f"{environment.redact_text(str(reason))[:300]}")
+
+
+def uv_changes(output: str, requested: Sequence[str] = ()) -> str:
+    """What ``uv pip install`` did, in a few words, from its output: the packages it
+    added (``+ name==version``; the ``requested`` requirements' first), replaced or
+    removed; ``nothing to change`` when it only checked them."""
+    added, removed = {}, {}
+    for line in output.splitlines():
+        sign, _, spec = line.strip().partition(" ")
+        name, _, version = spec.partition("==")
+        if sign in ("+", "-", "~") and name:
+            (removed if sign == "-" else added)[name] = version
+    changed = [n for n in added if n in removed]
+    asked = {re.split(r"[=<>!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-")
+             for r in requested}
+    new = sorted((n for n in added if n not in removed), key=lambda n: n.lower() not in asked)
+    gone = [n for n in removed if n not in added]
+    parts = []
+    if new:
+        shown = ", ".join(f"{n} {added[n]}" for n in new[:6])
+        parts.append(f"{len(new)} installed ({shown}" + (", ..." if len(new) > 6 else "") + ")")
+    if changed:
+        parts.append(f"{len(changed)} replaced ("
+                     + ", ".join(f"{n} {removed[n]} -> {added[n]}" for n in changed[:6])
+                     + (", ..." if len(changed) > 6 else "") + ")")
+    if gone:
+        parts.append(f"{len(gone)} removed")
+    return "; ".join(parts) or "nothing to change, all installed already"

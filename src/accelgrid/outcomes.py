@@ -19,6 +19,10 @@ ALL = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, TIMEOUT, CRASHED, NOT_R
 BAD = (FAILED, ERROR, XPASSED, TIMEOUT, CRASHED)
 
 NOT_RUN_PREFIX = "not-run: "
+# Shown wherever counts are: pytest prints these tests among its "skipped".
+NOT_RUN_MEANING = ("not-run: accelgrid's outcome for a test that could not run on this host "
+                   "or env, for the reason it records (a package or checkout missing, the "
+                   "run ended first); pytest counts it as skipped")
 
 
 def not_run(reason: str) -> None:

@@ -13,6 +13,7 @@ Files of a run's folder:
   ``env.json``        provenance (:mod:`accelgrid.provenance`), start and end
   ``junit.xml``       pytest's JUnit XML (absent if the run was killed)
   ``summary.json``    counts per outcome, the run id and selection, written when it ends
+  ``pytest.log``      pytest's own output, each pass's appended (the console shows progress)
   ``multi_device.json`` multi-device tests deselected by the pinned pass (run next)
 
 Reading them back: :func:`discover` finds cell folders under any paths (a cell's folder,
@@ -51,6 +52,7 @@ RUNNING = "running"
 ENV = "env.json"
 JUNIT = "junit.xml"
 SUMMARY = "summary.json"
+PYTEST_LOG = "pytest.log"            # pytest's whole output, every pass (-rA: captured output)
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
 HOST_ACCELERATORS = "host_accelerators.json"  # tests a cpu cell left for the host-accelerators pass
 RUNS = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection

@@ -25,11 +25,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import contract, detect, known_issues, lifetime, results
+from . import contract, detect, known_issues, lifetime, progress, results
 from .errors import AccelgridError
 from .matrix import Cell
 from .report import ops_pages
@@ -142,6 +142,7 @@ class Pass:
     junit: str = results.JUNIT
     empty_ok: bool = False          # "no tests collected" is fine for this pass
     env: tuple[tuple[str, str], ...] = ()   # extra env for the whole pass
+    title: str = "the cell's tests"  # what the pass runs, in the user's words
 
     @property
     def workers(self) -> int:
@@ -164,7 +165,8 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         # One device (or a one-device subset): pin it, so nothing else on the host is seen
         # (the HF Trainer, for one, switches to DataParallel when it sees several GPUs).
         return [Pass(contract.PASS_SINGLE, ("-n", str(cell.workers)),
-                     env=((var, device_ids[0]), (contract.DEVICE_INDEX, device_ids[0])))]
+                     env=((var, device_ids[0]), (contract.DEVICE_INDEX, device_ids[0])),
+                     title=f"the cell's tests on {cell.device} device {device_ids[0]}")]
     if var and len(device_ids) > 1 and workers is None:
         # worksteal: durations are very uneven (a 20 s test beside 0.1 s ones).
         specs: list[str] = ["--dist", "worksteal"]  # --tx specs are ignored without --dist
@@ -176,11 +178,13 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
             specs += ["--tx", f"popen//env:{var}={dev}//env:{contract.DEVICE_INDEX}={dev}"
                               + threads]
         return [
-            Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
+            Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}"),
+                 title="the cell's tests, one worker pinned to each device"),
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True,
                  env=((var, ",".join(device_ids)),
-                      (contract.DEVICE_INDEX, ",".join(device_ids)))),
+                      (contract.DEVICE_INDEX, ",".join(device_ids))),
+                 title=f"the tests that use every device at once ({MULTI_DEVICE_MARK})"),
         ]
     if cell.device == "cpu":
         return cpu_passes(cell, workers)
@@ -194,9 +198,11 @@ def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
     return [
         Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)),
              ("-m", f"not {SEES_ACCELERATORS_MARK}"),
-             env=tuple(detect.HIDE_ACCELERATORS.items())),
+             env=tuple(detect.HIDE_ACCELERATORS.items()),
+             title="the cell's tests, with the host's accelerators hidden"),
         Pass(contract.PASS_HOST_ACCELERATORS, ("-n", "1"), ("-m", SEES_ACCELERATORS_MARK),
-             junit="junit-host-accelerators.xml", empty_ok=True),
+             junit="junit-host-accelerators.xml", empty_ok=True,
+             title=f"the tests that see the host's accelerators ({SEES_ACCELERATORS_MARK})"),
     ]
 
 
@@ -351,6 +357,8 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
               "one pinned worker each, then multi-device tests", flush=True)
     stop_reason: list[str] = []
     rc = 0
+    watch = progress.Progress(cell.name, folder)
+    log = folder / results.PYTEST_LOG
     for run_pass in plan:
         args = list(pytest_args)
         if run_pass.name in LEFT_FOR:
@@ -366,12 +374,24 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
                                  if a.startswith("-") or not (root / a.split("::")[0]).exists())]
         cmd = pytest_command(cell, python, folder, args, workers, root, run_pass)
         left = deadline - time.monotonic()
-        print(f"accelgrid: {cell.name}: pass {run_pass.name}: {' '.join(cmd[1:3])} ... "
-              f"(limit {left:.0f} s)", flush=True)
+        n = run_pass.workers
+        print(f"accelgrid: {cell.name}: running {run_pass.title} ({n} worker"
+              f"{'s' if n > 1 else ''}, time limit {progress.elapsed(left)}); pytest's "
+              f"output goes to {progress.shown_path(log)}", flush=True)
         pass_env = {**env, **dict(run_pass.env), contract.PASS: run_pass.name}
-        pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason, keep_fds)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
+                     f"{results.safe_text(' '.join(cmd))}\n")
+        pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason, keep_fds, log=log,
+                              tick=watch.poll)
         if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
             pass_rc = 0
+        if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, no tests
+            print(f"accelgrid: {cell.name}: pytest exited with {pass_rc} "
+                  f"({PYTEST_TROUBLE[pass_rc]}); the end of its output:", file=sys.stderr,
+                  flush=True)
+            for line in progress.log_tail(log):
+                print(f"    {line}", file=sys.stderr, flush=True)
         rc = rc or pass_rc
         if stop_reason:
             break
@@ -379,9 +399,10 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     summary = results.finalize(folder, reason, run)
     if ops_pages.write_cell(folder) is not None:
         print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
-    counts = ", ".join(f"{n} {o}" for o, n in summary["counts"].items() if n)
-    print(f"accelgrid: {cell.name}: {summary['total']} tests: {counts or 'none'} "
-          f"-> {folder}", flush=True)
+    watch.poll(final=True)   # suites whose last tests finalize marked
+    records = results.last_outcomes(results.run_records(folder, str(run["run_id"]))[0])
+    for line in progress.summary_lines(summary, records, folder, log):
+        print(f"accelgrid: {cell.name}: {line}", flush=True)
     if stop_reason:
         print(f"accelgrid: {cell.name}: {reason}", file=sys.stderr, flush=True)
         return rc if rc > 0 else 128 + (-rc if rc < 0 else 15)
@@ -390,10 +411,16 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
     (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+# pytest's exit codes that mean it ran no test or stopped on its own: the console shows
+# the end of its output (it goes to pytest.log, not the console).
+PYTEST_TROUBLE = {2: "interrupted", 3: "internal error", 4: "usage error",
+                  5: "no tests collected"}
+TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 
 def _run_pytest(cmd: list[str], root: Path, env: dict[str, str], limit: float,
-                stop_reason: list[str], keep_fds: tuple[int, ...] = ()) -> int:
+                stop_reason: list[str], keep_fds: tuple[int, ...] = (),
+                log: Path | None = None, tick: Callable[[], None] | None = None) -> int:
     # Own process group (the cell limit and signals reach every xdist worker and what the
     # tests start), no terminal input (a background group reading it would be stopped),
     # killed by the kernel if this process dies, and a guard in that group (lifetime).
@@ -402,7 +429,12 @@ def _run_pytest(cmd: list[str], root: Path, env: dict[str, str], limit: float,
     if posix:
         extra = {"process_group": 0, "preexec_fn": lifetime.death_signal_preexec(),
                  "pass_fds": keep_fds}
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, **extra)
+    # pytest's output goes to the log (appended to by each pass), whole: a file, not a
+    # pipe, so it is kept even when this process dies first.
+    with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT if out else None,
+                                **extra)
     guard = _start_guard(proc.pid) if posix else None
 
     def _forward(signum: int, _frame: object) -> None:
@@ -410,13 +442,20 @@ def _run_pytest(cmd: list[str], root: Path, env: dict[str, str], limit: float,
         _terminate(proc)
 
     old = {s: signal.signal(s, _forward) for s in FORWARDED_SIGNALS}
+    end = time.monotonic() + max(limit, 1.0)
     try:
-        try:
-            rc = proc.wait(timeout=max(limit, 1.0))
-        except subprocess.TimeoutExpired:
-            stop_reason.append(f"cell time limit of {limit:.0f} s reached")
-            _terminate(proc)
-            rc = EXIT_CELL_TIMEOUT
+        while True:
+            try:
+                rc = proc.wait(timeout=max(0.0, min(TICK_S, end - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= end:
+                    stop_reason.append(f"cell time limit of {limit:.0f} s reached")
+                    _terminate(proc)
+                    rc = EXIT_CELL_TIMEOUT
+                    break
+                if tick is not None:
+                    tick()
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

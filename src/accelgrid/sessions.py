@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
 from . import contract, detect, environment, install, known_issues, results, runner, venvs
@@ -54,10 +57,14 @@ def _fail(session: nox.Session, message: str) -> None:
 
 def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     """The body of every cell session."""
+    global _IDLE_SINCE
     try:
         _run_cell_session(session, matrix, cell)
     except AccelgridError as exc:  # e.g. an invalid known_issues.yaml: one line
         _fail(session, str(exc) if hasattr(exc, "problems") else f"{cell.name}: {exc}")
+    finally:
+        _IDLE_SINCE = time.time()
+_INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i", "--find-links", "-f")
 
 
 def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
@@ -83,20 +90,57 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         if problem:
             _fail(session, f"{cell.name}: {problem}")
         session.env.update(plan.env)
-        for step in plan.steps:
-            session.log(f"{cell.name}: installing {step.description}")
-            session.install(*step.args, env=step.env or None)
-    if not isinstance(session.virtualenv, PassthroughEnv):
+        build_env(session, cell, plan)
         # Its python imports accelgrid from this checkout by itself (venvs.PTH).
         venvs.link_project(python, matrix.root)
     # session.run returns None under --install-only: the env is ready, run nothing.
-    if session.run(python, "-c", "pass", silent=True, external=True) is None:
+    if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
         return
     out = results.results_root(matrix.root)
     rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
     if rc != 0:
         folder = results.last_run(out / cell.name)[1]
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
+
+
+# When nox last had nothing of ours to do (the noxfile loaded, a cell session ended): a
+# venv made after it was made for the session now starting, in about the time since.
+_IDLE_SINCE = time.time()
+_INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i", "--find-links", "-f")
+
+
+def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan) -> None:
+    """Install ``plan``'s steps, one numbered line each before (what is installed) and
+    after (what changed, seconds taken); the venv nox made is step 1."""
+    total = len(plan.steps) + 1
+    venv = Path(session.bin).parent
+    made = (venv / "pyvenv.cfg").stat().st_mtime if (venv / "pyvenv.cfg").exists() else 0.0
+    shown = os.path.relpath(venv) if Path.cwd() in venv.parents else str(venv)
+    how = (f"created with uv in {time.time() - _IDLE_SINCE:.1f} s" if made >= _IDLE_SINCE - 1
+           else "reused")
+    session.log(f"{cell.name}: [1/{total}] environment {shown}: {how}")
+    for number, step in enumerate(plan.steps, 2):
+        # The index options and their URLs are in the description already.
+        wanted = " ".join(environment.redact_text(a) for i, a in enumerate(step.args)
+                          if a not in _INDEX_OPTIONS
+                          and (i == 0 or step.args[i - 1] not in _INDEX_OPTIONS))
+        session.log(f"{cell.name}: [{number}/{total}] installing {step.description}: {wanted}")
+        start = time.monotonic()
+        # uv's output is kept to say what it changed (and why, if it fails).
+        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
+            try:
+                session.install(*step.args, env=step.env or None, silent=False, stdout=out,
+                                log=False)
+            except CommandFailed:
+                out.seek(0)
+                tail = [ln for ln in out.read().splitlines() if ln.strip()][-20:]
+                _fail(session, f"{cell.name}: installing {step.description} failed after "
+                      f"{time.monotonic() - start:.1f} s:\n" + "\n".join(tail))
+            out.seek(0)
+            text = out.read()
+        did = (install.uv_changes(text, wanted.split()) if text.strip()
+               else "skipped: nox reuses the env without installing (-R / --no-install)")
+        session.log(f"{cell.name}: [{number}/{total}] {did} [{time.monotonic() - start:.1f} s]")
 
 
 def _blocker(cell: Cell) -> str | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import outcomes
 from ..errors import AccelgridError, Regression
 from . import compare, model, render_html, render_json, render_markdown
 from .render_markdown import GITHUB_SUMMARY_LIMIT
@@ -73,6 +74,8 @@ class GridReport:
                 out.append(f"{col['name']}: a selected run: {base['compared']} baseline "
                            f"tests compared, {base['outside_selection']} outside its "
                            "selection not compared (not lost)")
+        if any(col["counts"].get(outcomes.NOT_RUN) for col in self.model["columns"]):
+            out.append(f"({outcomes.NOT_RUN_MEANING}; grid.md says why, per suite)")
         out.append("wrote " + ", ".join(str(p) for p in self.paths.values()))
         base = self.model["baseline"]
         if base and self.model["columns"]:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import ops, outcomes
+from .. import ops, outcomes, reasons
 from ..provenance import now
 from ..results import CellResults, discover, read_cell, suite_of
 from ..versions import version_key
@@ -119,6 +119,8 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
         "env_flags": flags,
         "counts": counts,
         "total": len(cell.tests),
+        # Why tests were skipped or not run, per suite: counts alone read like breakage.
+        "reasons": reasons.group(cell.tests.values()),
         "status": status,
         "error": cell.error,
         "problems": problems,

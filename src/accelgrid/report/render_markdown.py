@@ -16,6 +16,7 @@ SYMBOL = {
     outcomes.TIMEOUT: "⏱️", outcomes.CRASHED: "☠️", outcomes.NOT_RUN: "➖",
 }
 GITHUB_SUMMARY_LIMIT = 1024 * 1024  # bytes GitHub takes per step; grid.md keeps to half
+MAX_REASONS = 40   # reason rows per cell in "Why tests did not run"; the rest are counted
 
 
 def _md(text: Any) -> str:
@@ -83,6 +84,24 @@ def _md_grid(model: dict[str, Any], rows: list[dict[str, Any]], open_bad: bool) 
     return body
 
 
+def _md_reasons(cols: list[dict[str, Any]]) -> list[str]:
+    """Per cell and suite: how many tests were skipped or not run, and why."""
+    if not any(c.get("reasons") for c in cols):
+        return []
+    out = ["### Why tests did not run", "",
+           "| cell | suite | outcome | tests | reason |", "| --- | --- | --- | --- | --- |"]
+    for c in cols:
+        groups = c.get("reasons") or []
+        for g in groups[:MAX_REASONS]:
+            out.append(f"| {_md(c['name'])} | {_md(g['suite'])} | {SYMBOL[g['outcome']]} "
+                       f"{g['outcome']} | {g['count']} | {_md(g['reason'])} |")
+        if len(groups) > MAX_REASONS:
+            rest = groups[MAX_REASONS:]
+            out.append(f"| {_md(c['name'])} | … | | {sum(g['count'] for g in rest)} | "
+                       f"{len(rest)} more reasons: grid.json has them all |")
+    return out + [""]
+
+
 def _interesting(row: dict[str, Any]) -> bool:
     return bool(row.get("lost")) or any(
         c["outcome"] in outcomes.BAD or c.get("change") not in (None, compare.UNCHANGED)
@@ -120,6 +139,8 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
             if outside:
                 cells += f" ({outside} outside the selection)"
         out.append(f"| {_md(c['name'])} | {_md(c['torch_build'])} | {dev} | {cells} |")
+    if any(c["counts"].get(outcomes.NOT_RUN) for c in cols):
+        out += ["", f"{SYMBOL[outcomes.NOT_RUN]} {_md(outcomes.NOT_RUN_MEANING)}."]
     partial = [c for c in cols if c["status"] != "ok"]
     if partial:
         out += [""] + [f"- ⚠️ **{_md(c['name'])}** {c['status']}: {_md(short(c['reason'], 400))}"
@@ -133,7 +154,8 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
                    + (_md(ops["error"]) if ops.get("error") else
                       f"{ops['agree']} agree, {ops['disagree']} disagree with torch-xpu-ops "
                       f"{_md(ops['branch'])} (`accelgrid ops grid` lists them)"))
-    out += ["", "Legend: " + ", ".join(f"{SYMBOL[o]} {o}" for o in outcomes.ALL), ""]
+    out += [""] + _md_reasons(cols)
+    out += ["Legend: " + ", ".join(f"{SYMBOL[o]} {o}" for o in outcomes.ALL), ""]
     out += [f"- note: {_md(n)}" for n in model.get("notes", [])]
     head = "\n".join(out) + "\n"
     # A row takes at least " | " per column and its symbol per result: skip rendering a
