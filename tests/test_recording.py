@@ -348,6 +348,25 @@ def test_recorded_properties_land_in_the_test_record(mini_project, python) -> No
     assert by["test_facts_then_skip"]["properties"] == {"has_fp64": False}
 
 
+def test_a_record_tells_cpu_work_from_waiting(mini_project, python) -> None:
+    # cpu_s (the test process's CPU time over the test) beside the wall time: a test
+    # starved of CPU and one waiting for its device look alike by duration alone.
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_cpu.py").write_text(
+        "import time\n"
+        "def test_computes():\n"
+        "    t0 = time.process_time()\n"
+        "    while time.process_time() - t0 < 0.5:\n"
+        "        pass\n"
+        "def test_waits():\n"
+        "    time.sleep(0.5)\n")
+    runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    recs = _records(proj / "results" / "cpu-2.13")
+    assert recs["test_computes"]["cpu_s"] >= 0.5
+    assert recs["test_waits"]["cpu_s"] < 0.2 <= 0.5 <= recs["test_waits"]["duration"]
+    assert all(r["pass"] == "single" and r["start"] <= r["finished"] for r in recs.values())
+
+
 @pytest.mark.parametrize("flags", [{}, {"OverrideDefaultFP64Settings": "1",
                                         "IGC_EnableDPEmulation": "1"}])
 def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatch,
@@ -470,6 +489,26 @@ def test_any_number_of_crashes_and_hangs_lose_only_themselves(mini_project, pyth
                    **{f"test_{x}_ordinary[{i}]": "passed" for x in "ace" for i in range(3)}}
     summary = json.loads((proj / "results" / "cpu-2.13" / results.SUMMARY).read_text())
     assert summary["total"] == 17 and summary["counts"]["not-run"] == 0
+
+
+def test_workers_leave_once_their_session_is_over(mini_project, python, monkeypatch) -> None:
+    # xdist's controller waits for each worker's process to end; a worker's teardown (here
+    # an atexit handler, for torch's and CUDA's) no longer holds up the end of the pass.
+    proj = mini_project(workers=2)
+    (proj / "suites" / "payload" / "test_slow_exit.py").write_text(
+        "import atexit, os, time\n"
+        "if os.environ.get('PYTEST_XDIST_WORKER'):\n"
+        "    atexit.register(time.sleep, 8)\n"
+        "def test_one(): pass\n"
+        "def test_two(): pass\n")
+    walls = {}
+    for teardown in ("1", ""):   # "1": the full teardown, as before
+        monkeypatch.setenv("ACCELGRID_WORKER_TEARDOWN", teardown)
+        assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+        folder = proj / "results" / "cpu-2.13"
+        assert {r["outcome"] for r in _records(folder).values()} == {"passed"}
+        walls[teardown] = json.loads((folder / results.SUMMARY).read_text())["wall_s"]
+    assert walls[""] < walls["1"] - 5
 
 
 def test_workers_that_die_without_a_test_still_end_the_run(mini_project, python) -> None:
@@ -654,6 +693,7 @@ def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, dict]:
     assert pinned["tests"] == sum(1 for r in recs if r.get("pass") == "pinned")
     assert beside["tests"] == sum(1 for r in recs if r.get("pass") == "all-devices")
     assert set(pinned["workers_first_test_s"]) >= {"gw0", "gw1"}
+    assert all(r["cpu_s"] >= 0 for r in recs if r["outcome"] == "passed")
     assert 0 < pinned["first_test_s"] <= pinned["wall_s"]
     return by_id
 
@@ -703,7 +743,7 @@ def test_a_selection_holds_in_both_passes_beside_each_other(mini_project, python
     # Node ids: the all-devices pass collects only the named multi-device ones.
     rc, folder = _run_beside(proj, python, tmp_path / "ids", monkeypatch, [
         f"{mod}::test_pinned[1]", f"{mod}::test_all[1]", f"{mod}::test_pinned[2]"])
-    assert rc == 0
+    assert rc == 0, (folder / results.TESTS).read_text()
     recs = _records(folder)
     assert {n: (r["outcome"], r["pass"]) for n, r in recs.items()} == {
         "test_pinned[1]": ("passed", "pinned"), "test_pinned[2]": ("passed", "pinned"),

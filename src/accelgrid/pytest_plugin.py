@@ -15,8 +15,10 @@ cannot end the run; each worker dies with its controller (:mod:`accelgrid.lifeti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -201,6 +203,8 @@ class Recorder:
         rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
         if getattr(report, "accelgrid_issue", None):  # set by known_issues_runtime
             rec["issue"] = report.accelgrid_issue
+        if getattr(report, "accelgrid_cpu_s", None) is not None:  # set by WorkerMarker
+            rec["cpu_s"] = report.accelgrid_cpu_s
         # Facts a test records (request.node.user_properties): kept in its record too.
         for name, value in getattr(report, "user_properties", None) or ():
             rec.setdefault("properties", {})[str(name)] = _jsonable(value)
@@ -287,9 +291,10 @@ class RestartBudget:
 
 
 class WorkerMarker:
-    """In each process that runs tests: note the current test (for crash attribution),
-    and which tests a pass left for a later one (the pinned pass: multi_device tests for
-    the all-devices pass; a cpu cell's: sees_accelerators tests for host-accelerators)."""
+    """In each process that runs tests: note the current test (for crash attribution) and
+    its CPU time, and which tests a pass left for a later one (the pinned pass:
+    multi_device tests for the all-devices pass; a cpu cell's: sees_accelerators tests
+    for host-accelerators)."""
 
     def __init__(self, config: pytest.Config, folder: Path):
         self.folder = folder
@@ -299,6 +304,7 @@ class WorkerMarker:
         self.slot = f"{self.pass_name}-{self.worker}" if self.pass_name else self.worker
         self.default_timeout = config.getoption("timeout", None)
         self.device = os.environ.get(contract.DEVICE, "cpu")
+        self.cpu_start = time.process_time()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.worker == "main" and getattr(session.config.option, "dist", "no") != "no":
@@ -332,9 +338,33 @@ class WorkerMarker:
         marker = item.get_closest_marker("timeout")
         timeout = marker.args[0] if marker and marker.args else self.default_timeout
         results.mark_running(self.folder, self.worker, item.nodeid, timeout, slot=self.slot)
+        self.cpu_start = time.process_time()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        if call.when == "teardown":
+            # CPU time of this test process (all its threads) over the test: beside the
+            # wall time it tells a test starved of CPU from one waiting on its device.
+            outcome.get_result().accelgrid_cpu_s = round(time.process_time() - self.cpu_start, 3)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         results.clear_running(self.folder, self.slot)
+
+
+class QuickExit:
+    """In an xdist worker: once its session is over (xdist has sent the controller its
+    results, then unconfigure ran), leave with ``os._exit``. The controller waits for every
+    worker's process to end before its session ends, and a worker's interpreter teardown
+    with torch (and CUDA, transformers) loaded added seconds to the end of every pass.
+    ``ACCELGRID_WORKER_TEARDOWN=1`` keeps the full teardown."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
 
 
 class OpCaptureHook:
@@ -374,6 +404,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if _worker_id(config) is not None:
         _safe_events(config)
         lifetime.die_with_parent()  # a worker never outlives its controller
+        if os.environ.get(contract.WORKER_TEARDOWN) != "1":
+            config.pluginmanager.register(QuickExit(), "accelgrid-quick-exit")
     else:
         config.pluginmanager.register(RestartBudget(config), "accelgrid-restart-budget")
     folder = os.environ.get(contract.RESULTS)

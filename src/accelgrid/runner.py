@@ -5,6 +5,10 @@ runs pytest with pytest-xdist (so a crashing test only loses its worker, however
 crash) and pytest-timeout (thread method: survives C-level hangs), enforces the cell's
 time limit, and closes the results folder however the run ends.
 
+A cell on several devices runs a pass pinned per device and one that sees them all
+(:func:`passes`); where processes can share a device, at the same time, the second's
+console output held until the first ends (:class:`HeldOutput`).
+
 Each run has an id and holds the cell's lock (:func:`cell_lock`): a second run of the
 cell stops with one line instead of writing into the same folder. A run narrowed by its
 pytest arguments (:func:`selection`) writes ``results/<cell>/runs/<run-id>/`` and leaves
