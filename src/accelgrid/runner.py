@@ -192,18 +192,22 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         specs: list[str] = ["--dist", "worksteal"]  # --tx specs are ignored without --dist
         # Each worker gets its share of the CPU (unless the user chose): N workers each
         # running torch's one-thread-per-core pools oversubscribe the host.
-        threads = "" if os.environ.get("OMP_NUM_THREADS") else (
-            f"//env:OMP_NUM_THREADS={max(1, (os.cpu_count() or 1) // len(device_ids))}")
+        share = () if os.environ.get("OMP_NUM_THREADS") else (
+            ("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(device_ids)))),)
+        threads = "".join(f"//env:{k}={v}" for k, v in share)
         for dev in device_ids:
             specs += ["--tx", f"popen//env:{var}={dev}//env:{contract.DEVICE_INDEX}={dev}"
                               + threads]
+        beside = not serial and SHARED_BY_PROCESSES.get(cell.device, False)
         return [
             Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}")),
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True,
+                 # Beside the pinned workers: no more than a worker's share of the CPU.
                  env=((var, ",".join(device_ids)),
-                      (contract.DEVICE_INDEX, ",".join(device_ids))),
-                 beside=not serial and SHARED_BY_PROCESSES.get(cell.device, False)),
+                      (contract.DEVICE_INDEX, ",".join(device_ids)),
+                      *(share if beside else ())),
+                 beside=beside),
         ]
     if cell.device == "cpu":
         return cpu_passes(cell, workers)
