@@ -329,6 +329,24 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
     assert subset["device_count"] == 2
 
 
+@pytest.mark.parametrize("text, want", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 2025\n"
+     "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n", "580.159.04"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  "
+     "(dvs-builder@U16-I3-B03-4-3)  Thu Jan 23 2025\n", "570.86.15"),
+])
+def test_nvidia_driver_from_the_kernels_file(tmp_path, monkeypatch, text, want) -> None:
+    # Every test process reports its torch facts; nvidia-smi's NVML start-up in each of
+    # them took up to seconds on a multi-GPU host: the kernel's own file answers at once.
+    from accelgrid import provenance
+
+    (tmp_path / "version").write_text(text)
+    monkeypatch.setattr(provenance.shutil, "which", lambda name: pytest.fail("nvidia-smi run"))
+    assert provenance._nvidia_driver(str(tmp_path / "version")) == want
+    monkeypatch.setattr(provenance.shutil, "which", lambda name: None)
+    assert provenance._nvidia_driver(str(tmp_path / "missing")) is None
+
+
 def test_recorded_properties_land_in_the_test_record(mini_project, python) -> None:
     proj = mini_project(workers=2)
     (proj / "suites" / "payload" / "test_props.py").write_text(
