@@ -82,6 +82,16 @@ def _cell(proj: Path, name: str = "cpu-2.13"):
     return load_matrix(proj / "matrix.yaml").cell(name)
 
 
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _pass_names(folder: Path) -> list[str]:
+    return [p["name"] for p in json.loads((folder / results.ENV).read_text())["passes"]]
+
+
 def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_s3cr3t_value")
     monkeypatch.setenv("PIP_INDEX_URL", "https://user:pa55word@mirror.invalid/simple")
@@ -219,10 +229,12 @@ def test_sees_all_devices():
 '''
 
 
-def test_one_pinned_worker_per_device(mini_project, python, monkeypatch) -> None:
+@pytest.mark.parametrize("serial", ["1", ""])
+def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_multi.py").write_text(MULTI)
     monkeypatch.setenv("ACCELGRID_DEVICES", "0,1")
+    monkeypatch.setenv("ACCELGRID_SERIAL_PASSES", serial)
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
     runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results")
     recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
@@ -234,10 +246,17 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch) -> None
     assert all(r["outcome"] in ("passed", "crashed") for r in pinned)
     assert by_test["test_sees_all_devices"]["outcome"] == "passed"
     assert by_test["test_sees_all_devices"]["device"] == "xpu:all"
-    env = json.loads((proj / "results" / "xpu-2.13" / results.ENV).read_text())
-    assert env["passes"] == ["pinned", "all-devices"]
+    assert sorted(_pass_names(proj / "results" / "xpu-2.13")) == ["all-devices", "pinned"]
     left = json.loads((proj / "results" / "xpu-2.13" / results.MULTI_DEVICE).read_text())
     assert left == ["suites/payload/test_multi.py::test_sees_all_devices"]
+    pinned_pass, all_pass = json.loads(
+        (proj / "results" / "xpu-2.13" / results.SUMMARY).read_text())["passes"]
+    assert (pinned_pass["name"], all_pass["name"]) == ("pinned", "all-devices")
+    if serial:  # after the pinned pass, fed by the list it left
+        assert all_pass["beside"] is None
+        assert _epoch(all_pass["start"]) >= _epoch(pinned_pass["start"]) + pinned_pass["wall_s"]
+    else:
+        assert all_pass["beside"] == "pinned"
 
 
 def test_single_device_host_runs_one_pass(mini_project, monkeypatch) -> None:
@@ -250,6 +269,15 @@ def test_single_device_host_runs_one_pass(mini_project, monkeypatch) -> None:
     two = runner.passes(cell, device_ids=["0", "1"])
     assert [p.name for p in two] == ["pinned", "all-devices"]
     share = max(1, (os.cpu_count() or 1) // 2)
+    # GPUs that processes can share: the all-devices pass runs beside the pinned one
+    # (with a worker's share of the CPU)...
+    assert [p.beside for p in two] == [False, True]
+    assert dict(two[1].env)["OMP_NUM_THREADS"] == str(share)
+    assert "no:cacheprovider" in runner.pytest_command(cell, "py", proj, run_pass=two[1])
+    # ... unless asked not to, or the device type cannot be shared.
+    assert not runner.passes(cell, device_ids=["0", "1"], serial=True)[1].beside
+    monkeypatch.setitem(runner.SHARED_BY_PROCESSES, "xpu", False)
+    assert not runner.passes(cell, device_ids=["0", "1"])[1].beside
     assert two[0].xdist == (
         "--dist", "worksteal",
         "--tx", f"popen//env:ZE_AFFINITY_MASK=0//env:ACCELGRID_DEVICE_INDEX=0"
@@ -301,6 +329,24 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
     assert subset["device_count"] == 2
 
 
+@pytest.mark.parametrize("text, want", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 2025\n"
+     "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n", "580.159.04"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  "
+     "(dvs-builder@U16-I3-B03-4-3)  Thu Jan 23 2025\n", "570.86.15"),
+])
+def test_nvidia_driver_from_the_kernels_file(tmp_path, monkeypatch, text, want) -> None:
+    # Every test process reports its torch facts; nvidia-smi's NVML start-up in each of
+    # them took up to seconds on a multi-GPU host: the kernel's own file answers at once.
+    from accelgrid import provenance
+
+    (tmp_path / "version").write_text(text)
+    monkeypatch.setattr(provenance.shutil, "which", lambda name: pytest.fail("nvidia-smi run"))
+    assert provenance._nvidia_driver(str(tmp_path / "version")) == want
+    monkeypatch.setattr(provenance.shutil, "which", lambda name: None)
+    assert provenance._nvidia_driver(str(tmp_path / "missing")) is None
+
+
 def test_recorded_properties_land_in_the_test_record(mini_project, python) -> None:
     proj = mini_project(workers=2)
     (proj / "suites" / "payload" / "test_props.py").write_text(
@@ -320,6 +366,25 @@ def test_recorded_properties_land_in_the_test_record(mini_project, python) -> No
     assert props["odd"] == "{3}"   # a set: not JSON, kept as its repr
     assert by["test_facts_then_skip"]["outcome"] == "skipped"
     assert by["test_facts_then_skip"]["properties"] == {"has_fp64": False}
+
+
+def test_a_record_tells_cpu_work_from_waiting(mini_project, python) -> None:
+    # cpu_s (the test process's CPU time over the test) beside the wall time: a test
+    # starved of CPU and one waiting for its device look alike by duration alone.
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_cpu.py").write_text(
+        "import time\n"
+        "def test_computes():\n"
+        "    t0 = time.process_time()\n"
+        "    while time.process_time() - t0 < 0.5:\n"
+        "        pass\n"
+        "def test_waits():\n"
+        "    time.sleep(0.5)\n")
+    runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    recs = _records(proj / "results" / "cpu-2.13")
+    assert recs["test_computes"]["cpu_s"] >= 0.5
+    assert recs["test_waits"]["cpu_s"] < 0.2 <= 0.5 <= recs["test_waits"]["duration"]
+    assert all(r["pass"] == "single" and r["start"] <= r["finished"] for r in recs.values())
 
 
 @pytest.mark.parametrize("flags", [{}, {"OverrideDefaultFP64Settings": "1",
@@ -371,8 +436,7 @@ def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch)
     recs, _ = results.read_records(folder / results.TESTS)
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs} == {
         "test_cpu_cell_sees_no_accelerator": "passed", "test_asks_for_the_hosts": "passed"}
-    assert json.loads((folder / results.ENV).read_text())["passes"] == [
-        "single", "host-accelerators"]
+    assert _pass_names(folder) == ["single", "host-accelerators"]
     assert json.loads((folder / results.HOST_ACCELERATORS).read_text()) == [
         "suites/payload/test_hidden.py::test_asks_for_the_hosts"]
     assert (folder / "junit-host-accelerators.xml").exists()
@@ -382,8 +446,7 @@ def test_cpu_cell_without_marked_tests_runs_one_pass(mini_project, python) -> No
     proj = mini_project()
     (proj / "suites" / "payload" / "test_plain.py").write_text("def test_x():\n    pass\n")
     assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
-    env = json.loads((proj / "results" / "cpu-2.13" / results.ENV).read_text())
-    assert env["passes"] == ["single"]
+    assert _pass_names(proj / "results" / "cpu-2.13") == ["single"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -446,6 +509,26 @@ def test_any_number_of_crashes_and_hangs_lose_only_themselves(mini_project, pyth
                    **{f"test_{x}_ordinary[{i}]": "passed" for x in "ace" for i in range(3)}}
     summary = json.loads((proj / "results" / "cpu-2.13" / results.SUMMARY).read_text())
     assert summary["total"] == 17 and summary["counts"]["not-run"] == 0
+
+
+def test_workers_leave_once_their_session_is_over(mini_project, python, monkeypatch) -> None:
+    # xdist's controller waits for each worker's process to end; a worker's teardown (here
+    # an atexit handler, for torch's and CUDA's) no longer holds up the end of the pass.
+    proj = mini_project(workers=2)
+    (proj / "suites" / "payload" / "test_slow_exit.py").write_text(
+        "import atexit, os, time\n"
+        "if os.environ.get('PYTEST_XDIST_WORKER'):\n"
+        "    atexit.register(time.sleep, 8)\n"
+        "def test_one(): pass\n"
+        "def test_two(): pass\n")
+    walls = {}
+    for teardown in ("1", ""):   # "1": the full teardown, as before
+        monkeypatch.setenv("ACCELGRID_WORKER_TEARDOWN", teardown)
+        assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+        folder = proj / "results" / "cpu-2.13"
+        assert {r["outcome"] for r in _records(folder).values()} == {"passed"}
+        walls[teardown] = json.loads((folder / results.SUMMARY).read_text())["wall_s"]
+    assert walls[""] < walls["1"] - 5
 
 
 def test_workers_that_die_without_a_test_still_end_the_run(mini_project, python) -> None:
@@ -548,6 +631,192 @@ def test_text_that_is_not_utf8_is_recorded_and_the_run_goes_on(mini_project, pyt
     assert "test_z_after" in made.paths["md"].read_text(encoding="utf-8")
 
 
+# --- the all-devices pass beside the pinned one: one results folder, two writers -------
+
+BESIDE = """
+import os, time, pytest
+from pathlib import Path
+
+MEET = Path(os.environ["MEET_DIR"])
+
+
+def _meet(mine, theirs):
+    # Each pass's first test waits for the other's: they only meet if the passes overlap.
+    (MEET / mine).touch()
+    deadline = time.monotonic() + 45
+    while not (MEET / theirs).exists():
+        assert time.monotonic() < deadline, f"no {theirs}: the passes did not overlap"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_pinned(i, record_property):
+    assert os.environ["ZE_AFFINITY_MASK"] in ("0", "1")
+    record_property("note", "x" * 3000)   # long records: appends of both passes interleave
+    if i == 0:
+        _meet("pinned", "all-devices")
+    if i == 7 and not (MEET / "crashed-pinned").exists():
+        (MEET / "crashed-pinned").touch()
+        os.abort()
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize("i", range(15))
+def test_all(i, record_property):
+    assert os.environ["ZE_AFFINITY_MASK"] == "0,1"
+    record_property("note", "y" * 3000)
+    if i == 0:
+        _meet("all-devices", "pinned")
+    if i == 4:
+        os.abort()   # the all-devices pass's worker dies in a test too
+
+
+@pytest.mark.slow_payload
+def test_deselected_by_the_user():
+    pass
+"""
+
+
+def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: list[str] = ()):
+    """A run on a fake two-XPU host (the suite only checks ZE_AFFINITY_MASK)."""
+    meet.mkdir()
+    monkeypatch.setenv("MEET_DIR", str(meet))
+    monkeypatch.setenv("ACCELGRID_DEVICES", "0,1")
+    monkeypatch.delenv("ACCELGRID_SERIAL_PASSES", raising=False)
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    rc = runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results", list(args))
+    return rc, results.last_run(proj / "results" / "xpu-2.13")[1]
+
+
+def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, dict]:
+    """Every test the passes collected (and the broken module) has exactly one record;
+    env.json lists both passes with their start and end; summary counts match."""
+    recs, problems = results.read_records(folder / results.TESTS)
+    assert not problems
+    ids = [r["nodeid"] for r in recs]
+    assert len(ids) == len(set(ids)), [i for i in set(ids) if ids.count(i) > 1]
+    assert set(ids) == expected
+    assert set(json.loads((folder / results.COLLECTED).read_text())) == expected - {
+        "suites/payload/test_broken.py"}
+    env = json.loads((folder / results.ENV).read_text())
+    assert sorted(p["name"] for p in env["passes"]) == ["all-devices", "pinned"]
+    assert all(p["start"] and p["end"] for p in env["passes"]) and env["status"] == "finished"
+    summary = json.loads((folder / results.SUMMARY).read_text())
+    assert summary["total"] == len(ids) == sum(summary["counts"].values())
+    pinned, beside = summary["passes"]
+    assert (pinned["name"], beside["name"], beside["beside"]) == ("pinned", "all-devices",
+                                                                  "pinned")
+    # They overlapped, each pass's tests are its own, and each worker had a start-up.
+    assert _epoch(beside["start"]) < _epoch(pinned["start"]) + pinned["wall_s"]
+    assert _epoch(pinned["start"]) < _epoch(beside["start"]) + beside["wall_s"]
+    by_id = {r["nodeid"]: r for r in recs}
+    assert pinned["tests"] == sum(1 for r in recs if r.get("pass") == "pinned")
+    assert beside["tests"] == sum(1 for r in recs if r.get("pass") == "all-devices")
+    assert set(pinned["workers_first_test_s"]) >= {"gw0", "gw1"}
+    assert all(r["cpu_s"] >= 0 for r in recs if r["outcome"] == "passed")
+    assert 0 < pinned["first_test_s"] <= pinned["wall_s"]
+    return by_id
+
+
+def test_all_devices_pass_beside_the_pinned_one_records_every_test_once(
+        mini_project, python, monkeypatch, tmp_path, capfd) -> None:
+    proj = mini_project()
+    payload = proj / "suites" / "payload"
+    (payload / "test_beside.py").write_text(BESIDE)
+    (payload / "test_broken.py").write_text("import not_installed_anywhere\n")  # both collect it
+    mod = "suites/payload/test_beside.py"
+    everything = ({f"{mod}::test_pinned[{i}]" for i in range(30)}
+                  | {f"{mod}::test_all[{i}]" for i in range(15)}
+                  | {f"{mod}::test_deselected_by_the_user", "suites/payload/test_broken.py"})
+    for rep in range(3):   # no flakiness: the same, run after run
+        rc, folder = _run_beside(proj, python, tmp_path / f"meet{rep}", monkeypatch)
+        assert rc == 1   # two crashes and the broken module
+        by_id = _check_one_record_each(folder, everything)
+        assert by_id[f"{mod}::test_pinned[7]"]["outcome"] == "crashed"
+        assert by_id[f"{mod}::test_all[4]"]["outcome"] == "crashed"
+        assert by_id["suites/payload/test_broken.py"]["outcome"] == "error"
+        others = [r for n, r in by_id.items() if n not in (
+            f"{mod}::test_pinned[7]", f"{mod}::test_all[4]", "suites/payload/test_broken.py")]
+        assert {r["outcome"] for r in others} == {"passed"}
+        assert {r["device"] for r in others if "test_all" in r["nodeid"]} == {"xpu:all"}
+        assert {r["device"] for r in others if "test_pinned" in r["nodeid"]} == {"xpu:0",
+                                                                                "xpu:1"}
+        out = capfd.readouterr().out.splitlines()
+        # pytest's output goes to pytest.log, not the console: the all-devices pass's
+        # whole, after the pinned pass's (it wrote its own log meanwhile, appended after).
+        log = (folder / results.PYTEST_LOG).read_text().splitlines()
+        pinned_end = max(i for i, line in enumerate(log) if "test_pinned[" in line)
+        beside_start = next(i for i, line in enumerate(log)
+                            if line.startswith("accelgrid: pass all-devices"))
+        assert beside_start > pinned_end
+        assert any("PASSED suites/payload/test_beside.py::test_all[3]" in line
+                   for line in log[beside_start:])
+        assert not any("test_all[" in line for line in log[:beside_start])
+        assert not (folder / "pytest-all-devices.log").exists()
+        assert not any("PASSED" in line for line in out)
+        assert any(line.startswith("accelgrid: xpu-2.13: wall ") and "beside pinned" in line
+                   for line in out)
+
+
+def test_a_selection_holds_in_both_passes_beside_each_other(mini_project, python,
+                                                             monkeypatch, tmp_path) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_beside.py").write_text(BESIDE)
+    mod = "suites/payload/test_beside.py"
+    # Node ids: the all-devices pass collects only the named multi-device ones.
+    rc, folder = _run_beside(proj, python, tmp_path / "ids", monkeypatch, [
+        f"{mod}::test_pinned[1]", f"{mod}::test_all[1]", f"{mod}::test_pinned[2]"])
+    assert rc == 0, (folder / results.TESTS).read_text()
+    recs = _records(folder)
+    assert {n: (r["outcome"], r["pass"]) for n, r in recs.items()} == {
+        "test_pinned[1]": ("passed", "pinned"), "test_pinned[2]": ("passed", "pinned"),
+        "test_all[1]": ("passed", "all-devices")}
+    # Named pinned tests only: the all-devices pass finds none, which is fine.
+    rc, folder = _run_beside(proj, python, tmp_path / "none", monkeypatch,
+                             [f"{mod}::test_pinned[3]"])
+    assert rc == 0 and list(_records(folder)) == ["test_pinned[3]"]
+    # The user's -m joins each pass's own: no test runs in both passes, none is lost.
+    crashing = [f"{mod}::test_pinned[7]", f"{mod}::test_all[4]"]
+    rc, folder = _run_beside(proj, python, tmp_path / "m", monkeypatch, [
+        "-m", "not slow_payload", *(a for c in crashing for a in ("--deselect", c))])
+    assert rc == 0
+    recs = _records(folder)
+    assert {n: r["pass"] for n, r in recs.items()} == {
+        **{f"test_pinned[{i}]": "pinned" for i in range(30) if i != 7},
+        **{f"test_all[{i}]": "all-devices" for i in range(15) if i != 4}}
+    assert {r["outcome"] for r in recs.values()} == {"passed"}
+
+
+def test_serial_passes_when_asked_or_when_the_cache_is_used(monkeypatch) -> None:
+    assert runner.serial_reason({}, ["-k", "x"]) is None
+    assert runner.serial_reason({"ACCELGRID_SERIAL_PASSES": "0"}, []) is None
+    assert runner.serial_reason({"ACCELGRID_SERIAL_PASSES": "1"}, []) == (
+        "ACCELGRID_SERIAL_PASSES=1")
+    assert runner.serial_reason({}, ["--lf", "-x"]) == "--lf uses pytest's cache"
+    assert runner.serial_reason({}, ["--last-failed-no-failures=none"]) == (
+        "--last-failed-no-failures uses pytest's cache")
+
+
+@pytest.mark.parametrize("select, args, want", [
+    (("-m", "multi_device"), ["-k", "x"], (["-m", "multi_device"], ["-k", "x"])),
+    (("-m", "not multi_device"), ["-m", "not slow", "-v"],
+     (["-m", "(not multi_device) and (not slow)"], ["-v"])),
+    (("-m", "multi_device"), ["-mfast", "-m=gpu"], (["-m", "(multi_device) and (gpu)"], [])),
+    ((), ["-m", "a or b", "--maxfail", "2"], (["-m", "a or b"], ["--maxfail", "2"])),
+])
+def test_the_users_marker_expression_joins_the_passes(select, args, want) -> None:
+    assert runner._with_markers(select, args) == want
+
+
+def test_a_later_pass_keeps_the_users_options_and_their_values(mini_project) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_x.py").write_text("def test_a(): pass\n")
+    args = ["suites/payload/test_x.py::test_a", "--deselect", "suites/payload/test_x.py::t",
+            "-k", "a", "-p", "no:x", "--maxfail=3", "suites/payload"]
+    assert runner._without_paths(args, proj) == [
+        "--deselect", "suites/payload/test_x.py::t", "-k", "a", "-p", "no:x", "--maxfail=3"]
+
+
 # --- a chosen subset of devices holds in every pass ------------------------------------
 
 SUBSET = '''
@@ -571,8 +840,8 @@ def test_chosen_devices_hold_in_every_pass(mini_project, python, monkeypatch) ->
     proj = mini_project()
     cell = _cell(proj, "xpu-2.13")
     every = runner.passes(cell, device_ids=detect.device_ids("xpu"))
-    assert dict(every[1].env) == {"ZE_AFFINITY_MASK": "0,1,2,3",
-                                  "ACCELGRID_DEVICE_INDEX": "0,1,2,3"}
+    assert {k: v for k, v in every[1].env if k != "OMP_NUM_THREADS"} == {
+        "ZE_AFFINITY_MASK": "0,1,2,3", "ACCELGRID_DEVICE_INDEX": "0,1,2,3"}
     monkeypatch.setenv("ACCELGRID_DEVICES", "1,3")
     (proj / "suites" / "payload" / "test_subset.py").write_text(SUBSET)
     assert runner.run_cell(cell, python, proj, proj / "results") == 0

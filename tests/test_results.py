@@ -3,10 +3,14 @@ read_cell, fill_cell_name)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
+import time
 from pathlib import Path
 
+import pytest
 from report_cases import artifacts, broken_cells, write_cell
 
 from accelgrid import results
@@ -165,3 +169,75 @@ def test_jsonl_lines_are_read_as_json_loads_reads_each(tmp_path: Path) -> None:
     assert json.dumps(records) == json.dumps(expected)  # NaN compares equal this way
     assert [int(p.split(":")[1]) for p in problems] == bad
     assert [r["nodeid"] for r in records] == ["suites/s/t.py::a"] * 5 + ["b", "g"]
+
+
+# --- passes writing one folder at once (the all-devices pass beside the pinned one) -----
+
+def _bump(folder: Path, times: int) -> None:
+    def one_more(value: object) -> int:
+        time.sleep(0.002)   # a wide read-to-write window: an unlocked update loses others'
+        return (value if isinstance(value, int) else 0) + 1
+
+    for _ in range(times):
+        results.update_json(folder / "count.json", one_more)
+
+
+def _append(folder: Path, who: int, times: int) -> None:
+    for i in range(times):
+        results.append_record(folder / results.TESTS, {"nodeid": f"t.py::w{who}_{i}",
+                                                       "outcome": "passed",
+                                                       "longrepr": str(who) * 20000})
+
+
+def _processes(target, *args_per_process) -> None:
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=target, args=args) for args in args_per_process]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+
+
+@pytest.mark.parametrize("lock", [True, False])
+def test_updates_from_processes_at_once_are_never_lost(tmp_path: Path, monkeypatch,
+                                                       lock: bool) -> None:
+    if not lock:  # the planted fault: the same read-modify-write without the lock
+        monkeypatch.setattr(results, "locked", lambda folder: contextlib.nullcontext())
+    _processes(_bump, *[(tmp_path, 50)] * 4)
+    count = json.loads((tmp_path / "count.json").read_text())
+    assert count == 200 if lock else count < 200
+
+
+def test_records_appended_at_once_stay_whole(tmp_path: Path) -> None:
+    _processes(_append, *[(tmp_path, who, 150) for who in range(4)])
+    recs, problems = results.read_records(tmp_path / results.TESTS)
+    assert not problems and len(recs) == 600
+    assert all(r["longrepr"] == r["nodeid"][7] * 20000 for r in recs)
+
+
+def test_an_error_record_is_written_once_per_run(tmp_path: Path) -> None:
+    rec = {"nodeid": "suites/x/test_broken.py", "outcome": "error", "run_id": "r1"}
+    assert results.append_record_once(tmp_path / results.TESTS, rec)
+    assert not results.append_record_once(tmp_path / results.TESTS, rec)
+    assert results.append_record_once(tmp_path / results.TESTS, {**rec, "run_id": "r2"})
+    assert len(results.read_records(tmp_path / results.TESTS)[0]) == 2
+
+
+def test_pass_times_from_the_runners_clock_and_the_records() -> None:
+    t0 = 1_700_000_000.0
+    passes = [{"name": "pinned", "workers": 2, "rc": 0, "start": t0 + 1, "end": t0 + 31},
+              {"name": "all-devices", "workers": 1, "rc": 0, "beside": "pinned",
+               "start": t0 + 1.5, "end": t0 + 21.5}]
+    recs = [{"nodeid": "a", "pass": "pinned", "worker": "gw0", "start": t0 + 7},
+            {"nodeid": "b", "pass": "pinned", "worker": "gw1", "start": t0 + 8},
+            {"nodeid": "c", "pass": "pinned", "worker": "gw0", "start": t0 + 20},
+            {"nodeid": "d", "pass": "all-devices", "worker": "gw0", "start": t0 + 6.5},
+            {"nodeid": "e", "outcome": "not-run"}]     # finalize's: no pass, no start
+    timing = results.pass_times(recs, passes, t0)
+    assert timing["wall_s"] == 31.0
+    pinned, beside = timing["passes"]
+    assert (pinned["wall_s"], pinned["tests"], pinned["first_test_s"]) == (30.0, 3, 6.0)
+    assert pinned["workers_first_test_s"] == {"gw0": 6.0, "gw1": 7.0}
+    assert pinned["start"] == "2023-11-14T22:13:21.000+00:00" and pinned["beside"] is None
+    assert (beside["beside"], beside["wall_s"], beside["first_test_s"]) == ("pinned", 20.0, 5.0)

@@ -28,7 +28,8 @@ SELECTION = "ACCELGRID_SELECTION"      # JSON list: those of them that narrow th
                                        # -k, -m, -x, ...); [] for a run of the whole cell
 
 # Passes of a cell run (runner.passes): one xdist run on the host's device(s), or one
-# worker pinned per device plus a serial pass for tests that need every device.
+# worker pinned per device plus a pass for tests that need every device (beside the pinned
+# one where processes can share a device, else after it).
 PASS_SINGLE = "single"
 PASS_PINNED = "pinned"
 PASS_ALL_DEVICES = "all-devices"
@@ -47,6 +48,10 @@ TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel inde
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected
 SKIP_RUNTIME_CHECK = "ACCELGRID_SKIP_RUNTIME_CHECK"  # "1": run without the runtime bundle check
 DEVICES = "ACCELGRID_DEVICES"          # a subset of the host's devices, e.g. "0,2"
+WORKER_TEARDOWN = "ACCELGRID_WORKER_TEARDOWN"  # "1": xdist workers end with Python's full
+                                               # teardown, not os._exit once reported
+SERIAL_PASSES = "ACCELGRID_SERIAL_PASSES"  # "1": a cell's passes run one after another,
+                                           # never beside each other (devices not shared)
 HOST_ROOT = "ACCELGRID_HOST_ROOT"      # where detection reads sys/ and dev/ (tests: a fake tree)
 HARDWARE = "ACCELGRID_HARDWARE"        # the runner's hardware family, e.g. ats-m (else detected)
 DRIVER = "ACCELGRID_DRIVER"            # the runner's driver stack, e.g. lts or rolling

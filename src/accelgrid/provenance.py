@@ -10,6 +10,7 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -30,6 +31,12 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")  # noqa: UP017
 
 
+def iso(epoch: float) -> str:
+    """``epoch`` (seconds) as UTC ISO 8601 to the millisecond: a pass's start."""
+    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(  # noqa: UP017
+        timespec="milliseconds")
+
+
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     out = {}
     for name in names:
@@ -40,7 +47,24 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     return out
 
 
-def _nvidia_driver() -> str | None:
+NVIDIA_DRIVER_PROC = "/proc/driver/nvidia/version"
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..." (or "... Open Kernel
+# Module for x86_64  580.159.04 ...").
+_NVRM_VERSION = re.compile(r"^NVRM version:.*?Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s",
+                           re.MULTILINE)
+
+
+def _nvidia_driver(proc_file: str = NVIDIA_DRIVER_PROC) -> str | None:
+    """The NVIDIA kernel driver's version: from the kernel's own file (no process), else
+    from nvidia-smi, whose NVML start-up takes up to seconds on a multi-GPU host and
+    every test process of a run would pay it at once."""
+    try:
+        with open(proc_file, encoding="utf-8", errors="replace") as fh:
+            found = _NVRM_VERSION.search(fh.read(4096))
+        if found:
+            return found.group(1)
+    except OSError:
+        pass
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None

@@ -15,8 +15,10 @@ cannot end the run; each worker dies with its controller (:mod:`accelgrid.lifeti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,7 @@ class Recorder:
         self.cell = os.environ.get(contract.CELL, folder.name)
         self.device = os.environ.get(contract.DEVICE, "cpu")
         self.run = _run_fields()
+        self.pass_name = os.environ.get(contract.PASS, contract.PASS_SINGLE)
         self.collect_errors: set[str] = set()
 
     # --- provenance and collection -------------------------------------------------
@@ -102,24 +105,26 @@ class Recorder:
         self.folder.mkdir(parents=True, exist_ok=True)
         env = provenance.collect(self.cell, self.device, with_torch=False)
         env.update(self.run)
-        earlier, _ = results.read_json(self.folder / results.ENV)
-        if (isinstance(earlier, dict) and earlier.get("cell") == self.cell
-                and earlier.get("run_id") == self.run["run_id"]):
-            env["start"] = earlier.get("start", env["start"])  # a later pass of the same run
-            env["passes"] = earlier.get("passes", [])
-        env.setdefault("passes", []).append(os.environ.get(contract.PASS, contract.PASS_SINGLE))
-        # torch's facts come from the test processes (the controller needs no torch and
-        # importing it here would cost seconds): merged at the end.
-        earlier_torch = (earlier or {}).get("torch") if isinstance(earlier, dict) else None
-        if earlier_torch and not earlier_torch.get("pending"):
-            env["torch"] = earlier_torch
-        self._update_env(lambda e: e.update(env), replace=True)
+        entry = {"name": self.pass_name, "start": env["start"], "end": None}
 
-    def _update_env(self, change: Any, replace: bool = False) -> None:
-        env, _ = results.read_json(self.folder / results.ENV)
-        env = {} if replace or not isinstance(env, dict) else env
-        change(env)
-        results.write_json(self.folder / results.ENV, env)
+        def start(earlier: Any) -> dict[str, Any]:
+            # Passes of one run share env.json; the one starting later (or beside) keeps
+            # the run's start, the passes listed so far and torch facts already merged.
+            new = dict(env)
+            if (isinstance(earlier, dict) and earlier.get("cell") == self.cell
+                    and earlier.get("run_id") == self.run["run_id"]):
+                new["start"] = earlier.get("start", new["start"])
+                new["passes"] = [*earlier.get("passes", []), entry]
+                # torch's facts come from the test processes (the controller needs no
+                # torch and importing it here would cost seconds): merged at the end.
+                torch = earlier.get("torch")
+                if isinstance(torch, dict) and not torch.get("pending"):
+                    new["torch"] = torch
+            else:
+                new["passes"] = [entry]
+            return new
+
+        results.update_json(self.folder / results.ENV, start)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Without xdist the controller collects itself; with it, workers do (hook below).
@@ -128,17 +133,33 @@ class Recorder:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        # Every worker collects the same ids; later passes of a run add theirs.
-        known, _ = results.read_json(self.folder / results.COLLECTED)
-        known = known if isinstance(known, list) else []
-        new = [i for i in ids if i not in set(known)]
-        if new or not known:
-            results.write_json(self.folder / results.COLLECTED, known + new)
+        # Every worker collects the same ids; other passes of the run (at once, or later)
+        # add theirs.
+        def add(known: Any) -> list[str]:
+            known = known if isinstance(known, list) else []
+            seen = set(known)
+            return known + [i for i in ids if i not in seen]
+
+        results.update_json(self.folder / results.COLLECTED, add)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         torch_facts = results.merged_torch(self.folder)
-        self._update_env(lambda e: e.update(end=provenance.now(), status="finished",
-                                            exitstatus=int(exitstatus), torch=torch_facts))
+        end = provenance.now()
+
+        def finish(env: Any) -> dict[str, Any]:
+            env = env if isinstance(env, dict) else {}
+            passes = env.get("passes") or []
+            for entry in passes:
+                if isinstance(entry, dict) and entry.get("name") == self.pass_name \
+                        and not entry.get("end"):
+                    entry.update(end=end, exitstatus=int(exitstatus))
+            env["torch"] = torch_facts
+            # The run is finished when its last pass is (passes may run at once).
+            if all(not isinstance(e, dict) or e.get("end") for e in passes):
+                env.update(end=end, status="finished", exitstatus=int(exitstatus))
+            return env
+
+        results.update_json(self.folder / results.ENV, finish)
         results.sync(self.folder / results.TESTS)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -147,10 +168,11 @@ class Recorder:
         if not report.failed or report.nodeid in self.collect_errors:
             return
         self.collect_errors.add(report.nodeid)
+        # Once per run: a pass running beside this one collects the same modules.
         self._write({"nodeid": report.nodeid or "<collection>", "outcome": outcomes.ERROR,
                      "duration": None, "message": _message(report),
                      "longrepr": _short(str(report.longrepr or ""), 8000), "phase": "collect",
-                     "worker": None, "device": self.device})
+                     "worker": None, "device": self.device}, once=True)
 
     # --- per-test records ----------------------------------------------------------
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
@@ -176,10 +198,13 @@ class Recorder:
         rec = self.pending.setdefault(report.nodeid, {
             "nodeid": report.nodeid, "outcome": None, "duration": 0.0,
             "message": "", "longrepr": "", "worker": worker, "device": self._device_of(node),
+            "start": self.started.get(report.nodeid),
         })
         rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
         if getattr(report, "accelgrid_issue", None):  # set by known_issues_runtime
             rec["issue"] = report.accelgrid_issue
+        if getattr(report, "accelgrid_cpu_s", None) is not None:  # set by WorkerMarker
+            rec["cpu_s"] = report.accelgrid_cpu_s
         # Facts a test records (request.node.user_properties): kept in its record too.
         for name, value in getattr(report, "user_properties", None) or ():
             rec.setdefault("properties", {})[str(name)] = _jsonable(value)
@@ -228,19 +253,23 @@ class Recorder:
         if outcome == outcomes.TIMEOUT:
             detail = f"timed out after {timeout} s (worker killed by pytest-timeout); {detail}"
         self.pending.pop(report.nodeid, None)
-        self._write({"nodeid": report.nodeid, "outcome": outcome,
+        self._write({"nodeid": report.nodeid, "outcome": outcome, "start": start,
                      "duration": time.time() - start if start else None,
                      "message": detail, "longrepr": _short(str(report.longrepr or ""), 8000),
                      "worker": worker or info.get("worker"),
                      "device": self._device_of(getattr(report, "node", None))})
 
-    def _write(self, rec: dict[str, Any]) -> None:
+    def _write(self, rec: dict[str, Any], once: bool = False) -> None:
         rec["outcome"] = rec["outcome"] or outcomes.ERROR
         rec["cell"] = self.cell
+        rec["pass"] = self.pass_name
         if self.run["run_id"]:
             rec["run_id"] = self.run["run_id"]
         rec["finished"] = time.time()
-        results.append_record(self.folder / results.TESTS, rec)
+        if once:
+            results.append_record_once(self.folder / results.TESTS, rec)
+        else:
+            results.append_record(self.folder / results.TESTS, rec)
 
 
 class RestartBudget:
@@ -262,22 +291,26 @@ class RestartBudget:
 
 
 class WorkerMarker:
-    """In each process that runs tests: note the current test (for crash attribution),
-    and which tests a pass left for a later one (the pinned pass: multi_device tests for
-    the all-devices pass; a cpu cell's: sees_accelerators tests for host-accelerators)."""
+    """In each process that runs tests: note the current test (for crash attribution) and
+    its CPU time, and which tests a pass left for a later one (the pinned pass:
+    multi_device tests for the all-devices pass; a cpu cell's: sees_accelerators tests
+    for host-accelerators)."""
 
     def __init__(self, config: pytest.Config, folder: Path):
         self.folder = folder
         self.worker = _worker_id(config) or "main"
+        self.pass_name = os.environ.get(contract.PASS, "")
+        # Passes may run at once and each has its gw0: the pass names this process's files.
+        self.slot = f"{self.pass_name}-{self.worker}" if self.pass_name else self.worker
         self.default_timeout = config.getoption("timeout", None)
         self.device = os.environ.get(contract.DEVICE, "cpu")
-        self.left: list[str] = []   # tests deselected here for a later pass
+        self.cpu_start = time.process_time()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.worker == "main" and getattr(session.config.option, "dist", "no") != "no":
             return  # the xdist controller runs no test and need not import torch
         # This process imports torch for its tests anyway: its view goes into env.json.
-        results.write_json(self.folder / f"torch-{self.worker}.json",
+        results.write_json(self.folder / f"torch-{self.slot}.json",
                            provenance.worker_torch_report(self.device))
 
     # pass -> (the marker its -m deselects, the file listing those tests for a later pass)
@@ -285,23 +318,53 @@ class WorkerMarker:
                    contract.PASS_SINGLE: ("sees_accelerators", results.HOST_ACCELERATORS)}
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        kind = self.LEFT_BEHIND.get(os.environ.get(contract.PASS, ""))
+        kind = self.LEFT_BEHIND.get(self.pass_name)
         if kind is None:
             return
         mark, name = kind
+        left = [i.nodeid for i in items if i.get_closest_marker(mark)]
+
         # Several deselections (-m, -k, --upstream) add up; every worker collects the same
-        # items, so the file is the same whoever writes last.
-        self.left += [i.nodeid for i in items if i.get_closest_marker(mark)]
-        results.write_json(self.folder / name, self.left)
+        # items and adds them to one list, under the folder's lock.
+        def add(known: Any) -> list[str]:
+            known = known if isinstance(known, list) else []
+            seen = set(known)
+            return known + [i for i in left if i not in seen]
+
+        results.update_json(self.folder / name, add)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> None:
         marker = item.get_closest_marker("timeout")
         timeout = marker.args[0] if marker and marker.args else self.default_timeout
-        results.mark_running(self.folder, self.worker, item.nodeid, timeout)
+        results.mark_running(self.folder, self.worker, item.nodeid, timeout, slot=self.slot)
+        self.cpu_start = time.process_time()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        if call.when == "teardown":
+            # CPU time of this test process (all its threads) over the test: beside the
+            # wall time it tells a test starved of CPU from one waiting on its device.
+            outcome.get_result().accelgrid_cpu_s = round(time.process_time() - self.cpu_start, 3)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        results.clear_running(self.folder, self.worker)
+        results.clear_running(self.folder, self.slot)
+
+
+class QuickExit:
+    """In an xdist worker: once its session is over (xdist has sent the controller its
+    results, then unconfigure ran), leave with ``os._exit``. The controller waits for every
+    worker's process to end before its session ends, and a worker's interpreter teardown
+    with torch (and CUDA, transformers) loaded added seconds to the end of every pass.
+    ``ACCELGRID_WORKER_TEARDOWN=1`` keeps the full teardown."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
 
 
 class OpCaptureHook:
@@ -341,6 +404,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if _worker_id(config) is not None:
         _safe_events(config)
         lifetime.die_with_parent()  # a worker never outlives its controller
+        if os.environ.get(contract.WORKER_TEARDOWN) != "1":
+            config.pluginmanager.register(QuickExit(), "accelgrid-quick-exit")
     else:
         config.pluginmanager.register(RestartBudget(config), "accelgrid-restart-budget")
     folder = os.environ.get(contract.RESULTS)

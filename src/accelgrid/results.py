@@ -15,9 +15,14 @@ Files of a run's folder:
   ``summary.json``    counts per outcome, the run id and selection, written when it ends
   ``pytest.log``      pytest's own output, each pass's appended (the console shows progress)
   ``multi_device.json`` multi-device tests deselected by the pinned pass (run next)
+  ``.update.lock``    flock held around every shared write (:func:`locked`)
 
 Reading them back: :func:`discover` finds cell folders under any paths (a cell's folder,
 ``results/`` or a CI artifacts download), :func:`read_cell` reads one for reports.
+
+Passes of a run may write the folder at the same time (the all-devices pass runs beside
+the pinned one): records are appended, and env.json, collected.json and the lists left for
+later passes read, changed and written, under the folder's lock (:func:`locked`).
 
 Every record carries the run's id (``run_id``, also in env.json and summary.json); a
 reader ignores records of another run. Every string written is made encodable first
@@ -29,6 +34,7 @@ Stdlib only: the cell's interpreter writes these through the pytest plugin.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -38,7 +44,7 @@ import stat
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +64,7 @@ HOST_ACCELERATORS = "host_accelerators.json"  # tests a cpu cell left for the ho
 RUNS = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection
 LAST_RUN = "last-run.json"           # results/<cell>/last-run.json: the latest run's folder
 LOCK = ".lock"                       # results/<cell>/.lock: flock of the run in progress
+UPDATE_LOCK = ".update.lock"         # a run's folder: flock around shared writes (locked)
 # Any of these makes a folder a cell's results folder.
 CELL_FILES = (TESTS, ENV, COLLECTED, SUMMARY)
 # Folders never searched for cells: tool state, and a cell's own per-worker folder.
@@ -157,19 +164,75 @@ def write_json(path: Path, data: Any) -> None:
         raise
 
 
-def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> None:
-    """Append one test record in one write(2): once this returns, killing the process (or
-    the whole session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s update lock (flock on ``.update.lock``, blocking) for one shared
+    write: processes of passes running at once then never interleave a record nor lose
+    each other's change to a JSON file. Not the cell's run lock (``.lock``), which the
+    run holds throughout. No-op where there is no flock (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / UPDATE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def update_json(path: Path, change: Callable[[Any], Any]) -> Any:
+    """Read ``path`` (None when missing or unreadable), write ``change(value)`` back,
+    atomically and under the folder's lock; returns what was written."""
+    with locked(path.parent):
+        value, _ = read_json(path)
+        new = change(value)
+        write_json(path, new)
+    return new
+
+
+def _encoded_record(record: dict[str, Any]) -> bytes:
     record = {k: redact_text(v) if k in ("message", "longrepr") and isinstance(v, str) else v
               for k, v in record.items()}
-    line = _dumps(record, sort_keys=False) + "\n"
+    return (_dumps(record, sort_keys=False) + "\n").encode("utf-8")
+
+
+def _append(path: Path, line: bytes, durable: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line.encode("utf-8"))
+        view = memoryview(line)
+        while view:  # one write(2) but for a short write (a full disk, a signal)
+            view = view[os.write(fd, view):]
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> None:
+    """Append one test record, whole, under the folder's lock (passes running at once
+    append to one tests.jsonl): once this returns, killing the process (or the whole
+    session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
+    line = _encoded_record(record)
+    with locked(path.parent):
+        _append(path, line, durable)
+
+
+def append_record_once(path: Path, record: dict[str, Any]) -> bool:
+    """Append ``record`` unless one of the same run (``run_id``) and ``nodeid`` is there
+    already: two passes that collect the same module both see its import error. Returns
+    whether it was appended."""
+    line = _encoded_record(record)
+    with locked(path.parent):
+        earlier, _ = read_jsonl(path, ("nodeid",))
+        if any(r["nodeid"] == record["nodeid"] and r.get("run_id") == record.get("run_id")
+               for r in earlier):
+            return False
+        _append(path, line, False)
+    return True
 
 
 def sync(path: Path) -> None:
@@ -409,11 +472,15 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> tuple[Any, str | N
     return value, None
 
 
-def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None) -> None:
+def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None,
+                 slot: str | None = None) -> None:
+    """Note that ``worker`` is in ``nodeid`` now, in ``running/<slot>.json`` (``slot``:
+    the worker's id, qualified by its pass where passes run at once: both have a gw0)."""
     # Once per test: one small write in place, no temp file. A reader that finds it
     # half-written ignores it (read_json error), which only costs crash attribution.
-    path = results / RUNNING / f"{worker}.json"
-    data = _dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout})
+    path = results / RUNNING / f"{slot or worker}.json"
+    data = _dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout,
+                   "worker": worker})
     try:
         path.write_text(data, encoding="utf-8")
     except FileNotFoundError:
@@ -422,6 +489,7 @@ def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None)
 
 
 def clear_running(results: Path, worker: str) -> None:
+    """Clear ``running/<worker>.json`` (``worker``: the slot :func:`mark_running` used)."""
     path = results / RUNNING / f"{worker}.json"
     if path.exists():
         path.write_text("", encoding="utf-8")
@@ -435,7 +503,7 @@ def running(results: Path) -> dict[str, dict[str, Any]]:
         for f in folder.glob("*.json"):
             data, err = read_json(f)
             if not err and isinstance(data, dict) and "nodeid" in data:
-                out[data["nodeid"]] = {**data, "worker": f.stem}
+                out[data["nodeid"]] = {**data, "worker": data.get("worker") or f.stem}
     return out
 
 
@@ -481,12 +549,53 @@ def run_records(results: Path, run_id: str | None = None
     return records, problems
 
 
-def finalize(results: Path, reason: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
+def pass_times(records: list[dict[str, Any]], passes: list[dict[str, Any]],
+               run_start: float) -> dict[str, Any]:
+    """summary.json's timing of a run: ``wall_s`` from the run's start to the end of its
+    last pass, and per pass (``passes``: name, beside, workers, start and end in epoch
+    seconds, rc, as the runner measured them) its wall time and how long each of its
+    workers took from the pass's start to its first test (``first_test_s``: start-up,
+    read from the records' ``start`` and ``pass``)."""
+    out = []
+    for p in passes:
+        first: dict[str, float] = {}
+        count = 0
+        for rec in records:
+            start = rec.get("start")
+            if rec.get("pass") != p["name"]:
+                continue
+            count += 1
+            if isinstance(start, (int, float)) and not isinstance(start, bool) \
+                    and math.isfinite(start):
+                worker = str(rec.get("worker") or "main")
+                first[worker] = min(first.get(worker, start), start)
+        out.append({
+            "name": p["name"], "beside": p.get("beside"), "workers": p.get("workers"),
+            "start": _dt_text(p["start"]), "wall_s": round(p["end"] - p["start"], 2),
+            "rc": p.get("rc"), "tests": count,
+            "first_test_s": round(min(first.values()) - p["start"], 2) if first else None,
+            "workers_first_test_s": {w: round(t - p["start"], 2)
+                                     for w, t in sorted(first.items())},
+        })
+    end = max((p["end"] for p in passes), default=run_start)
+    return {"wall_s": round(end - run_start, 2), "passes": out}
+
+
+def _dt_text(epoch: float) -> str:
+    from .provenance import iso  # local: provenance is the only user of datetime here
+
+    return iso(epoch)
+
+
+def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
+             timing: dict[str, Any] | None = None) -> dict[str, Any]:
     """Close a run's results after its pytest process ended, however it ended.
 
     Tests a dead worker was in become crashed/timeout; collected tests with no record
-    become not-run with ``reason``; ``env.json`` gets its end; ``summary.json`` is written
-    with ``run`` (:data:`RUN_FIELDS`: the run id, the user's pytest args, the selection).
+    become not-run with ``reason``; ``env.json`` gets its end (and so does each pass it
+    lists that never reached its own); ``summary.json`` is written with ``run``
+    (:data:`RUN_FIELDS`: the run id, the user's pytest args, the selection) and
+    ``timing`` (``passes``: what :func:`pass_times` needs, and ``run_start``).
     """
     run = {k: v for k, v in (run or {}).items() if k in RUN_FIELDS}
     env, _ = read_json(results / ENV)
@@ -520,8 +629,14 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None) -> d
         env["end"] = now()
         env["status"] = "ended" if env.get("status") == "running" else env.get("status")
         env["end_reason"] = reason
+        for entry in env.get("passes") or []:
+            if isinstance(entry, dict) and not entry.get("end"):
+                entry["end"] = env["end"]
         write_json(results / ENV, env)
     summary = summarize(results, run_id)
+    if timing is not None:
+        records, _ = run_records(results, run_id)
+        summary.update(pass_times(records, timing["passes"], timing["run_start"]))
     for key in RUN_FIELDS:
         if key in run or key in (env or {}):
             summary[key] = run[key] if key in run else env[key]  # type: ignore[index]

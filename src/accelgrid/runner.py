@@ -5,6 +5,10 @@ runs pytest with pytest-xdist (so a crashing test only loses its worker, however
 crash) and pytest-timeout (thread method: survives C-level hangs), enforces the cell's
 time limit, and closes the results folder however the run ends.
 
+A cell on several devices runs a pass pinned per device and one that sees them all
+(:func:`passes`); where processes can share a device, at the same time, the second
+writing its own log, appended to the run's ``pytest.log`` once both ended.
+
 Each run has an id and holds the cell's lock (:func:`cell_lock`): a second run of the
 cell stops with one line instead of writing into the same folder. A run narrowed by its
 pytest arguments (:func:`selection`) writes ``results/<cell>/runs/<run-id>/`` and leaves
@@ -121,15 +125,29 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
 
 
 def _selects_paths(args: Sequence[str], root: Path) -> bool:
-    """Whether the user's pytest args name test paths themselves (then suites are not added)."""
-    return any(not a.startswith("-") and (root / a.split("::", 1)[0]).exists() for a in args)
+    """Whether the user's pytest args name test paths themselves (then suites are not
+    added); an option's value (``--deselect suites/x.py::t``) is not one."""
+    return len(_without_paths(args, root)) < len(args)
 
 
 MULTI_DEVICE_MARK = "multi_device"
 SEES_ACCELERATORS_MARK = "sees_accelerators"   # in a cpu cell: run where accelerators show
-# Passes that run only what an earlier pass left them (a file in the results folder).
+# Passes that run only what an earlier pass left them (a file in the results folder),
+# unless they run beside it: then they collect their tests themselves.
 LEFT_FOR = {contract.PASS_ALL_DEVICES: results.MULTI_DEVICE,
             contract.PASS_HOST_ACCELERATORS: results.HOST_ACCELERATORS}
+# Whether processes may use one device of this type at the same time: then the pass that
+# sees every device runs beside the pinned workers (its ranks share their GPUs) instead of
+# after them. CUDA and XPU GPUs are time-shared between processes; a CUDA GPU set to an
+# exclusive compute mode is not (ACCELGRID_SERIAL_PASSES=1 there). mps is one device.
+SHARED_BY_PROCESSES: dict[str, bool] = {"cuda": True, "xpu": True, "mps": False}
+# pytest options that read or write pytest's cache (.pytest_cache): two sessions at once
+# would lose each other's last-failed list, so a run using them keeps its passes serial.
+CACHE_OPTIONS = {
+    "--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first", "--sw",
+    "--stepwise", "--sw-skip", "--stepwise-skip", "--sw-reset", "--stepwise-reset",
+    "--lfnf", "--last-failed-no-failures", "--cache-show", "--cache-clear",
+}
 
 
 @dataclass(frozen=True)
@@ -143,6 +161,7 @@ class Pass:
     empty_ok: bool = False          # "no tests collected" is fine for this pass
     env: tuple[tuple[str, str], ...] = ()   # extra env for the whole pass
     title: str = "the cell's tests"  # what the pass runs, in the user's words
+    beside: bool = False            # runs at the same time as the pass before it
 
     @property
     def workers(self) -> int:
@@ -153,13 +172,14 @@ class Pass:
         return max(1, self.xdist.count("--tx"))
 
 
-def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = ()
-           ) -> list[Pass]:
+def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (),
+           serial: bool = False) -> list[Pass]:
     """How the cell's tests are spread. With several devices: one xdist worker pinned to
     each device (per-device ``--tx`` specs, so a replacement worker keeps its device),
-    then a pass with one worker that sees every device of the run for ``multi_device``
+    and a pass with one worker that sees every device of the run for ``multi_device``
     tests: the visibility variable lists them, so a chosen subset (``ACCELGRID_DEVICES``)
-    holds there too."""
+    holds there too. That pass runs beside the pinned one where the device can be shared
+    by processes (:data:`SHARED_BY_PROCESSES`), unless ``serial``; else after it."""
     var = detect.VISIBILITY_VAR.get(cell.device)
     if var and len(device_ids) == 1 and workers is None:
         # One device (or a one-device subset): pin it, so nothing else on the host is seen
@@ -172,19 +192,24 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         specs: list[str] = ["--dist", "worksteal"]  # --tx specs are ignored without --dist
         # Each worker gets its share of the CPU (unless the user chose): N workers each
         # running torch's one-thread-per-core pools oversubscribe the host.
-        threads = "" if os.environ.get("OMP_NUM_THREADS") else (
-            f"//env:OMP_NUM_THREADS={max(1, (os.cpu_count() or 1) // len(device_ids))}")
+        share = () if os.environ.get("OMP_NUM_THREADS") else (
+            ("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(device_ids)))),)
+        threads = "".join(f"//env:{k}={v}" for k, v in share)
         for dev in device_ids:
             specs += ["--tx", f"popen//env:{var}={dev}//env:{contract.DEVICE_INDEX}={dev}"
                               + threads]
+        beside = not serial and SHARED_BY_PROCESSES.get(cell.device, False)
         return [
             Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}"),
                  title="the cell's tests, one worker pinned to each device"),
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True,
+                 # Beside the pinned workers: no more than a worker's share of the CPU.
                  env=((var, ",".join(device_ids)),
-                      (contract.DEVICE_INDEX, ",".join(device_ids))),
-                 title=f"the tests that use every device at once ({MULTI_DEVICE_MARK})"),
+                      (contract.DEVICE_INDEX, ",".join(device_ids)),
+                      *(share if beside else ())),
+                 title=f"the tests that use every device at once ({MULTI_DEVICE_MARK})",
+                 beside=beside),
         ]
     if cell.device == "cpu":
         return cpu_passes(cell, workers)
@@ -211,9 +236,12 @@ def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = 
                    run_pass: Pass | None = None) -> list[str]:
     paths = [] if root is not None and _selects_paths(args, root) else list(cell.suite_paths)
     run_pass = run_pass or passes(cell, workers)[0]
+    select, args = _with_markers(run_pass.select, args)
     return [
         python, "-m", "pytest", *paths,
-        *run_pass.xdist, *run_pass.select,
+        *run_pass.xdist, *select,
+        # Beside another pass: leave pytest's cache to it (both would write last-failed).
+        *(("-p", "no:cacheprovider") if run_pass.beside else ()),
         # Dead workers no test explains (one dying at start, again and again) end the run
         # after this many; each test that kills its worker raises it (RestartBudget).
         f"--max-worker-restart={4 * run_pass.workers}",
@@ -222,6 +250,55 @@ def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = 
         "-o", f"junit_suite_name={cell.name}",
         "-rA", *args,
     ]
+
+
+def _markers_of(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The user's ``-m`` expression (pytest keeps the last) and the args without any."""
+    expr: str | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "-m" and i < len(args):
+            expr = args[i]
+            i += 1
+        elif arg.startswith("-m") and not arg.startswith("--") and len(arg) > 2:
+            expr = arg[2:].removeprefix("=")   # -mEXPR, -m=EXPR
+        else:
+            rest.append(arg)
+    return expr, rest
+
+
+def _with_markers(select: Sequence[str], args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A pass's marker selection joined with the user's ``-m`` (pytest takes only the last
+    ``-m``: the user's would undo the pass's split, and run multi-device tests in pinned
+    workers and every test in the all-devices pass)."""
+    user, rest = _markers_of(args)
+    if user is None:
+        return list(select), list(args)
+    if len(select) == 2 and select[0] == "-m":
+        return ["-m", f"({select[1]}) and ({user})"], rest
+    return [*select, "-m", user], rest
+
+
+def _without_paths(args: Sequence[str], root: Path) -> list[str]:
+    """``args`` without the test paths they name (options keep their values, even values
+    that are paths: ``--deselect suites/x.py::t``)."""
+    out: list[str] = []
+    takes_value = False
+    for arg in args:
+        if takes_value:
+            out.append(arg)
+            takes_value = False
+            continue
+        if arg.startswith("-"):
+            out.append(arg)
+            takes_value = "=" not in arg and (arg in _SELECTING_WITH_VALUE
+                                              or arg in _NEUTRAL_WITH_VALUE)
+        elif not (root / arg.split("::", 1)[0]).exists():
+            out.append(arg)
+    return out
 
 
 # pytest options that change how a run reports, not which tests run nor how far it gets.
@@ -322,6 +399,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     problem = detect.resolve_hardware(cell).problem
     if problem:
         raise AccelgridError(problem)
+    run_start = time.time()
     run_id = uuid.uuid4().hex
     chosen = selection(pytest_args)
     with cell_lock(cell_folder, cell.name, run_id) as lock_fd:
@@ -342,71 +420,145 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
                   f"{results.safe_text(' '.join(chosen))}): results in {folder}; "
                   f"the cell's full run stays in {cell_folder}", flush=True)
         return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
-                           run, () if lock_fd is None else (lock_fd,))
+                           run, () if lock_fd is None else (lock_fd,), run_start)
+
+
+def serial_reason(env: dict[str, str], pytest_args: Sequence[str]) -> str | None:
+    """Why this run's passes must run one after another (even where the device could be
+    shared), or None."""
+    if env.get(contract.SERIAL_PASSES, "") not in ("", "0"):
+        return f"{contract.SERIAL_PASSES}={env[contract.SERIAL_PASSES]}"
+    used = sorted({a.partition("=")[0] for a in pytest_args} & CACHE_OPTIONS)
+    if used:
+        return f"{' '.join(used)} uses pytest's cache"
+    return None
+
+
+def _stages(plan: list[Pass]) -> list[list[Pass]]:
+    """The plan as stages run one after another: a pass and the passes beside it."""
+    stages: list[list[Pass]] = []
+    for run_pass in plan:
+        if run_pass.beside and stages:
+            stages[-1].append(run_pass)
+        else:
+            stages.append([run_pass])
+    return stages
+
+
+def _pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[str]
+               ) -> list[str] | None:
+    """The pytest args of ``run_pass``; None when it has nothing to run."""
+    if run_pass.name not in LEFT_FOR or run_pass.beside:
+        # A pass beside another collects its own tests (its marker, the user's selection
+        # with its paths and node ids): the list the other would leave is not there yet.
+        return list(pytest_args)
+    # Only what the first pass left for us: no re-collecting every suite.
+    left, err = results.read_json(folder / LEFT_FOR[run_pass.name])
+    if err or not isinstance(left, list):
+        # No list: host-accelerators had no test asking for them; all-devices collects.
+        return None if run_pass.name == contract.PASS_HOST_ACCELERATORS else list(pytest_args)
+    if not left:
+        return None
+    return [*left, *_without_paths(pytest_args, root)]
 
 
 def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str, str],
                 pytest_args: Sequence[str], workers: int | None, limit_s: float | None,
-                run: dict[str, object], keep_fds: tuple[int, ...]) -> int:
+                run: dict[str, object], keep_fds: tuple[int, ...],
+                run_start: float | None = None) -> int:
+    run_start = time.time() if run_start is None else run_start
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
     deadline = time.monotonic() + limit
     ids = detect.device_ids(cell.device, env) if workers is None else []
-    plan = passes(cell, workers, ids)
+    serial = serial_reason(env, pytest_args)
+    plan = passes(cell, workers, ids, serial=serial is not None)
     if plan[0].name == contract.PASS_PINNED:
+        beside = any(p.beside for p in plan)
         print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices ({', '.join(ids)}): "
-              "one pinned worker each, then multi-device tests", flush=True)
+              "one pinned worker each, "
+              + ("multi-device tests beside them" if beside else
+                 "then multi-device tests" + (f" ({serial})" if serial else "")), flush=True)
     stop_reason: list[str] = []
     rc = 0
     watch = progress.Progress(cell.name, folder)
     log = folder / results.PYTEST_LOG
-    for run_pass in plan:
-        args = list(pytest_args)
-        if run_pass.name in LEFT_FOR:
-            # Only what the first pass left for us: no re-collecting every suite.
-            left, err = results.read_json(folder / LEFT_FOR[run_pass.name])
-            if (err or not isinstance(left, list)) and \
-                    run_pass.name == contract.PASS_HOST_ACCELERATORS:
-                continue   # no test asked for the host's accelerators
-            if not err and isinstance(left, list):
-                if not left:
-                    continue
-                args = [*left, *(a for a in pytest_args
-                                 if a.startswith("-") or not (root / a.split("::")[0]).exists())]
-        cmd = pytest_command(cell, python, folder, args, workers, root, run_pass)
+    timed: list[dict[str, object]] = []
+    for stage in _stages(plan):
+        jobs: list[tuple[Pass, list[str]]] = []
+        for run_pass in stage:
+            args = _pass_args(run_pass, folder, root, pytest_args)
+            if args is not None:
+                jobs.append((run_pass, pytest_command(cell, python, folder, args, workers,
+                                                      root, run_pass)))
+        if not jobs:
+            continue
         left = deadline - time.monotonic()
-        n = run_pass.workers
-        print(f"accelgrid: {cell.name}: running {run_pass.title} ({n} worker"
-              f"{'s' if n > 1 else ''}, time limit {progress.elapsed(left)}); pytest's "
-              f"output goes to {progress.shown_path(log)}", flush=True)
-        pass_env = {**env, **dict(run_pass.env), contract.PASS: run_pass.name}
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
-                     f"{results.safe_text(' '.join(cmd))}\n")
-        pass_rc = _run_pytest(cmd, root, pass_env, left, stop_reason, keep_fds, log=log,
-                              tick=watch.poll)
-        if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
-            pass_rc = 0
-        if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, no tests
-            print(f"accelgrid: {cell.name}: pytest exited with {pass_rc} "
-                  f"({PYTEST_TROUBLE[pass_rc]}); the end of its output:", file=sys.stderr,
-                  flush=True)
-            for line in progress.log_tail(log):
-                print(f"    {line}", file=sys.stderr, flush=True)
-        rc = rc or pass_rc
+        logs = [log if i == 0 else folder / f"pytest-{run_pass.name}.log"
+                for i, (run_pass, _) in enumerate(jobs)]
+        for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True):
+            n = run_pass.workers
+            print(f"accelgrid: {cell.name}: running {run_pass.title} ({n} worker"
+                  f"{'s' if n > 1 else ''}, time limit {progress.elapsed(left)})"
+                  + _beside_note(run_pass, jobs[0][0]) + "; pytest's output goes to "
+                  f"{progress.shown_path(log)}", flush=True)
+            with open(pass_log, "a", encoding="utf-8") as fh:
+                fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
+                         f"{results.safe_text(' '.join(cmd))}\n")
+        ended = _run_pytests(
+            [(cmd, {**env, **dict(run_pass.env), contract.PASS: run_pass.name}, pass_log)
+             for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True)],
+            root, left, stop_reason, keep_fds, tick=watch.poll)
+        _append_logs(log, logs[1:])
+        # (a pass the run was stopped before starting has no entry)
+        for (run_pass, _), (pass_rc, start, end) in zip(jobs, ended, strict=False):
+            if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
+                pass_rc = 0
+            if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, none
+                print(f"accelgrid: {cell.name}: pytest exited with {pass_rc} "
+                      f"({PYTEST_TROUBLE[pass_rc]}) in {run_pass.title}; the end of its "
+                      "output:", file=sys.stderr, flush=True)
+                for line in progress.log_tail(log):
+                    print(f"    {line}", file=sys.stderr, flush=True)
+            rc = rc or pass_rc
+            timed.append({"name": run_pass.name, "workers": run_pass.workers, "rc": pass_rc,
+                          "beside": jobs[0][0].name if run_pass.beside else None,
+                          "start": start, "end": end})
         if stop_reason:
             break
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
-    summary = results.finalize(folder, reason, run)
+    summary = results.finalize(folder, reason, run,
+                               timing={"passes": timed, "run_start": run_start})
     if ops_pages.write_cell(folder) is not None:
         print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
     watch.poll(final=True)   # suites whose last tests finalize marked
     records = results.last_outcomes(results.run_records(folder, str(run["run_id"]))[0])
     for line in progress.summary_lines(summary, records, folder, log):
         print(f"accelgrid: {cell.name}: {line}", flush=True)
+    print_timing(cell.name, summary)
     if stop_reason:
         print(f"accelgrid: {cell.name}: {reason}", file=sys.stderr, flush=True)
         return rc if rc > 0 else 128 + (-rc if rc < 0 else 15)
     return rc
+
+
+def _beside_note(run_pass: Pass, front: Pass) -> str:
+    return (f", at the same time as {front.title}" if run_pass.beside else "")
+
+
+def print_timing(cell: str, summary: dict[str, object]) -> None:
+    """One line: the run's wall time and each pass's, with its workers' start-up (pass
+    start to their first test), as summary.json records them."""
+    parts = []
+    for p in summary.get("passes") or []:  # type: ignore[union-attr]
+        first = sorted((p.get("workers_first_test_s") or {}).values())
+        start_up = (f", first test at {first[0]:.1f} s" if len(first) == 1 else
+                    f", first tests at {first[0]:.1f}-{first[-1]:.1f} s" if first else "")
+        parts.append(f"{p['name']} {p['wall_s']:.1f} s"
+                     + (f" beside {p['beside']}" if p.get("beside") else "")
+                     + f" ({p['workers']} worker{'s' if p['workers'] != 1 else ''}{start_up})")
+    if parts:
+        print(f"accelgrid: {cell}: wall {summary['wall_s']:.1f} s: " + "; ".join(parts),
+              flush=True)
 
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
@@ -418,51 +570,94 @@ PYTEST_TROUBLE = {2: "interrupted", 3: "internal error", 4: "usage error",
 TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 
-def _run_pytest(cmd: list[str], root: Path, env: dict[str, str], limit: float,
-                stop_reason: list[str], keep_fds: tuple[int, ...] = (),
-                log: Path | None = None, tick: Callable[[], None] | None = None) -> int:
-    # Own process group (the cell limit and signals reach every xdist worker and what the
-    # tests start), no terminal input (a background group reading it would be stopped),
-    # killed by the kernel if this process dies, and a guard in that group (lifetime).
+def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
+                 limit: float, stop_reason: list[str], keep_fds: tuple[int, ...] = (),
+                 tick: Callable[[], None] | None = None) -> list[tuple[int, float, float]]:
+    """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
+    output goes to its log file (a file, not a pipe: kept even when this process dies
+    first), ``tick`` runs about every :data:`TICK_S` while they run. Returns (exit code,
+    start, end) per started job, epoch seconds."""
+    # Each in its own process group (the cell limit and signals reach every xdist worker
+    # and what the tests start), no terminal input (a background group reading it would
+    # be stopped), killed by the kernel if this process dies, and a guard in that group
+    # (lifetime).
     posix = os.name == "posix"
-    extra: dict[str, object] = {}
-    if posix:
-        extra = {"process_group": 0, "preexec_fn": lifetime.death_signal_preexec(),
-                 "pass_fds": keep_fds}
-    # pytest's output goes to the log (appended to by each pass), whole: a file, not a
-    # pipe, so it is kept even when this process dies first.
-    with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT if out else None,
-                                **extra)
-    guard = _start_guard(proc.pid) if posix else None
+    procs: list[subprocess.Popen] = []
+    guards: list[subprocess.Popen | None] = []
+    starts: list[float] = []
 
     def _forward(signum: int, _frame: object) -> None:
         stop_reason.append(f"interrupted by {signal.Signals(signum).name}")
-        _terminate(proc)
+        _terminate(*procs)
 
     old = {s: signal.signal(s, _forward) for s in FORWARDED_SIGNALS}
-    end = time.monotonic() + max(limit, 1.0)
     try:
-        while True:
-            try:
-                rc = proc.wait(timeout=max(0.0, min(TICK_S, end - time.monotonic())))
+        for cmd, env, log in jobs:
+            if stop_reason:
                 break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= end:
-                    stop_reason.append(f"cell time limit of {limit:.0f} s reached")
-                    _terminate(proc)
-                    rc = EXIT_CELL_TIMEOUT
-                    break
-                if tick is not None:
-                    tick()
+            extra: dict[str, object] = {}
+            if posix:
+                extra = {"process_group": 0, "preexec_fn": lifetime.death_signal_preexec(),
+                         "pass_fds": keep_fds}
+            starts.append(time.time())
+            with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
+                proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=subprocess.STDOUT if out else None,
+                                        **extra)
+            procs.append(proc)
+            guards.append(_start_guard(proc.pid) if posix else None)
+        ends = _wait_all(procs, time.monotonic() + max(limit, 1.0), limit, stop_reason, tick)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        _end_guard(guard)  # whatever the pass left in its group goes with it
-    if rc < 0:
-        stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
-    return rc
+        for guard in guards:
+            _end_guard(guard)  # whatever a pass left in its group goes with it
+    out = []
+    for proc, start, end in zip(procs, starts, ends, strict=True):
+        rc = EXIT_CELL_TIMEOUT if proc.returncode is None else proc.returncode
+        if end[1]:
+            rc = EXIT_CELL_TIMEOUT
+        elif rc < 0:
+            stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
+        out.append((rc, start, end[0]))
+    return out
+
+
+def _wait_all(procs: list[subprocess.Popen], deadline: float, limit: float,
+              stop_reason: list[str], tick: Callable[[], None] | None = None
+              ) -> list[tuple[float, bool]]:
+    """Wait for every process; (end time, whether the cell limit ended it) for each."""
+    ends: dict[int, tuple[float, bool]] = {}
+    last_tick = time.monotonic()
+    while len(ends) < len(procs):
+        for i, proc in enumerate(procs):
+            if i not in ends and proc.poll() is not None:
+                ends[i] = (time.time(), False)
+        if len(ends) == len(procs):
+            break
+        if time.monotonic() >= deadline:
+            stop_reason.append(f"cell time limit of {limit:.0f} s reached")
+            running = [i for i in range(len(procs)) if i not in ends]
+            _terminate(*(procs[i] for i in running))
+            for i in running:
+                ends[i] = (time.time(), True)
+            break
+        if tick is not None and time.monotonic() - last_tick >= TICK_S:
+            tick()
+            last_tick = time.monotonic()
+        time.sleep(0.05)
+    return [ends[i] for i in range(len(procs))]
+
+
+def _append_logs(log: Path, others: Sequence[Path]) -> None:
+    """A pass that ran beside another wrote its own log (two writers would mix their
+    lines): appended whole to the run's log once both ended, then removed."""
+    for other in others:
+        if not other.exists():
+            continue
+        with open(log, "ab") as out, open(other, "rb") as src:
+            out.write(src.read())
+        other.unlink()
 
 
 def _start_guard(pgid: int) -> subprocess.Popen | None:
@@ -498,18 +693,21 @@ def _end_guard(guard: subprocess.Popen | None) -> None:
         guard.wait()
 
 
-def _terminate(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+def _terminate(*procs: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to each process's group, then SIGKILL to the groups whose leader is still
+    there after ``grace`` seconds (passes beside each other stop together)."""
+    alive = []
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            alive.append(proc)
+        except ProcessLookupError:
+            continue
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return
+    while time.monotonic() < deadline and any(p.poll() is None for p in alive):
         time.sleep(0.1)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    for proc in alive:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
