@@ -514,9 +514,10 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
             if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
                 pass_rc = 0
             if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, none
+                which = f" in {run_pass.title}" if len(jobs) > 1 else ""
                 print(f"accelgrid: {cell.name}: pytest exited with {pass_rc} "
-                      f"({PYTEST_TROUBLE[pass_rc]}) in {run_pass.title}; the end of its "
-                      "output:", file=sys.stderr, flush=True)
+                      f"({PYTEST_TROUBLE[pass_rc]}){which}; the end of its output:",
+                      file=sys.stderr, flush=True)
                 for line in progress.log_tail(log):
                     print(f"    {line}", file=sys.stderr, flush=True)
             rc = rc or pass_rc
