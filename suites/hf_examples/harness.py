@@ -1,4 +1,8 @@
-"""Running a :class:`~workloads.Workload` through ``transformers.Trainer`` on one device.
+"""Running a :class:`~workloads.Workload` through ``transformers.Trainer`` on one device,
+and the probes the comparisons with the CPU reference use: one forward/backward
+(:func:`first_step`, :func:`reference_step`) and a few steps on a fixed batch the way
+Trainer takes them (:func:`train_steps`, :func:`parity_reference`); the comparisons
+themselves are :mod:`parity`'s.
 
 Kept apart from the tests so other suites (op coverage) can train a workload outside
 pytest: ``make_trainer(WORKLOADS["translation"](), "xpu", out_dir).train()``.
@@ -242,6 +246,8 @@ def train_steps(
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
     before = {n: p.detach().to("cpu", copy=True) for n, p in named}
+    # torch.optim.AdamW and clip_grad_norm_ are looked up at call time, so a test can plant
+    # a faulty one (test_parity_checks.py).
     opt = torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0, **adamw_flags(impl))
     inputs = to_device(batch, device)
     losses, norms, exact, kept = [], [], [], []
@@ -257,7 +263,6 @@ def train_steps(
                 torch.cat([g.double().flatten() for g in grads.values()]))))
             if keep_grads:
                 kept.append(grads)
-            # Looked up at call time, so a test can plant a faulty clip.
             norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM,
                                                   foreach=CLIP_FOREACH[impl])
             norms.append(float(norm))

@@ -36,6 +36,7 @@ from . import harness, parity
 from .workloads import MissingModelClass
 
 TESTED_IMPL = "fused"
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 # The former gradient tolerance: atol = this x the model's largest reference gradient.
 FORMER_MODEL_SCALE = 1e-3
 

@@ -193,6 +193,7 @@ PARITY_CASES = [
 ]
 
 
+@pytest.mark.usefixtures("one_intra_op_thread")
 @pytest.mark.parametrize(("name", "impl"), PARITY_CASES)
 def test_workload_parity(name: str, impl: str, device: str) -> None:
     """``parity.STEPS`` AdamW steps (``impl``) on one fixed batch on the device against the
