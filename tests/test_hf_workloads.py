@@ -1,9 +1,12 @@
 """suites/hf_examples against the seed's ops x examples table.
 
 Fast tests need only torch (the dev venv): the seed-coverage report
-(suites/hf_examples/seed_coverage.py) on made-up capture records, and the AdamW
+(suites/hf_examples/seed_coverage.py) on made-up capture records, the AdamW
 implementation helpers (suites/hf_examples/optimizers.py) that the workload tests use to
-compare an accelerator's AdamW with the CPU for-loop one, run here CPU against CPU.
+compare an accelerator's AdamW with the CPU for-loop one, run here CPU against CPU, and
+the tolerance arithmetic of the parity checks (suites/hf_examples/parity.py) on made-up
+gradients and runs (the real workloads with planted faults are the cell's
+suites/hf_examples/test_parity_checks.py).
 The slow test runs the workload tests in the real cpu-2.13-op-capture cell and checks
 that every op of the seed's table was captured, and by the workloads meant to hit it.
 """
@@ -189,6 +192,103 @@ def test_impl_of_reads_the_flags_back_through_wrappers() -> None:
         optimizers.adamw_flags("apex")
 
 
+# --------------------------------------------------------------------------- parity
+
+from suites.hf_examples import parity  # noqa: E402  (imports torch)
+
+
+def gradients() -> tuple[dict, dict]:
+    """Reference gradients of a made-up model, and each tensor's measured fp32 noise: a
+    large tensor, a real but tiny one (1e-4 of the largest), and one that is zero in exact
+    arithmetic (all noise, but noise from large cancelling terms)."""
+    gen = torch.Generator().manual_seed(0)
+    ref = {"big": torch.randn(64, generator=gen),
+           "tiny": torch.randn(16, generator=gen) * 1e-4,
+           "cancelled": torch.randn(4, generator=gen) * 1e-5}
+    noise = {"big": 1e-7, "tiny": 1e-11, "cancelled": 1e-5}
+    return ref, noise
+
+
+def test_gradient_tolerance_is_per_tensor_with_a_measured_noise_floor() -> None:
+    ref, noise = gradients()
+    gen = torch.Generator().manual_seed(1)
+    # Another device: each tensor off by a few times its noise, the all-noise one by
+    # entirely different noise.
+    got = {n: g + 3 * noise[n] * torch.randn(g.shape, generator=gen) for n, g in ref.items()}
+    got["cancelled"] = torch.randn(4, generator=gen) * 1e-5
+    assert parity.grad_problems(got, ref, noise) == []
+
+    tiny_zeroed = {**got, "tiny": torch.zeros(16)}
+    problems = parity.grad_problems(tiny_zeroed, ref, noise)
+    assert [p.split(":")[0] for p in problems] == ["gradient of tiny"]
+    # The former tolerance, 1e-3 x the model's largest gradient, let that pass.
+    assert float(ref["tiny"].abs().max()) < 1e-3 * float(ref["big"].abs().max())
+    # A gradient that is only noise may come back as zeros.
+    assert parity.grad_problems({**got, "cancelled": torch.zeros(4)}, ref, noise) == []
+    assert parity.grad_problems({"big": got["big"]}, ref, noise)[0].startswith(
+        "gradients differ in which parameters get them")
+
+
+def test_the_model_wide_floor_stands_in_where_the_cpu_happened_to_be_exact() -> None:
+    ref, noise = gradients()
+    floors = parity.noise_floors({**noise, "big": 0.0}, ref)
+    top = float(ref["big"].abs().max())
+    assert floors["big"] == parity.NOISE_FLOOR * top
+    assert floors["cancelled"] == parity.NOISE_FACTOR * noise["cancelled"]
+
+
+LR = 1e-3
+
+
+def trace(updates: dict, grads: dict, *, losses=(1.0, 0.9, 0.8, 0.7), norms=(1.0, 1.0, 1.0),
+          exact=None) -> parity.Trace:
+    before = {n: torch.zeros_like(u) for n, u in updates.items()}
+    steps = len(norms)
+    return parity.Trace(list(losses), list(norms), list(exact or norms), before,
+                        {n: before[n] + u for n, u in updates.items()}, LR, [grads] * steps)
+
+
+def test_updates_agree_up_to_drift_and_noise_steps_may_go_either_way() -> None:
+    ref_grads, noise = gradients()
+    unit = 3 * LR
+    ref_updates = {n: -unit * g.sign() for n, g in ref_grads.items()}
+    ref = trace(ref_updates, ref_grads)
+    drifted = {n: u * (1 - parity.UPDATE_ATOL / 2) for n, u in ref_updates.items()}
+    drifted["cancelled"] = -ref_updates["cancelled"]  # noise: the other sign, a whole step
+    assert parity.parity_problems(trace(drifted, {}), ref, noise) == []
+
+    skipped = {n: u * 2 / 3 for n, u in ref_updates.items()}  # one step of three lost
+    problems = parity.parity_problems(trace(skipped, {}), ref, noise)
+    assert [p.split(":")[0] for p in problems] == ["parameter big", "parameter tiny"]
+
+    zeroed = {**drifted, "tiny": torch.zeros(16)}
+    problems = parity.parity_problems(trace(zeroed, {}), ref, noise)
+    assert [p.split(":")[0] for p in problems] == ["parameter tiny"]
+
+    without_grads = ref._replace(grads=[])
+    with pytest.raises(AssertionError, match="must keep its gradients"):
+        parity.parity_problems(trace(drifted, {}), without_grads, noise)
+
+
+def test_losses_and_gradient_norms_per_step() -> None:
+    ref_grads, noise = gradients()
+    updates = {n: torch.zeros_like(g) for n, g in ref_grads.items()}
+    ref = trace(updates, ref_grads)
+    flat = trace(updates, {}, losses=(1.0, 1.0, 1.0, 1.0))
+    assert parity.parity_problems(flat, ref, noise) == [
+        "loss after step 1: 1 vs reference 0.9", "loss after step 2: 1 vs reference 0.8",
+        "loss after step 3: 1 vs reference 0.7",
+        "loss did not go down in 3 steps: [1.0, 1.0, 1.0, 1.0]"]
+    # a clip that left a tensor out: its norm is not the gradients' norm, nor the reference's
+    short = trace(updates, {}, norms=(0.9, 1.0, 1.0), exact=(1.0, 1.0, 1.0))
+    assert parity.parity_problems(short, ref, noise) == [
+        "step 1: gradient norm 0.9, but the gradients' norm is 1",
+        "step 1: gradient norm 0.9 vs reference 1"]
+    close = trace(updates, {}, norms=(1 + parity.NORM_RTOL / 2, 1.0, 1.0),
+                  exact=(1 + parity.NORM_RTOL / 2, 1.0, 1.0))
+    assert parity.parity_problems(close, ref, noise) == []
+
+
 # --------------------------------------------------------------------------- the real cell
 
 SEED_OPS_BY_VARIANT = {
@@ -217,6 +317,10 @@ def test_cpu_op_capture_cell_captures_every_seed_op(tmp_path: Path) -> None:
     by_op = {r["base_op"]: r for r in rows}
     assert {"image-pretraining", "instance-segmentation"} <= set(by_op["roll"]["workloads"])
     assert by_op["silu"]["workloads"] == ["translation"]
+    # The optimizer dimension, without test_workload_parity: every parity case also runs
+    # the for-loop reference, on the CPU, which is this cell's device.
+    records = [r for r in records if "::test_workload_parity[" not in r["nodeid"]]
+    by_op = {r["base_op"]: r for r in seed_coverage.coverage(seed_coverage.load_seed(), records)}
     for suffix, ops in SEED_OPS_BY_VARIANT.items():
         for op in ops:
             assert by_op[op]["workloads"], op

@@ -1,8 +1,10 @@
-"""Suite-local fixtures: the transformers source checkout for the real example scripts."""
+"""Suite-local fixtures: the transformers source checkout for the real example scripts;
+one intra-op thread for the parity runs."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,17 @@ def transformers_src() -> Path:
     if src is None:
         not_run(how)
     return src
+
+
+@pytest.fixture
+def one_intra_op_thread() -> Iterator[None]:
+    """Torch on one intra-op thread for the test (restored after). The parity runs' models
+    are tiny (hidden 32, batch 2), so threads gain nothing, and on a busy host each
+    parallel region waits for its slowest thread: three DETR parity runs took 0.17 s of
+    CPU on one thread and 2.3-3.8 s on two (2 cores, load 14)."""
+    import torch  # here, not at import: xdist's controller collects without torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

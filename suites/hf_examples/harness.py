@@ -1,4 +1,8 @@
-"""Running a :class:`~workloads.Workload` through ``transformers.Trainer`` on one device.
+"""Running a :class:`~workloads.Workload` through ``transformers.Trainer`` on one device,
+and the probes the comparisons with the CPU reference use: one forward/backward
+(:func:`first_step`, :func:`reference_step`) and a few steps on a fixed batch the way
+Trainer takes them (:func:`train_steps`, :func:`parity_reference`); the comparisons
+themselves are :mod:`parity`'s.
 
 Kept apart from the tests so other suites (op coverage) can train a workload outside
 pytest: ``make_trainer(WORKLOADS["translation"](), "xpu", out_dir).train()``.
@@ -9,6 +13,8 @@ never by version numbers.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import inspect
 import math
 from collections.abc import Iterator, Mapping
@@ -19,14 +25,15 @@ import torch
 
 from accelgrid.backends import dispatch
 
-from .optimizers import adamw_flags
-from .workloads import BATCH_SIZE, Workload
+from . import parity
+from .optimizers import CLIP_FOREACH, REFERENCE_IMPL, adamw_flags
+from .workloads import BATCH_SIZE, WORKLOADS, Workload
 
 MAX_STEPS = 3
 # Larger than the examples' 5e-5 so three steps visibly move every trained tensor.
 LEARNING_RATE = 1e-3
-# Absolute floor for gradient comparisons (see assert_grads_close).
-GRAD_ATOL_FLOOR = 1e-6
+# Trainer's gradient clipping (the examples' default), also in train_steps.
+MAX_GRAD_NORM = 1.0
 # Keys that are targets or loss switches, not model inputs, for plain forward passes.
 NON_INPUT_KEYS = ("return_loss",)
 
@@ -49,7 +56,7 @@ def training_arguments(
         per_device_train_batch_size=BATCH_SIZE,
         per_device_eval_batch_size=BATCH_SIZE,
         learning_rate=LEARNING_RATE,
-        max_grad_norm=1.0,
+        max_grad_norm=MAX_GRAD_NORM,
         # Exercises the device's memory_allocated / max_memory_allocated /
         # reset_peak_memory_stats (pytorch/pytorch#127929).
         skip_memory_metrics=False,
@@ -186,6 +193,100 @@ def first_step(
     return loss.detach().cpu(), grads
 
 
+def to_dtype(obj: Any, dtype: torch.dtype) -> Any:
+    """Floating tensors nested in dicts/lists/tuples cast to ``dtype``; others as they are."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, Mapping):
+        return {k: to_dtype(v, dtype) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_dtype(v, dtype) for v in obj)
+    return obj
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def reference_step(
+    model: torch.nn.Module, batch: dict[str, Any], **probe: bool,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
+    """The CPU fp32 reference of :func:`first_step` (on a copy of ``model``), and its noise:
+    per tensor, the largest difference between those gradients and the same step's in
+    float64 (what :mod:`parity` scales its tolerances by). The float64 step runs with
+    float64 as the default dtype, so tensors a model or its loss makes on the fly (DETR's
+    class weights) match."""
+    loss, grads = first_step(copy.deepcopy(model), batch, "cpu", **probe)
+    with default_dtype(torch.float64):
+        _, exact = first_step(copy.deepcopy(model).double(), to_dtype(batch, torch.float64),
+                              "cpu", **probe)
+    noise = {name: float((g.double() - exact[name]).abs().max()) if g.numel() else 0.0
+             for name, g in grads.items()}
+    return loss, grads, noise
+
+
+def train_steps(
+    model: torch.nn.Module, batch: dict[str, Any], device: str, impl: str, steps: int, *,
+    keep_grads: bool = False,
+) -> parity.Trace:
+    """``steps`` AdamW steps of ``model`` (moved to ``device``) on one fixed ``batch``, as
+    Trainer takes them: gradients clipped to MAX_GRAD_NORM (clip_grad_norm_, multi-tensor
+    or not as :data:`optimizers.CLIP_FOREACH` pairs with ``impl``), then AdamW with ``impl``,
+    LEARNING_RATE, Trainer's betas/eps (torch's) and weight decay (0). Eval mode, as
+    :func:`first_step`, so dropout does not differ between runs. ``keep_grads`` keeps each
+    step's gradients (the reference run's set the update tolerance)."""
+    dispatch("manual_seed", device, 0)
+    model = model.to(device).eval()
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    before = {n: p.detach().to("cpu", copy=True) for n, p in named}
+    # torch.optim.AdamW and clip_grad_norm_ are looked up at call time, so a test can plant
+    # a faulty one (test_parity_checks.py).
+    opt = torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0, **adamw_flags(impl))
+    inputs = to_device(batch, device)
+    losses, norms, exact, kept = [], [], [], []
+    with strict_fp32():
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            loss = model(**inputs).loss
+            loss.backward()
+            losses.append(float(loss.detach()))
+            grads = {n: p.grad.detach().to("cpu", copy=True)
+                     for n, p in named if p.grad is not None}
+            exact.append(float(torch.linalg.vector_norm(
+                torch.cat([g.double().flatten() for g in grads.values()]))))
+            if keep_grads:
+                kept.append(grads)
+            norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM,
+                                                  foreach=CLIP_FOREACH[impl])
+            norms.append(float(norm))
+            opt.step()
+        with torch.no_grad():
+            losses.append(float(model(**inputs).loss))
+    after = {n: p.detach().to("cpu", copy=True) for n, p in named}
+    return parity.Trace(losses, norms, exact, before, after, LEARNING_RATE, kept)
+
+
+@functools.cache
+def parity_reference(name: str) -> tuple[Workload, dict[str, float], parity.Trace]:
+    """The workload ``name``, its first-step gradient noise (:func:`reference_step`) and
+    its reference run: ``parity.STEPS`` steps on the CPU in fp32 with the for-loop AdamW,
+    gradients kept. Once per process: the same for every implementation under test (a
+    fixed batch, deterministic on the CPU). Callers train copies of the model."""
+    workload = WORKLOADS[name]()
+    batch = first_batch(workload)
+    _, _, noise = reference_step(workload.model, batch)
+    ref = train_steps(copy.deepcopy(workload.model), batch, "cpu", REFERENCE_IMPL,
+                      parity.STEPS, keep_grads=True)
+    return workload, noise, ref
+
+
 def enable_checkpointing(model: Any) -> None:
     """Reentrant activation checkpointing, under the 5.x name or the 4.x one."""
     reentrant = {"use_reentrant": True}
@@ -217,26 +318,6 @@ def graph_has(tensor: torch.Tensor, node_name: str) -> bool:
         seen.add(fn)
         todo.extend(f for f, _ in fn.next_functions)
     return False
-
-
-def assert_grads_close(
-    got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], *, rtol: float, scale: float,
-) -> None:
-    """Compare gradient dicts. atol is ``scale`` times the largest reference gradient in
-    the whole model: gradients that are zero in exact arithmetic (key biases before a
-    softmax, a multiple-choice bias) or tiny next to the loss's main terms (DETR's box
-    loss) carry only absolute reduction-order noise of that size, as seen on CUDA."""
-    assert got.keys() == ref.keys(), (
-        f"gradients differ in which parameters get them: only on device "
-        f"{sorted(got.keys() - ref.keys())}, only on cpu {sorted(ref.keys() - got.keys())}"
-    )
-    # The floor covers models whose gradients are all tiny (RoBERTa multiple choice at
-    # init: largest 1.7e-4), where fp32 noise (~6e-8 seen) is no longer small beside them.
-    atol = max(scale * max(float(r.abs().max()) for r in ref.values()), GRAD_ATOL_FLOOR)
-    for name, r in ref.items():
-        torch.testing.assert_close(
-            got[name], r, rtol=rtol, atol=atol, msg=lambda m, n=name: f"grad of {n}: {m}"
-        )
 
 
 def flat_tensors(output: Any) -> list[torch.Tensor]:

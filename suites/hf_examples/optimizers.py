@@ -35,6 +35,11 @@ ADAMW_IMPLS: dict[str, dict[str, bool]] = {
 }
 # The reference the others are compared with: per-parameter plain tensor ops.
 REFERENCE_IMPL = "forloop"
+# clip_grad_norm_'s path in a run with each implementation: the multi-tensor one
+# (``_foreach_norm``, what Trainer gets on cuda/xpu) beside the multi-tensor optimizers,
+# the per-tensor one (``linalg_vector_norm``) beside the for-loop, so the implementation
+# dimension covers both norms.
+CLIP_FOREACH: dict[str, bool] = {"fused": True, "foreach": True, "forloop": False}
 
 # One AdamW update moves a parameter by about lr (1e-3 here); implementations differ
 # only in rounding (fused kernels, op order, FMA), a few fp32 ulps of the parameter.
