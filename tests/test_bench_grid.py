@@ -42,17 +42,25 @@ def test_tiny_run_reports_and_writes_bench_grid_json_and_md(
     assert "against a 60 s budget: met." in md
 
 
-def test_profile_lists_functions_without_the_machines_paths(
+def test_steps_and_profile_without_the_machines_paths(
         capsys: pytest.CaptureFixture[str]) -> None:
     report = bench_grid.run(2, 30, repeat=1, budget=60.0, out=None, profile=8)
+    assert [s["stage"].split(" (")[0] for s in report["stages"]] == [
+        "grid model", "baseline comparison", "grid.json", "grid.md", "grid.html",
+        "writing the three files", "of the model: reading the results folders"]
+    assert all(s["seconds"] > 0 and s["cpu"] >= 0 for s in report["stages"])
     assert len(report["profile"]) == 8
     shares = [p["share"] for p in report["profile"]]
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1
     for p in report["profile"]:
         assert not p["function"].startswith("/") and str(Path.home()) not in p["function"]
+        assert " at 0x" not in p["function"]
     assert any(p["function"].startswith("accelgrid/") for p in report["profile"])
-    assert "| function | calls |" in bench_grid.render_markdown(report)
-    assert report["profile"][0]["function"] in capsys.readouterr().out
+    md = bench_grid.render_markdown(report)
+    assert "| step | wall (s) | CPU (s) |" in md and "| function | calls |" in md
+    assert "| baseline comparison (report.compare.mark) |" in md
+    out = capsys.readouterr().out
+    assert report["profile"][0]["function"] in out and "grid.html (report." in out
 
 
 def test_over_budget_exits_1_and_empty_out_writes_nothing(

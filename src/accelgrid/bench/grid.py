@@ -8,7 +8,8 @@ baselines) and ``grid.write`` (grid.json, grid.md, grid.html), ``--repeat`` time
 and CPU time of each, with the load average (other work on the machine stretches wall
 times, hardly CPU times). Prints the figures and the size of each file, and writes
 ``bench-grid.json`` and ``bench-grid.md`` (the machine, the command, accelgrid's commit)
-to ``results/bench-grid/`` (``--out docs`` updates the committed figures). ``--profile``
+to ``results/bench-grid/`` (``--out docs`` updates the committed figures), with one more
+run timed step by step (model, baseline comparison, each renderer, writing). ``--profile``
 adds the functions one more run spends most time in (cProfile).
 """
 
@@ -155,19 +156,51 @@ def _where(filename: str, line: int, func: str) -> str:
     return f"{where.as_posix()}:{line}({func})"
 
 
+def _stages(artifacts: Path, baselines: Path, out: Path) -> list[dict[str, Any]]:
+    """One more build + write, step by step as :func:`accelgrid.report.build` and
+    :func:`~accelgrid.report.write` take them, each step timed (wall and CPU); and, apart,
+    how much of the model's step reading the results folders is."""
+    steps: list[dict[str, Any]] = []
+
+    def step(label: str, work: Any, *args: Any) -> Any:
+        w0, c0 = time.perf_counter(), time.process_time()
+        value = work(*args)
+        steps.append({"stage": label, "seconds": time.perf_counter() - w0,
+                      "cpu": time.process_time() - c0})
+        return value
+
+    gc.collect()
+    model = step("grid model (report.model.build)", grid.model.build, [artifacts])
+    step("baseline comparison (report.compare.mark)", baseline.mark, model, baselines)
+    texts = {k: step(f"grid.{k} (report.render_{name}.render)", module.render, model)
+             for k, name, module in (("json", "json", grid.render_json),
+                                     ("md", "markdown", grid.render_markdown),
+                                     ("html", "html", grid.render_html))}
+    out.mkdir(parents=True, exist_ok=True)
+    step("writing the three files", lambda: [(out / f"grid.{k}").write_text(t, encoding="utf-8")
+                                             for k, t in texts.items()])
+    model = texts = None
+    gc.collect()
+    folders, _ = results.discover([artifacts])
+    step("of the model: reading the results folders (results.read_cell)",
+         lambda: [results.read_cell(f) for f in folders])
+    return steps
+
+
 def _profile(artifacts: Path, baselines: Path, out: Path, top: int) -> list[dict[str, Any]]:
     """The ``top`` functions by own time in one more build + write under cProfile (which
-    slows calls down: the shares tell, not the seconds)."""
+    adds a cost to every call, C built-ins' too: call-heavy code looks bigger than it is)."""
     gc.collect()
     prof = cProfile.Profile()
     prof.enable()
     grid.write(grid.build([artifacts], baseline_dir=baselines), out)
     prof.disable()
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    total = sum(s[2] for s in stats.values()) or 1.0
-    rows = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
-    return [{"function": _where(*key), "calls": s[1], "own": s[2], "cumulative": s[3],
-             "share": s[2] / total} for key, s in rows]
+    stats = [(_where(*key), s)
+             for key, s in pstats.Stats(prof).stats.items()]  # type: ignore[attr-defined]
+    total = sum(s[2] for _, s in stats) or 1.0
+    rows = sorted(stats, key=lambda kv: kv[1][2], reverse=True)[:top]
+    return [{"function": where, "calls": s[1], "own": s[2], "cumulative": s[3],
+             "share": s[2] / total} for where, s in rows]
 
 
 def command(cells: int, tests: int, repeat: int, budget: float, out: str | Path | None,
@@ -215,6 +248,7 @@ def run(cells: int = DEFAULT_CELLS, tests: int = DEFAULT_TESTS, *, repeat: int =
                   f"s = {figures['total']:.2f} s (CPU {figures['cpu']:.2f} s, load "
                   f"{figures['load']})", flush=True)
         sizes = {k: p.stat().st_size for k, p in paths.items()}
+        report["stages"] = _stages(tmp / "artifacts", tmp / "baselines", tmp / "out")
         if profile:
             report["profile"] = _profile(tmp / "artifacts", tmp / "baselines", tmp / "out",
                                          profile)
@@ -228,6 +262,9 @@ def run(cells: int = DEFAULT_CELLS, tests: int = DEFAULT_TESTS, *, repeat: int =
           f"{median['write']:.2f}; CPU {median['cpu']:.2f} s), worst {report['worst']:.2f} s: "
           f"{'within' if report['ok'] else 'OVER'} the {budget:g} s budget")
     print("sizes: " + ", ".join(f"grid.{k} {v / 1e6:.2f} MB" for k, v in sizes.items()))
+    print("one more run, step by step:")
+    for p in report["stages"]:
+        print(f"  {p['seconds']:6.3f} s (CPU {p['cpu']:6.3f} s)  {p['stage']}")
     for p in report.get("profile", []):
         print(f"  {p['share']:6.1%} {p['own']:6.3f} s own {p['cumulative']:6.3f} s cum "
               f"{p['calls']:>8} calls  {p['function']}")
@@ -275,9 +312,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         + f" (grid.md stays under its {grid.GITHUB_SUMMARY_LIMIT // 2048} KiB budget "
         "by keeping only rows with a bad result or a change).", "",
     ]
+    if report.get("stages"):
+        lines += ["One more run, step by step as `grid.build` and `grid.write` take them:", "",
+                  "| step | wall (s) | CPU (s) |", "| --- | --- | --- |",
+                  *[f"| {p['stage']} | {p['seconds']:.3f} | {p['cpu']:.3f} |"
+                    for p in report["stages"]], ""]
     if report.get("profile"):
-        lines += ["Where one more run's time goes (cProfile, which slows every call: the "
-                  "shares tell, not the seconds):", "",
+        lines += ["The functions one more run spends most time in, under cProfile (which "
+                  "adds a cost to every call, C built-ins' too: call-heavy code looks bigger "
+                  "than it is):", "",
                   "| function | calls | own (s) | share | cumulative (s) |",
                   "| --- | --- | --- | --- | --- |",
                   *[f"| `{p['function']}` | {p['calls']} | {p['own']:.3f} | "

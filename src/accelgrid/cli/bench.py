@@ -43,7 +43,8 @@ baselines) and ``grid.write`` (grid.json, grid.md, grid.html), ``--repeat`` time
 and CPU time of each, with the load average (other work on the machine stretches wall
 times, hardly CPU times). Prints the figures and the size of each file, and writes
 ``bench-grid.json`` and ``bench-grid.md`` (the machine, the command, accelgrid's commit)
-to ``results/bench-grid/`` (``--out docs`` updates the committed figures). ``--profile``
+to ``results/bench-grid/`` (``--out docs`` updates the committed figures), with one more
+run timed step by step (model, baseline comparison, each renderer, writing). ``--profile``
 adds the functions one more run spends most time in (cProfile). Exits 1 when the median
 run is over ``--budget``. (--matrix is ignored.)
 """
