@@ -93,20 +93,6 @@ def test_local_wheel_file(matrix, tmp_path: Path) -> None:
 
 
 # --- the stamp: a warm env installs nothing -------------------------------------------------
-NOXFILE = """
-import sys
-sys.path.insert(0, {src!r})
-import nox
-from pathlib import Path
-from accelgrid import sessions
-from accelgrid.matrix import load_matrix
-
-nox.options.default_venv_backend = "uv"
-nox.options.reuse_venv = "yes"
-sessions.register(load_matrix(Path(__file__).parent / "matrix.yaml"))
-"""
-
-
 def _nox(proj: Path, *args: str) -> str:
     import os
     import subprocess
@@ -131,9 +117,7 @@ def test_a_warm_env_installs_nothing_until_its_pins_change(mini_project) -> None
     """Real nox sessions of a one-cell project (torch from the local wheels: seconds)."""
     import shutil
 
-    proj = mini_project()
-    (proj / "noxfile.py").write_text(NOXFILE.format(
-        src=str(Path(__file__).resolve().parents[1] / "src")))
+    proj = mini_project(noxfile=True)
     envdir = proj / ".nox" / "cpu-2-13"
     stamp = envdir / install.STAMP
 

@@ -209,12 +209,14 @@ def register(matrix: Matrix) -> list[str]:
 
 
 def prepared_python(root: Path, cell: Cell, env: dict[str, str] | None = None) -> str:
-    """Create or refresh ``cell``'s nox env (``--install-only``) and return its python."""
-    import subprocess
+    """Create or refresh ``cell``'s nox env (``--install-only``) and return its python.
+    Interrupted, it stops nox and the installs it started (its stamp is then gone, so
+    the next run installs again)."""
+    from . import lifetime
 
     cmd = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", cell.name,
            "--install-only"]
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
+    proc = lifetime.run_group(cmd, cwd=root, env=env)
     if proc.returncode != 0:
-        raise AccelgridError(f"{cell.name}: preparing its env failed:\n{proc.stderr[-2000:]}")
+        raise AccelgridError(f"{cell.name}: preparing its env failed:\n{proc.stdout[-2000:]}")
     return str(venvs.python_in(venvs.env_dir(root, cell)))
