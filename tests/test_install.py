@@ -204,3 +204,36 @@ def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Pat
     install.write_stamp(env, secret)
     assert "s3cret" not in (env / install.STAMP).read_text()
     assert install.env_holds(env, secret)
+
+
+def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real `pip config` runs; a remembered answer asks pip nothing."""
+    from accelgrid import environment
+
+    env = tmp_path / "env"
+    env.mkdir()
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nconstraint = /c/one.txt\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/one.txt"
+    assert (env / install.PIP_CONFIG).is_file()
+    asked: list[str] = []
+    real = environment.pip_settings
+    monkeypatch.setattr(environment, "pip_settings",
+                        lambda *a: asked.append("pip") or real(*a))
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/one.txt" and asked == []
+    # The file pip reads changed: pip is asked again.
+    conf.write_text("[global]\nconstraint = /c/two-two.txt\n")
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/two-two.txt" and asked == ["pip"]
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/two-two.txt" and asked == ["pip"]
+    # A variable that steers pip changed: asked again.
+    monkeypatch.setenv("PIP_CONSTRAINT", "/c/three.txt")
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/three.txt" and len(asked) == 2
+    # A credential is never written down.
+    monkeypatch.delenv("PIP_CONSTRAINT")
+    conf.write_text("[global]\nextra-index-url = https://me:s3cret@example.org/simple\n")
+    (env / install.PIP_CONFIG).unlink()
+    assert "s3cret" in install.uv_env(env)["UV_EXTRA_INDEX_URL"]
+    assert not (env / install.PIP_CONFIG).exists()

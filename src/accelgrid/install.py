@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -189,6 +190,43 @@ def uv_changes(output: str, requested: Sequence[str] = ()) -> str:
     if gone:
         parts.append(f"{len(gone)} removed")
     return "; ".join(parts) or "nothing to change, all installed already"
+
+# --- pip's configuration, remembered ------------------------------------------------------
+PIP_CONFIG = ".accelgrid-pip.json"   # in the env folder
+# Variables that change what pip reads or where its files are.
+_PIP_VARS = ("PIP_", "UV_", "XDG_CONFIG_", "HOME", "APPDATA")
+
+
+def uv_env(envdir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """pip's configuration as uv's variables (:func:`accelgrid.environment.uv_env_from_pip`),
+    remembered in ``envdir`` while the interpreter running pip, the variables that steer
+    pip (PIP_*, UV_*, HOME, XDG_CONFIG_*) and every configuration file pip reads (as
+    ``pip config debug`` lists them: each one's presence, size and time) stay as they
+    were: asking pip costs a second on a busy host, on every run. A configuration with a
+    credential in it is never written down: pip is asked each time then."""
+    env = dict(os.environ if env is None else env)
+    key = hashlib.sha256(json.dumps(
+        [sys.executable, sorted((k, v) for k, v in env.items() if k.startswith(_PIP_VARS))]
+    ).encode()).hexdigest()
+    cache = envdir / PIP_CONFIG
+    data, err = results.read_json(cache)
+    if (not err and isinstance(data, dict) and data.get("key") == key
+            and isinstance(data.get("files"), dict) and isinstance(data.get("uv_env"), dict)
+            and all(_file_state(f) == state for f, state in data["files"].items())):
+        return {str(k): str(v) for k, v in data["uv_env"].items()}
+    files = environment.pip_config_files()
+    found = environment.uv_env_from_pip(environment.pip_settings(), env)
+    secret = any(environment.redact({k: v})[k] != v for k, v in found.items())
+    if files is not None and not secret and envdir.is_dir():
+        results.write_json(cache, {"key": key, "files": {f: _file_state(f) for f in files},
+                                   "uv_env": found})
+    return found
+
+
+def _file_state(path: str) -> list[int] | None:
+    st = _stat(path)
+    return None if st is None else [st.st_size, st.st_mtime_ns]
+
 
 # --- the stamp of a finished install -----------------------------------------------------
 STAMP = ".accelgrid-pins.json"   # in the env folder

@@ -85,8 +85,9 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
             _fail(session, mismatch + " (--no-venv runs on the current interpreter)")
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
-        plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
         envdir = Path(session.bin).parent
+        plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX),
+                            uv_env=install.uv_env(envdir))
         pins = install.pins(plan, envdir)
         current = install.env_holds(envdir, pins)
         problem = None if current else (install.local_wheel(cell)[1]
