@@ -82,6 +82,9 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
     assert partial["args"] == ["-k", "fast"] and partial["bare_paths"] == ["suites/payload"]
     assert partial["tests"] == [[1, 1], [1, 1]] and full["tests"] == [[3, 3]]
     assert all(r > 0 for r in partial["ratios"] + full["ratios"])
+    assert partial["bare_first"] == [False, True]   # alternating, per kind
+    assert all(c > 0 for c in partial["cell_cpu"] + partial["bare_cpu"] + full["cell_cpu"])
+    assert partial["cpu_ratio_median"] > 0
     assert full["ratio_median"] == full["cell"][0] / full["bare"][0]
     assert report["command"] == ("accelgrid bench overhead --cell cpu-2.13 --partial "
                                  "'-k fast' --partial-repeat 2 --repeat 1")

@@ -1,19 +1,22 @@
 """``accelgrid bench overhead``: what a warm cell run costs over bare pytest.
 
 Pairs, each a warm cell run (``accelgrid run CELL -- ARGS``: its env reused, nothing
-installed while its stamp matches) and then bare ``python -m pytest`` on the same tests in
-the same env, side by side:
+installed while its stamp matches) and bare ``python -m pytest`` on the same tests in the
+same env, side by side (every other pair bare pytest first):
 
 - partial (``--partial``, default ``-k smoke``): a selected run; bare pytest gets the
-  suites the cell run's tests came from and the same arguments (aim: ratio <= 1.2);
+  suites the cell run's tests came from and the same arguments (aim: ratio <= 1.2). One
+  untimed cell run first says which suites those are (and warms the caches);
 - full (``--repeat``): the whole cell against bare pytest on its suites (aim: <= 1.05).
 
-With the defaults (5 partial pairs, 1 full pair, the full one between partial ones) it
-takes about 3 minutes on the cpu-2.13 cell of a 2-core host. Each pair is printed when it
-finishes, with the load average. Ctrl-C or SIGTERM stops the running command, removes
-the temporary folder and writes nothing. ``--env-creation`` also times creating the
-cell's env with uv and with virtualenv, cold and warm (minutes). Writes
-bench-overhead.{json,md} to ``--out`` (``docs`` for the committed figures).
+Each pair reports wall times, their ratio, and the CPU time (user + system) of every
+process of each run, which other load on the host sways less than the wall time. With
+the defaults (5 partial pairs, 1 full pair between them) it takes about 3 minutes on the
+cpu-2.13 cell of an idle 2-core host. Each pair is printed when it finishes, with the load
+average. Ctrl-C or SIGTERM stops the running command, removes the temporary folder and
+writes nothing. ``--env-creation`` also times creating the cell's env with uv and with
+virtualenv, cold and warm (minutes). Writes bench-overhead.{json,md} to ``--out``
+(``docs`` for the committed figures).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -74,16 +78,22 @@ def _stoppable() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
-    """Run ``cmd`` (its own process group, stopped with the benchmark); its wall time and
-    output. Test failures (exit 1) still count."""
-    t0 = time.perf_counter()
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Run ``cmd`` (its own process group, stopped with the benchmark); its wall time, the
+    CPU time of its processes (user + system: less swayed by other load on the host than
+    the wall time) and its output. Test failures (exit 1) still count."""
+    cpu0, t0 = _cpu(), time.perf_counter()
     proc = lifetime.run_group(cmd, cwd=cwd, env=env, grace=STOP_GRACE_S)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, _cpu() - cpu0
     if proc.returncode not in (0, 1):
         raise AccelgridError(f"command failed ({proc.returncode}): {shlex.join(cmd)}\n"
                              f"{proc.stdout[-4000:]}")
-    return elapsed, proc.stdout
+    return elapsed, cpu, proc.stdout
 
 
 _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)\b")
@@ -173,34 +183,47 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
             bare_partial: list[str] | None = None
             for n, kind in enumerate(order, start=1):
                 entry = report["pairs"].setdefault(kind, {
-                    "args": partial_args if kind == "partial" else paths,
-                    "cell": [], "bare": [], "ratios": [], "load": [], "tests": []})
+                    "args": partial_args if kind == "partial" else paths, "cell": [],
+                    "bare": [], "ratios": [], "cell_cpu": [], "bare_cpu": [],
+                    "cpu_ratios": [], "load": [], "tests": [], "bare_first": []})
+                cell_cmd = [*accelgrid, "--", *partial_args] if kind == "partial" else \
+                    [*accelgrid, *(["--", *suites] if suites else [])]
+                if kind == "partial" and bare_partial is None:
+                    # The suites its tests come from: known once a cell run has run.
+                    _timed(cell_cmd, root, env)
+                    bare_partial = _touched(_cell_tests(results_dir, the_cell.name),
+                                            the_cell.suite_paths)
+                    entry["bare_paths"] = bare_partial
+                bare_cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            *(bare_partial if kind == "partial" else paths),
+                            *(partial_args if kind == "partial" else [])]
+                # Every other pair of a kind runs bare pytest first: neither side always
+                # gets the caches the other warmed.
+                bare_first = len(entry["ratios"]) % 2 == 1
                 load = load_average()
-                if kind == "partial":
-                    cell_s, _ = _timed([*accelgrid, "--", *partial_args], root, env)
-                    ids = _cell_tests(results_dir, the_cell.name)
-                    if bare_partial is None:
-                        bare_partial = _touched(ids, the_cell.suite_paths)
-                        entry["bare_paths"] = bare_partial
-                    bare_cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                *bare_partial, *partial_args]
-                else:
-                    cell_s, _ = _timed([*accelgrid, *(["--", *suites] if suites else [])],
-                                       root, env)
-                    ids = _cell_tests(results_dir, the_cell.name)
-                    bare_cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                *paths]
-                bare_s, bare_out = _timed(bare_cmd, root, bare_env)
-                ratio = cell_s / bare_s
-                for key, value in (("cell", cell_s), ("bare", bare_s), ("ratio", ratio),
-                                   ("load", load)):
-                    entry["ratios" if key == "ratio" else key].append(value)
-                entry["tests"].append([len(ids), bare_count(bare_out)])
+                runs = {}
+                for side in (("bare", "cell") if bare_first else ("cell", "bare")):
+                    if side == "cell":
+                        runs[side] = _timed(cell_cmd, root, env)
+                        ids = _cell_tests(results_dir, the_cell.name)
+                    else:
+                        runs[side] = _timed(bare_cmd, root, bare_env)
+                (cell_s, cell_cpu, _), (bare_s, bare_cpu, bare_out) = runs["cell"], runs["bare"]
+                values = {"cell": cell_s, "bare": bare_s, "ratios": cell_s / bare_s,
+                          "cell_cpu": cell_cpu, "bare_cpu": bare_cpu,
+                          "cpu_ratios": cell_cpu / bare_cpu if bare_cpu else None,
+                          "load": load, "tests": [len(ids), bare_count(bare_out)],
+                          "bare_first": bare_first}
+                for key, value in values.items():
+                    entry[key].append(value)
                 print(f"[{n}/{len(order)}] {kind} ({shlex.join(entry['args'])}): cell "
-                      f"{cell_s:.1f} s, bare {bare_s:.1f} s, ratio {ratio:.2f} "
-                      f"(tests {len(ids)} / {bare_count(bare_out)}, load {load})", flush=True)
+                      f"{cell_s:.1f} s, bare {bare_s:.1f} s, ratio {cell_s / bare_s:.2f}; "
+                      f"CPU {cell_cpu:.1f} s / {bare_cpu:.1f} s (tests {len(ids)} / "
+                      f"{bare_count(bare_out)}, load {load})", flush=True)
             for entry in report["pairs"].values():
                 entry["ratio_median"] = statistics.median(entry["ratios"])
+                cpu = [r for r in entry["cpu_ratios"] if r is not None]
+                entry["cpu_ratio_median"] = statistics.median(cpu) if cpu else None
             if env_creation:
                 report["env_creation"] = _env_creation(nox, the_cell.name, root, env, tmp)
     except KeyboardInterrupt:
@@ -225,8 +248,8 @@ def _env_creation(nox: list[str], cell: str, root: Path, env: dict[str, str], tm
         envdir = tmp / f"env-{backend}"
         # -fb: the cell sessions name uv explicitly, -db would not override it.
         base = [*nox, "-s", cell, "--install-only", "-fb", backend, "--envdir", str(envdir)]
-        cold, _ = _timed([*base, "--reuse-venv", "no"], root, env)
-        warm, _ = _timed([*base, "--reuse-venv", "yes"], root, env)
+        cold = _timed([*base, "--reuse-venv", "no"], root, env)[0]
+        warm = _timed([*base, "--reuse-venv", "yes"], root, env)[0]
         envs[backend] = {"cold_s": cold, "warm_s": warm}
         print(f"env creation with {backend}: cold {cold:.1f} s, warm {warm:.1f} s", flush=True)
         shutil.rmtree(envdir, ignore_errors=True)
@@ -252,7 +275,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{report.get('load_end')} at the end.", "",
         f"Command: `{report['command']}` at commit {commit}, {report['date']}.", "",
         "Each pair: a warm cell run (`accelgrid run`: env reused, nothing installed) and "
-        "then bare `python -m pytest` on the same tests in the cell's env.", "",
+        "bare `python -m pytest` on the same tests in the cell's env, one after the other "
+        "(`first` says which); CPU time is user + system of every process of the run.", "",
     ]
     for kind, entry in report["pairs"].items():
         n = len(entry["ratios"])
@@ -269,13 +293,24 @@ def render_markdown(report: dict[str, Any]) -> str:
                          + f" | {statistics.median(vals):.1f} s |")
         lines.append("| ratio | " + " | ".join(f"{r:.2f}" for r in entry["ratios"])
                      + f" | **{entry['ratio_median']:.2f}** |")
+        lines.append("| CPU time, cell / bare | " + " | ".join(
+            f"{c:.1f} / {b:.1f} s" for c, b in zip(entry["cell_cpu"], entry["bare_cpu"],
+                                                     strict=True)) + " | |")
+        cpu_median = entry.get("cpu_ratio_median")
+        lines.append("| CPU ratio | " + " | ".join(
+            "-" if r is None else f"{r:.2f}" for r in entry["cpu_ratios"])
+            + f" | {'-' if cpu_median is None else f'{cpu_median:.2f}'} |")
+        lines.append("| first | " + " | ".join("bare" if b else "cell"
+                                                for b in entry["bare_first"]) + " | |")
         lines.append("| load average | " + " | ".join(str(v) for v in entry["load"]) + " | |")
         lines.append("| tests (cell / bare) | " + " | ".join(
             f"{c} / {b}" for c, b in entry["tests"]) + " | |")
         aim = report["aims"][kind]
         verdict = "met" if entry["ratio_median"] <= aim else "missed"
         lines += ["", f"Median ratio cell/bare: **{entry['ratio_median']:.3f}** "
-                      f"(aim <= {aim}: {verdict}).", ""]
+                      f"(aim <= {aim}: {verdict})"
+                      + ("" if cpu_median is None else
+                         f"; of CPU time: {cpu_median:.3f}") + ".", ""]
     if "env_creation" in report:
         lines += ["## env creation", "", "| env backend | cold | warm (reused) |",
                   "| --- | --- | --- |"]
