@@ -19,7 +19,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
 
-from accelgrid import cli, report, results, sessions  # noqa: E402
+from accelgrid import results, sessions  # noqa: E402
 from accelgrid.environment import redact_text  # noqa: E402
 from accelgrid.errors import AccelgridError  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
@@ -63,6 +63,10 @@ for _cell in MATRIX.cells:
 @nox.session(python=False, tags=["grid"])
 def grid(session: nox.Session) -> None:
     """Grids (Markdown, HTML, JSON) from every cell under results/."""
+    # Here, not at the top: every cell session loads this file, and the grid renderer
+    # (jinja2, the report model) is not what they need.
+    from accelgrid import report
+
     out = results.results_root(ROOT)
     args = session.posargs or [str(p) for p in sorted(out.glob("*/")) if p.is_dir()]
     if not args:
@@ -85,6 +89,8 @@ def repro(session: nox.Session) -> None:
     if not session.posargs:
         session.error("name the issue after --, e.g. nox -s repro -- pytorch/ao#958 "
                       "(--list shows the registry)")
+    from accelgrid import cli
+
     # posargs are `accelgrid repro`'s own command line (issue id and options).
     code = cli.main(["--matrix", str(ROOT / "matrix.yaml"), "repro", *session.posargs])
     if code:

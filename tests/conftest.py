@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from mini_projects import make_project
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -19,20 +19,12 @@ def root() -> Path:
 
 @pytest.fixture
 def mini_project(tmp_path: Path):
-    """A project folder with the repo's conftest and a matrix whose only suite is
-    ``suites/payload`` (tests write their payload test files there)."""
+    """:func:`make_project` in ``tmp_path/proj`` (tests write their payload test files
+    in its ``suites/payload``)."""
 
-    def make(test_seconds: int = 60, cell_minutes: int = 10, workers: int = 1) -> Path:
-        proj = tmp_path / "proj"
-        (proj / "suites" / "payload").mkdir(parents=True)
-        shutil.copy(ROOT / "conftest.py", proj / "conftest.py")
-        (proj / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
-        text = (TESTS / "base_matrix.yaml").read_text()
-        text = text.replace("  smoke: {path: .}", "  smoke: {path: suites/payload}")
-        text = text.replace("  suites: [smoke]", "  suites: [smoke]\n  timeout: {cell_minutes: "
-                            f"{cell_minutes}, test_seconds: {test_seconds}}}\n  workers: {workers}")
-        (proj / "matrix.yaml").write_text(text)
-        return proj
+    def make(test_seconds: int = 60, cell_minutes: int = 10, workers: int = 1,
+             noxfile: bool = False) -> Path:
+        return make_project(tmp_path / "proj", test_seconds, cell_minutes, workers, noxfile)
 
     return make
 

@@ -8,7 +8,8 @@ import pytest
 from accelgrid.cli import main
 
 OPTIONS = {
-    "overhead": ["--matrix", "--cell", "--suites", "--repeat", "--skip-env", "--out"],
+    "overhead": ["--matrix", "--cell", "--partial", "--partial-repeat", "--repeat", "--suites",
+                 "--env-creation", "--out"],
     "offload": ["--matrix", "--device", "--sizes", "--dtypes", "--modes", "--steps",
                 "--warmup", "--width", "--tokens", "--copy-mib", "--out", "--no-plot"],
     "grid": ["--matrix", "--cells", "--tests", "--repeat", "--budget", "--out", "--profile"],

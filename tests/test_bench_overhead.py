@@ -1,107 +1,165 @@
-"""``accelgrid bench overhead``: what it runs and what it writes. Preparing a cell env and
-timing real cell runs takes minutes (the nox sessions install torch), so here the env is
-stood in for and the timed commands are recorded instead of run."""
+"""``accelgrid bench overhead``: real runs on a one-cell project (its env built with uv:
+seconds, torch comes from the local wheels), pairs printed as they finish, and a stop by
+SIGINT or SIGTERM that removes the temporary folder and leaves no process behind."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from mini_projects import make_project
 
-from accelgrid import sessions
 from accelgrid.bench import overhead
 from accelgrid.cli import main
-from accelgrid.errors import AccelgridError, InvalidInput
+from accelgrid.errors import InvalidInput
 from accelgrid.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = str(ROOT / "matrix.yaml")
 
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, str]]]:
-    """The commands the benchmark would time; each "takes" 2 s (cell runs) or 1 s."""
-    calls: list[tuple[list[str], dict[str, str]]] = []
-
-    def fake_timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
-        assert cwd == ROOT
-        calls.append((cmd, env))
-        return 2.0 if "-R" in cmd else 1.0
-
-    monkeypatch.setattr(overhead, "_timed", fake_timed)
-    monkeypatch.setattr(sessions, "prepared_python",
-                        lambda root, cell, env=None: "/envs/cpu-2-13/bin/python")
-    return calls
+PAYLOAD = """
+import os
+import time
 
 
-def test_run_times_cell_and_bare_runs_and_env_creation(
-        recorded: list, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    matrix = load_matrix(MATRIX)
-    report = overhead.run(matrix, "cpu-2.13", suites=["suites/smoke"], repeat=2,
-                          out=tmp_path)
-    cmds = [cmd for cmd, _ in recorded]
-    assert len(cmds) == 2 * 2 + 2 * 2  # (cell, bare) x repeat, (cold, warm) x backends
-    assert cmds[0][-5:] == ["-R", "-s", "cpu-2.13", "--", "suites/smoke"]
-    assert cmds[1][:4] == ["/envs/cpu-2-13/bin/python", "-m", "pytest", "-q"]
-    assert recorded[1][1]["ACCELGRID_DEVICE"] == "cpu"
-    assert recorded[1][1]["PYTHONPATH"] == str(ROOT / "src")
-    assert "ACCELGRID_RESULTS_DIR" in recorded[0][1]  # the cell runs write to a tmp folder
-    for cmd, backend, reuse in zip(cmds[4:], ["uv", "uv", "virtualenv", "virtualenv"],
-                                   ["no", "yes", "no", "yes"], strict=True):
-        assert cmd[cmd.index("-fb") + 1] == backend and cmd[-2:] == ["--reuse-venv", reuse]
-        assert "--install-only" in cmd and "--envdir" in cmd
-    assert report["runs"] == {"cell": [2.0, 2.0], "bare": [1.0, 1.0]}
-    assert report["ratio_median"] == 2.0
-    assert report["env_creation"] == {"uv": {"cold_s": 1.0, "warm_s": 1.0},
-                                      "virtualenv": {"cold_s": 1.0, "warm_s": 1.0}}
-    assert json.loads((tmp_path / "bench-overhead.json").read_text()) == report
-    md = (tmp_path / "bench-overhead.md").read_text()
+def test_fast():
+    pass
+
+
+def test_other():
+    pass
+
+
+def test_wait():
+    marker = os.environ.get("BENCH_MARKER")
+    if marker:
+        with open(marker, "w") as fh:
+            fh.write(str(os.getpid()))
+        time.sleep(120)
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    proj = make_project(tmp_path_factory.mktemp("bench") / "proj", noxfile=True)
+    (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
+    return proj
+
+
+def bench(proj: Path, tmp: Path, *args: str, **popen: object) -> subprocess.Popen:
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT / "src"),
+           **popen.pop("env", {})}  # type: ignore[dict-item]
+    return subprocess.Popen([sys.executable, "-m", "accelgrid", "--matrix",
+                             str(proj / "matrix.yaml"), "bench", "overhead", "--cell",
+                             "cpu-2.13", *args], cwd=proj, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+@pytest.mark.slow
+def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = bench(project, tmp_path / "tmp", "--partial", "-k fast", "--partial-repeat", "2",
+                 "--repeat", "1", "--out", str(out))
+    lines: list[tuple[float, str]] = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        lines.append((time.monotonic(), line))
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()  # type: ignore[union-attr]
+    pairs = [(t, line) for t, line in lines if line.startswith("[")]
+    assert [line.split(" (")[0] for _, line in pairs] == [
+        "[1/3] partial", "[2/3] full", "[3/3] partial"]
+    # Each one as its pair finished, not all at the end.
+    assert pairs[1][0] - pairs[0][0] > 1 and pairs[2][0] - pairs[1][0] > 1
+    assert "[1/3] partial (-k fast): cell " in pairs[0][1] and "tests 1 / 1" in pairs[0][1]
+    report = json.loads((out / "bench-overhead.json").read_text())
+    partial, full = report["pairs"]["partial"], report["pairs"]["full"]
+    assert partial["args"] == ["-k", "fast"] and partial["bare_paths"] == ["suites/payload"]
+    assert partial["tests"] == [[1, 1], [1, 1]] and full["tests"] == [[3, 3]]
+    assert all(r > 0 for r in partial["ratios"] + full["ratios"])
+    assert partial["bare_first"] == [False, True]   # alternating, per kind
+    assert all(c > 0 for c in partial["cell_cpu"] + partial["bare_cpu"] + full["cell_cpu"])
+    assert partial["cpu_ratio_median"] > 0
+    assert full["ratio_median"] == full["cell"][0] / full["bare"][0]
+    assert report["command"] == ("accelgrid bench overhead --cell cpu-2.13 --partial "
+                                 "'-k fast' --partial-repeat 2 --repeat 1")
+    assert report["machine"]["cpus"] == os.cpu_count() and "load_start" in report
+    md = (out / "bench-overhead.md").read_text()
     assert md == overhead.render_markdown(report)
-    assert "| cell run (nox -R, xdist, recording) | 2.0 s | 2.0 s | 2.0 s |" in md
-    assert "Median ratio cell/bare: **2.000** (aim <= 1.10)." in md
-    assert "| uv | 1.0 s | 1.0 s |" in md
-    out = capsys.readouterr().out
-    assert "[1/3] preparing cpu-2.13's env" in out and "[3/3] env creation with uv" in out
+    assert "## partial: a selected run (`-- -k fast`)" in md and "| tests (cell / bare) |" in md
+    assert not list((tmp_path / "tmp").glob("accelgrid-bench-*"))   # its folder is gone
 
 
-def test_skip_env_and_the_cells_own_suites(recorded: list) -> None:
-    matrix = load_matrix(MATRIX)
-    report = overhead.run(matrix, "cpu-2.13", repeat=1, skip_env=True, out=None)
-    assert len(recorded) == 2 and "env_creation" not in report
-    assert report["suites"] == list(matrix.cell("cpu-2.13").suite_paths)
-    assert "env backend" not in overhead.render_markdown(report)
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_bench_removes_its_folder_and_its_processes(
+        project: Path, tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    marker = tmp_path / "pid"
+    proc = bench(project, tmp_path / "tmp", "--partial", "-k wait", "--partial-repeat", "1",
+                 "--repeat", "0", "--out", str(tmp_path / "out"),
+                 env={"BENCH_MARKER": str(marker)})
+    deadline = time.monotonic() + 600
+    while not marker.exists() or not marker.read_text():  # a test of the cell run is running
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    test_pid = int(marker.read_text())
+    assert list((tmp_path / "tmp").glob("accelgrid-bench-*"))
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stdout + stderr
+    assert "stopped after 0 of 1 pairs" in stderr and "nothing written" in stderr
+    assert not list((tmp_path / "tmp").glob("accelgrid-bench-*"))
+    assert not (tmp_path / "out").exists()
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{test_pid}").exists() and "Z" not in _state(test_pid):
+        assert time.monotonic() < deadline, f"the test's process {test_pid} outlived the bench"
+        time.sleep(0.2)
 
 
-def test_cli_options_reach_the_run(recorded: list, tmp_path: Path) -> None:
-    assert main(["bench", "overhead", "--matrix", MATRIX, "--suites", "suites/smoke,x.py",
-                 "--repeat", "1", "--skip-env", "--out", str(tmp_path)]) == 0
-    assert recorded[0][0][-2:] == ["suites/smoke", "x.py"]
-    assert (tmp_path / "bench-overhead.md").exists()
+def _state(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "gone"
+    return next((ln.split(":", 1)[1] for ln in status.splitlines()
+                 if ln.startswith("State:")), "")
+
+
+def test_the_full_pairs_sit_between_the_partial_ones() -> None:
+    assert overhead._schedule(5, 1) == ["partial", "partial", "full", "partial", "partial",
+                                        "partial"]
+    assert overhead._schedule(0, 2) == ["full", "full"]
+    assert overhead._schedule(2, 0) == ["partial", "partial"]
+
+
+def test_bare_counts_come_from_pytests_summary_line() -> None:
+    assert overhead.bare_count("..\n9 passed, 7 skipped in 2.48s\n") == 16
+    assert overhead.bare_count("1 failed, 2 passed, 1 xfailed, 2 errors in 1.0s") == 6
+    assert overhead.bare_count("no summary") is None
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--cell", "cpu-9.99"], "unknown cell 'cpu-9.99'"),
-    (["--repeat", "0"], "--repeat must be >= 1"),
+    (["--repeat", "-1"], "must be >= 0"),
+    (["--repeat", "0", "--partial-repeat", "0"], "nothing to time"),
+    (["--repeat", "0", "--partial", ""], "nothing to time"),
 ])
-def test_bad_options_exit_2(recorded: list, argv: list[str], message: str,
-                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_exit_2_before_anything_runs(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     assert main(["bench", "overhead", "--matrix", MATRIX, *argv]) == 2
     assert message in capsys.readouterr().err
-    assert recorded == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_repeat_is_checked_before_anything_runs() -> None:
     with pytest.raises(InvalidInput):
-        overhead.run(load_matrix(MATRIX), repeat=0)
-
-
-def test_timed_keeps_test_failures_and_stops_on_errors(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    assert overhead._timed([sys.executable, "-c", "raise SystemExit(1)"], tmp_path, env) > 0
-    with pytest.raises(AccelgridError, match=r"command failed \(3\)") as exc:
-        overhead._timed([sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
-                        tmp_path, env)
-    assert "boom" in str(exc.value) and exc.value.return_code == 1
+        overhead.run(load_matrix(MATRIX), repeat=0, partial_repeat=0)

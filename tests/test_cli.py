@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +112,7 @@ def test_run_container_refuses_a_cell_without_image() -> None:
 def test_every_argument_after_dashes_reaches_pytest(word, monkeypatch) -> None:
     # Before the command tree, `accelgrid run cpu-2.13 -- -k ops` silently dropped `-k ops`.
     calls: list[list[str]] = []
-    monkeypatch.setattr(cli_run.subprocess, "call", lambda cmd, cwd: calls.append(cmd) or 0)
+    monkeypatch.setattr(cli_run, "nox", lambda argv, root: calls.append(argv) or 0)
     assert cli.main(["--matrix", str(ROOT / "matrix.yaml"), "run", "cpu-2.13", "--", "-k",
                      word, word, "--", "-x"]) == 0
     (cmd,) = calls
@@ -221,3 +222,27 @@ def test_plan_says_whether_the_cell_can_run_here() -> None:
     assert "this host   the device is present" in _cli("plan", "cpu-2.13").stdout
     mps = _cli("plan", "mps-2.13").stdout
     assert "this host   mps needs a Darwin host" in mps
+
+
+@pytest.mark.parametrize("own_src", [True, False], ids=["own-src", "other-checkout"])
+def test_run_starts_nox_in_its_own_process_only_for_its_own_checkout(
+        tmp_path: Path, own_src: bool) -> None:
+    """nox runs inside `accelgrid run` when the project's src/ is the accelgrid loaded
+    (no second interpreter); another checkout's noxfile gets a process of its own."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    if own_src:
+        (proj / "src").symlink_to(ROOT / "src")
+    (proj / "noxfile.py").write_text(
+        "import os\nimport nox\n\n\n@nox.session(python=False)\ndef where(session):\n"
+        "    print('nox pid', os.getpid(), flush=True)\n    session.error('stop here')\n")
+    code = ("import os, sys\nfrom pathlib import Path\nfrom accelgrid.cli import run\n"
+            "print('cli pid', os.getpid(), flush=True)\n"
+            f"sys.exit(run.nox(['-f', 'noxfile.py', '-s', 'where'], Path({str(proj)!r})))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert proc.returncode == 1, proc.stdout + proc.stderr   # the session failed: nox's 1
+    pids = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines() if " pid " in line)
+    assert (pids["cli pid"] == pids["nox pid"]) is own_src
+    assert "stop here" in proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -89,3 +90,150 @@ def test_local_wheel_file(matrix, tmp_path: Path) -> None:
     cell = _local_cell(matrix, tmp_path, "torch-2.4.1+xpu-cp311-cp311-linux_x86_64.whl")
     assert install.local_wheel(cell) == (cell.torch_wheel, None)
     assert install.local_wheel(matrix.cell("xpu-2.5")) == (None, None)
+
+
+# --- the stamp: a warm env installs nothing -------------------------------------------------
+def _nox(proj: Path, *args: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(proj / "noxfile.py"),
+                           "-s", "cpu-2.13", "--install-only", *args], cwd=proj,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "ACCELGRID_RESULTS_DIR": str(proj / "results")})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def _installs(output: str) -> list[str]:
+    """What the session's install lines asked uv for (none when it installed nothing)."""
+    return [line.split(": ", 2)[-1] for line in output.splitlines()
+            if "] installing " in line]
+
+
+@pytest.mark.slow
+def test_a_warm_env_installs_nothing_until_its_pins_change(mini_project) -> None:
+    """Real nox sessions of a one-cell project (torch from the local wheels: seconds)."""
+    import shutil
+
+    proj = mini_project(noxfile=True)
+    envdir = proj / ".nox" / "cpu-2-13"
+    stamp = envdir / install.STAMP
+
+    first = _installs(_nox(proj))
+    assert first[0] == "torch==2.13.0" and len(first) == 2 and stamp.is_file()
+    second = _nox(proj)
+    assert _installs(second) == []
+    assert f"skipped, the env holds the cell's pins ({install.STAMP} matches)" in second
+
+    # A new pin: installed, and stamped again.
+    matrix = proj / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace(
+        "  smoke: {path: suites/payload}", "  smoke: {path: suites/payload, packages: "
+        "[six==1.17.0]}"))
+    assert _installs(_nox(proj))[-1].endswith(" six==1.17.0")
+    assert any(envdir.glob("lib/python*/site-packages/six-1.17.0.dist-info"))
+    assert _installs(_nox(proj)) == []
+
+    # A stamp cut short: installed again (and whole afterwards).
+    stamp.write_text(stamp.read_text()[:100])
+    assert _installs(_nox(proj))[-1].endswith(" six==1.17.0")
+    assert install.env_holds(envdir, json.loads(stamp.read_text()))
+
+    # The env changed behind the stamp's back (six removed): installed again.
+    for dist in envdir.glob("lib/python*/site-packages/six*"):
+        shutil.rmtree(dist) if dist.is_dir() else dist.unlink()
+    assert _installs(_nox(proj))[-1].endswith(" six==1.17.0")
+    assert any(envdir.glob("lib/python*/site-packages/six-1.17.0.dist-info"))
+
+    # --no-install on a reused env installs nothing, so it stamps nothing.
+    stamp.unlink()
+    assert "-R / --no-install" in _nox(proj, "--no-install")
+    assert not stamp.exists()
+
+
+def test_a_broken_or_foreign_stamp_holds_nothing(matrix, tmp_path: Path) -> None:
+    env = tmp_path / "env"
+    (env / "lib" / "python3.11" / "site-packages" / "six-1.17.0.dist-info").mkdir(
+        parents=True)
+    wanted = install.pins(install.plan(matrix.cell("cpu-2.13"), uv_env={}), env, env={})
+    assert not install.env_holds(env, wanted)          # no stamp
+    install.write_stamp(env, wanted)
+    assert install.env_holds(env, wanted)
+    text = (env / install.STAMP).read_text()
+    for broken in (text[:-3], "", "{}", "[]", "not json", text.replace(wanted["digest"], "0")):
+        (env / install.STAMP).write_text(broken)
+        assert not install.env_holds(env, wanted), broken
+    install.write_stamp(env, wanted)
+    (env / "lib" / "python3.11" / "site-packages" / "six-1.18.0.dist-info").mkdir()
+    assert not install.env_holds(env, wanted)          # another distribution since
+    install.forget(env)
+    assert not (env / install.STAMP).exists()
+
+
+def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Path) -> None:
+    import dataclasses
+
+    env = tmp_path / "env"
+    (env / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\nversion_info = 3.11.7\nuv = 0.13.9\n")
+    cell = matrix.cell("cpu-2.13")
+    base = install.plan(cell, uv_env={})
+    digest = install.pins(base, env, env={})["digest"]
+    assert install.pins(base, env, env={"PATH": "/x"})["digest"] == digest
+    changed = {
+        "a pin": install.plan(dataclasses.replace(
+            cell, packages=tuple(p.replace("transformers==5.24.0", "transformers==5.25.0")
+                                 for p in cell.packages)), uv_env={}),
+        "an extra package": install.plan(dataclasses.replace(
+            cell, packages=(*cell.packages, "six==1.17.0")), uv_env={}),
+        "the torch index": install.plan(cell, torch_index="https://example.org/whl",
+                                        uv_env={}),
+        "pip's find-links": install.plan(cell, uv_env={"UV_FIND_LINKS": "/wheels"}),
+    }
+    for what, plan in changed.items():
+        assert install.pins(plan, env, env={})["digest"] != digest, what
+    assert install.pins(base, env, env={"UV_INDEX_URL": "https://x/simple"})["digest"] \
+        != digest
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\nversion_info = 3.11.9\nuv = 0.13.9\n")
+    assert install.pins(base, env, env={})["digest"] != digest
+    # Credentials in an index reach the digest, never the stamp's text.
+    secret = install.pins(install.plan(cell, torch_index="https://u:s3cret@example.org/whl",
+                                       uv_env={}), env, env={})
+    install.write_stamp(env, secret)
+    assert "s3cret" not in (env / install.STAMP).read_text()
+    assert install.env_holds(env, secret)
+
+
+def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real `pip config` runs; a remembered answer asks pip nothing."""
+    from accelgrid import environment
+
+    env = tmp_path / "env"
+    env.mkdir()
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nconstraint = /c/one.txt\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/one.txt"
+    assert (env / install.PIP_CONFIG).is_file()
+    asked: list[str] = []
+    real = environment.pip_settings
+    monkeypatch.setattr(environment, "pip_settings",
+                        lambda *a: asked.append("pip") or real(*a))
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/one.txt" and asked == []
+    # The file pip reads changed: pip is asked again.
+    conf.write_text("[global]\nconstraint = /c/two-two.txt\n")
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/two-two.txt" and asked == ["pip"]
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/two-two.txt" and asked == ["pip"]
+    # A variable that steers pip changed: asked again.
+    monkeypatch.setenv("PIP_CONSTRAINT", "/c/three.txt")
+    assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/three.txt" and len(asked) == 2
+    # A credential is never written down.
+    monkeypatch.delenv("PIP_CONSTRAINT")
+    conf.write_text("[global]\nextra-index-url = https://me:s3cret@example.org/simple\n")
+    (env / install.PIP_CONFIG).unlink()
+    assert "s3cret" in install.uv_env(env)["UV_EXTRA_INDEX_URL"]
+    assert not (env / install.PIP_CONFIG).exists()

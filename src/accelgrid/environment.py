@@ -216,6 +216,20 @@ def pip_settings(python: str | None = None) -> dict[str, str]:
     return settings
 
 
+def pip_config_files(python: str | None = None) -> list[str] | None:
+    """Every configuration file pip would read (present or not), as ``pip config debug``
+    lists them; None when pip cannot say."""
+    try:
+        proc = subprocess.run([python or sys.executable, "-m", "pip", "config", "debug"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return [m["path"] for m in re.finditer(r"^\s+(?P<path>.+), exists: (?:True|False)$",
+                                           proc.stdout, re.M)]
+
+
 def uv_env_from_pip(settings: Mapping[str, str], env: Mapping[str, str] | None = None
                     ) -> dict[str, str]:
     """UV_* variables carrying pip's configuration over; existing UV_* settings win."""

@@ -5,21 +5,30 @@ wheels) or from the cell's local wheel (an include rule's ``torch_wheel``: a sou
 then everything else from the default index with torch pinned, so the second step can
 never swap the device build of torch for another. pip's own configuration is carried over
 to uv (uv reads none of it).
+
+A warm env skips both steps: after a successful install the session writes a stamp of
+everything the install depended on (:func:`pins`) into the env folder; a later run whose
+pins give the same stamp, in an env whose installed distributions are still those it
+had, installs nothing (two no-op ``uv pip install`` calls cost seconds per run).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import os
 import re
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from . import contract, environment
+from . import contract, environment, results
 from .errors import InvalidInput
 from .matrix import Cell
 from .versions import version_key
@@ -181,3 +190,120 @@ def uv_changes(output: str, requested: Sequence[str] = ()) -> str:
     if gone:
         parts.append(f"{len(gone)} removed")
     return "; ".join(parts) or "nothing to change, all installed already"
+
+# --- pip's configuration, remembered ------------------------------------------------------
+PIP_CONFIG = ".accelgrid-pip.json"   # in the env folder
+# Variables that change what pip reads or where its files are.
+_PIP_VARS = ("PIP_", "UV_", "XDG_CONFIG_", "HOME", "APPDATA")
+
+
+def uv_env(envdir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """pip's configuration as uv's variables (:func:`accelgrid.environment.uv_env_from_pip`),
+    remembered in ``envdir`` while the interpreter running pip, the variables that steer
+    pip (PIP_*, UV_*, HOME, XDG_CONFIG_*) and every configuration file pip reads (as
+    ``pip config debug`` lists them: each one's presence, size and time) stay as they
+    were: asking pip costs a second on a busy host, on every run. A configuration with a
+    credential in it is never written down: pip is asked each time then."""
+    env = dict(os.environ if env is None else env)
+    key = hashlib.sha256(json.dumps(
+        [sys.executable, sorted((k, v) for k, v in env.items() if k.startswith(_PIP_VARS))]
+    ).encode()).hexdigest()
+    cache = envdir / PIP_CONFIG
+    data, err = results.read_json(cache)
+    if (not err and isinstance(data, dict) and data.get("key") == key
+            and isinstance(data.get("files"), dict) and isinstance(data.get("uv_env"), dict)
+            and all(_file_state(f) == state for f, state in data["files"].items())):
+        return {str(k): str(v) for k, v in data["uv_env"].items()}
+    files = environment.pip_config_files()
+    found = environment.uv_env_from_pip(environment.pip_settings(), env)
+    secret = any(environment.redact({k: v})[k] != v for k, v in found.items())
+    if files is not None and not secret and envdir.is_dir():
+        results.write_json(cache, {"key": key, "files": {f: _file_state(f) for f in files},
+                                   "uv_env": found})
+    return found
+
+
+def _file_state(path: str) -> list[int] | None:
+    st = _stat(path)
+    return None if st is None else [st.st_size, st.st_mtime_ns]
+
+
+# --- the stamp of a finished install -----------------------------------------------------
+STAMP = ".accelgrid-pins.json"   # in the env folder
+
+
+def pins(plan: InstallPlan, envdir: Path, env: dict[str, str] | None = None
+         ) -> dict[str, Any]:
+    """What an install of ``plan`` into ``envdir`` depends on, as a stamp: the digest of
+    the steps (pins, index, their variables), pip's configuration as uv gets it, uv's own
+    UV_* variables (``env``, default os.environ), the local torch wheel's size and time and
+    the env's Python, beside the plan as it may be shown (credentials only in the
+    digest)."""
+    env = os.environ if env is None else env
+    wheels = {a: [st.st_size, st.st_mtime_ns] for step in plan.steps for a in step.args
+              if a.endswith(".whl") and (st := _stat(a)) is not None}
+    material = {
+        "steps": [[list(s.args), sorted(s.env.items())] for s in plan.steps],
+        "env": sorted(plan.env.items()),
+        "uv": sorted((k, v) for k, v in env.items() if k.startswith("UV_")),
+        "wheels": sorted(wheels.items()),
+        "python": _python_of(envdir),
+    }
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    return {"cell": plan.cell, "digest": digest, "plan": plan.as_dict()}
+
+
+def env_holds(envdir: Path, wanted: dict[str, Any]) -> bool:
+    """Whether ``envdir``'s stamp is ``wanted``'s and its installed distributions are the
+    ones it was written with (anything installed, removed or upgraded since: False). A
+    missing, partial or unreadable stamp is False."""
+    stamp, err = results.read_json(envdir / STAMP)
+    return (not err and isinstance(stamp, dict) and stamp.get("digest") == wanted["digest"]
+            and stamp.get("distributions") is not None
+            and stamp.get("distributions") == _distributions(envdir))
+
+
+def write_stamp(envdir: Path, wanted: dict[str, Any]) -> None:
+    """Record a successful install of ``wanted`` (atomically)."""
+    results.write_json(envdir / STAMP, {**wanted, "distributions": _distributions(envdir)})
+
+
+def forget(envdir: Path) -> None:
+    """Drop the stamp before an install: one that fails half way leaves none."""
+    (envdir / STAMP).unlink(missing_ok=True)
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _python_of(envdir: Path) -> str:
+    """The env's interpreter as pyvenv.cfg records it (home and version)."""
+    try:
+        text = (envdir / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(sorted(line.strip() for line in text.splitlines()
+                            if line.split("=")[0].strip() in ("home", "version",
+                                                               "version_info")))
+
+
+def _distributions(envdir: Path) -> str | None:
+    """A digest of the names of the distributions installed in the env (name and
+    version: ``torch-2.13.0+cpu.dist-info``), or None without a site-packages folder."""
+    folders = [*envdir.glob("lib/python*/site-packages"), envdir / "Lib" / "site-packages"]
+    names: list[str] = []
+    found = False
+    for folder in folders:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        found = True
+        names += (n for n in entries if n.endswith((".dist-info", ".egg-info")))
+    if not found:
+        return None
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()

@@ -14,14 +14,20 @@ Three layers, so that ``kill -9`` of any process group leaves no orphan:
   its workers and whatever the tests started there. It works without prctl (macOS).
 * the runner's own ``killpg`` on its time limit and on SIGINT/SIGTERM/SIGHUP.
 
+:func:`run_group` runs a command (a benchmark's cell run, an env build) the same way from
+outside a cell: its own process group, stopped as a whole when the caller is
+interrupted, killed by the kernel when the caller dies.
+
 Standard library only: this module is imported inside the cell.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 
@@ -103,3 +109,32 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     if os.getppid() != parent:  # the parent died while we armed it
         os.kill(os.getpid(), sig)
     return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
+    """End ``proc``'s process group: SIGINT (nox and the runner close their run), after
+    ``grace`` seconds SIGTERM, 5 s later SIGKILL."""
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait)
+            return
+
+
+def run_group(cmd: list[str], *, cwd: str | os.PathLike[str] | None = None,
+              env: dict[str, str] | None = None, grace: float = 15.0
+              ) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in a process group of its own, output (stdout and stderr together,
+    text) captured. An exception while it runs (KeyboardInterrupt, a SIGTERM turned into
+    one) stops the whole group first (:func:`stop_group`); the kernel kills ``cmd`` when
+    this process dies."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=death_signal_preexec())
+    try:
+        out, _ = proc.communicate()
+    except BaseException:
+        stop_group(proc, grace)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import contract, detect, known_issues, lifetime, progress, results
+from . import contract, detect, known_issues, lifetime, progress, results, suite_scope
 from .errors import AccelgridError
 from .matrix import Cell
 from .report import ops_pages
@@ -122,12 +122,6 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
             "note": hardware.note, "env": hardware.env(cell),
             **detect.xpu_inventory()})
     return env
-
-
-def _selects_paths(args: Sequence[str], root: Path) -> bool:
-    """Whether the user's pytest args name test paths themselves (then suites are not
-    added); an option's value (``--deselect suites/x.py::t``) is not one."""
-    return len(_without_paths(args, root)) < len(args)
 
 
 MULTI_DEVICE_MARK = "multi_device"
@@ -234,7 +228,9 @@ def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
 def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = (),
                    workers: int | None = None, root: Path | None = None,
                    run_pass: Pass | None = None) -> list[str]:
-    paths = [] if root is not None and _selects_paths(args, root) else list(cell.suite_paths)
+    # Only the suites the arguments can select from (none when they name test paths).
+    paths = (list(cell.suite_paths) if root is None
+             else suite_scope.suite_paths(cell.suite_paths, args, root))
     run_pass = run_pass or passes(cell, workers)[0]
     select, args = _with_markers(run_pass.select, args)
     return [
@@ -419,6 +415,10 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             print(f"accelgrid: {cell.name}: a selected run (pytest "
                   f"{results.safe_text(' '.join(chosen))}): results in {folder}; "
                   f"the cell's full run stays in {cell_folder}", flush=True)
+            scope = suite_scope.suite_paths(cell.suite_paths, pytest_args, root)
+            if scope and len(scope) < len(cell.suite_paths):
+                print(f"accelgrid: {cell.name}: collecting {', '.join(scope)} only (the "
+                      "selection can take no test from the other suites)", flush=True)
         return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
                            run, () if lock_fd is None else (lock_fd,), run_start)
 

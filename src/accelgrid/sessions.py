@@ -85,12 +85,20 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
             _fail(session, mismatch + " (--no-venv runs on the current interpreter)")
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
-        plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
-        problem = install.local_wheel(cell)[1] or install.index_problem(plan.index)
+        envdir = Path(session.bin).parent
+        plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX),
+                            uv_env=install.uv_env(envdir))
+        pins = install.pins(plan, envdir)
+        current = install.env_holds(envdir, pins)
+        problem = None if current else (install.local_wheel(cell)[1]
+                                        or install.index_problem(plan.index))
         if problem:
             _fail(session, f"{cell.name}: {problem}")
         session.env.update(plan.env)
-        build_env(session, cell, plan)
+        if not current:
+            install.forget(envdir)
+        if build_env(session, cell, plan, holds_pins=current):
+            install.write_stamp(envdir, pins)
         # Its python imports accelgrid from this checkout by itself (venvs.PTH).
         venvs.link_project(python, matrix.root)
     # session.run returns None under --install-only: the env is ready, run nothing.
@@ -109,9 +117,12 @@ _IDLE_SINCE = time.time()
 _INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i", "--find-links", "-f")
 
 
-def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan) -> None:
+def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
+              holds_pins: bool = False) -> bool:
     """Install ``plan``'s steps, one numbered line each before (what is installed) and
-    after (what changed, seconds taken); the venv nox made is step 1."""
+    after (what changed, seconds taken); the venv nox made is step 1. ``holds_pins``: the
+    env's stamp says it holds them (:func:`accelgrid.install.env_holds`), each step is
+    skipped. Returns whether uv installed every step (not under ``--no-install``)."""
     total = len(plan.steps) + 1
     venv = Path(session.bin).parent
     made = (venv / "pyvenv.cfg").stat().st_mtime if (venv / "pyvenv.cfg").exists() else 0.0
@@ -119,6 +130,12 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan) -> No
     how = (f"created with uv in {time.time() - _IDLE_SINCE:.1f} s" if made >= _IDLE_SINCE - 1
            else "reused")
     session.log(f"{cell.name}: [1/{total}] environment {shown}: {how}")
+    if holds_pins:
+        for number, step in enumerate(plan.steps, 2):
+            session.log(f"{cell.name}: [{number}/{total}] {step.description}: skipped, the "
+                        f"env holds the cell's pins ({install.STAMP} matches)")
+        return False
+    installed = True
     for number, step in enumerate(plan.steps, 2):
         # The index options and their URLs are in the description already.
         wanted = " ".join(environment.redact_text(a) for i, a in enumerate(step.args)
@@ -138,9 +155,11 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan) -> No
                       f"{time.monotonic() - start:.1f} s:\n" + "\n".join(tail))
             out.seek(0)
             text = out.read()
+        installed = installed and bool(text.strip())
         did = (install.uv_changes(text, wanted.split()) if text.strip()
                else "skipped: nox reuses the env without installing (-R / --no-install)")
         session.log(f"{cell.name}: [{number}/{total}] {did} [{time.monotonic() - start:.1f} s]")
+    return installed
 
 
 def _blocker(cell: Cell) -> str | None:
@@ -191,12 +210,14 @@ def register(matrix: Matrix) -> list[str]:
 
 
 def prepared_python(root: Path, cell: Cell, env: dict[str, str] | None = None) -> str:
-    """Create or refresh ``cell``'s nox env (``--install-only``) and return its python."""
-    import subprocess
+    """Create or refresh ``cell``'s nox env (``--install-only``) and return its python.
+    Interrupted, it stops nox and the installs it started (its stamp is then gone, so
+    the next run installs again)."""
+    from . import lifetime
 
     cmd = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", cell.name,
            "--install-only"]
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
+    proc = lifetime.run_group(cmd, cwd=root, env=env)
     if proc.returncode != 0:
-        raise AccelgridError(f"{cell.name}: preparing its env failed:\n{proc.stderr[-2000:]}")
+        raise AccelgridError(f"{cell.name}: preparing its env failed:\n{proc.stdout[-2000:]}")
     return str(venvs.python_in(venvs.env_dir(root, cell)))

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+# ENV_SRC is scripts.ENV_SRC, not imported from there: scripts imports numpy, and xdist's
+# controller loads this conftest too (numpy for nothing before any worker starts).
+from accelgrid.contract import TRANSFORMERS_SRC as ENV_SRC
 from accelgrid.outcomes import not_run
 
 from . import checkouts
-from .scripts import ENV_SRC
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,9 @@ from accelgrid.outcomes import not_run
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-
-import offload_helpers  # noqa: E402
+# offload_helpers (and torch with it) is imported by the fixtures, not here: xdist's
+# controller loads this conftest and would import torch for nothing before any worker
+# starts (seconds on a small host).
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +30,8 @@ def _offload_gate(request: pytest.FixtureRequest, device: str) -> None:
     never a pass; cuda/xpu cells without a usable torchao: not-run with the reason."""
     if "offload_cls" not in request.fixturenames:
         return
+    import offload_helpers
+
     kind = device_type(device)
     if kind not in offload_helpers.SUPPORTED_DEVICES:
         pytest.skip(offload_helpers.skip_reason(kind))
@@ -41,4 +44,6 @@ def _offload_gate(request: pytest.FixtureRequest, device: str) -> None:
 @pytest.fixture
 def offload_cls() -> type:
     """torchao's CPUOffloadOptimizer (the gate has already checked it imports)."""
+    import offload_helpers
+
     return offload_helpers.import_cpu_offload()

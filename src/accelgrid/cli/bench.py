@@ -62,14 +62,23 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
     p = what.add_parser("overhead", parents=[common], formatter_class=raw,
                         description=overhead.__doc__,
-                        help="a warm cell run vs bare pytest, and env creation (uv, virtualenv)")
+                        help="warm cell runs (selected and whole) vs bare pytest, pair by pair")
     p.add_argument("--cell", default=overhead.DEFAULT_CELL)
+    p.add_argument("--partial", default=overhead.DEFAULT_PARTIAL,
+                   help="pytest arguments of the partial pairs (default: %(default)s; '' for "
+                        "none)")
+    p.add_argument("--partial-repeat", type=int, default=overhead.DEFAULT_PARTIAL_REPEAT,
+                   help="partial pairs (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=overhead.DEFAULT_REPEAT,
+                   help="pairs of the whole cell (default: %(default)s)")
     p.add_argument("--suites", default=None,
-                   help="comma-separated suite paths (default: the cell's suites)")
-    p.add_argument("--repeat", type=int, default=overhead.DEFAULT_REPEAT)
-    p.add_argument("--skip-env", action="store_true", help="skip the env creation part")
+                   help="comma-separated test paths for the whole-cell pairs (default: the "
+                        "cell's suites)")
+    p.add_argument("--env-creation", action="store_true",
+                   help="also time creating the cell's env with uv and virtualenv (minutes)")
     p.add_argument("--out", default=overhead.DEFAULT_OUT,
-                   help="folder for bench-overhead.{json,md}")
+                   help="folder for bench-overhead.{json,md} (default: %(default)s; docs "
+                        "to update the committed figures)")
     p.set_defaults(func=_overhead)
 
     p = what.add_parser("offload", parents=[common], description=OFFLOAD,
@@ -134,9 +143,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def _overhead(args: argparse.Namespace) -> int:
-    overhead.run(matrix_of(args), args.cell,
-                 suites=args.suites.split(",") if args.suites else None,
-                 repeat=args.repeat, skip_env=args.skip_env, out=args.out)
+    try:
+        overhead.run(matrix_of(args), args.cell,
+                     suites=args.suites.split(",") if args.suites else None,
+                     partial=args.partial, partial_repeat=args.partial_repeat,
+                     repeat=args.repeat, env_creation=args.env_creation, out=args.out)
+    except overhead.Stopped as exc:   # SIGTERM: the shell's code for it
+        return 128 + exc.signum
     return 0
 
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import runpy
 import subprocess
 import sys
+from pathlib import Path
+
+import accelgrid
 
 from ._common import matrix_of
 
@@ -28,9 +33,33 @@ def _run(args: argparse.Namespace) -> int:
 
         return containers.run_named(matrix, args.cell, args.pytest_args)
     cell = matrix.cell(args.cell)
-    cmd = [sys.executable, "-m", "nox", "-f", str(matrix.root / "noxfile.py"), "-s", cell.name]
+    argv = ["-f", str(matrix.root / "noxfile.py"), "-s", cell.name]
     if args.no_venv:
-        cmd.append("--no-venv")
+        argv.append("--no-venv")
     if args.pytest_args:
-        cmd += ["--", *args.pytest_args]
-    return subprocess.call(cmd, cwd=matrix.root)
+        argv += ["--", *args.pytest_args]
+    return nox(argv, matrix.root)
+
+
+def nox(argv: list[str], root: Path) -> int:
+    """``python -m nox ARGV`` in ``root``; nox's exit code. In this process when the
+    project's noxfile would import the accelgrid already loaded here (its own src/): a
+    second interpreter would load it all again, a third of a second before the cell's
+    pytest starts. Another checkout's noxfile gets a process of its own, so it imports
+    that checkout's accelgrid."""
+    own = Path(accelgrid.__file__).resolve().parent == (root / "src" / "accelgrid").resolve()
+    if not own:
+        return subprocess.call([sys.executable, "-m", "nox", *argv], cwd=root)
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    sys.argv = ["nox", *argv]
+    try:
+        os.chdir(root)
+        runpy.run_module("nox", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):   # sys.exit(message), as the noxfile may do
+            print(exc.code, file=sys.stderr)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+    return 0

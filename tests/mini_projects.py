@@ -1,0 +1,47 @@
+"""Small projects for tests that run cells: the repo's conftest, a one-suite matrix and,
+on request, a noxfile (the ``mini_project`` fixture builds one in ``tmp_path``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+# A noxfile for a project made by make_project: the cells of its matrix as nox sessions.
+NOXFILE = """
+import sys
+sys.path.insert(0, {src!r})
+from pathlib import Path
+
+import nox
+
+from accelgrid import sessions
+from accelgrid.matrix import load_matrix
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_venv = "yes"
+sessions.register(load_matrix(Path(__file__).parent / "matrix.yaml"))
+"""
+# What a cell env needs to run the suites (the runner's pytest options).
+TOOLS = ("pytest==9.2.0", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0")
+
+
+def make_project(proj: Path, test_seconds: int = 60, cell_minutes: int = 10, workers: int = 1,
+                 noxfile: bool = False) -> Path:
+    """A project folder with the repo's conftest and a matrix whose only suite is
+    ``suites/payload``; with ``noxfile``, a noxfile whose sessions are its cells (whose envs
+    get pytest, xdist and timeout)."""
+    (proj / "suites" / "payload").mkdir(parents=True)
+    shutil.copy(ROOT / "conftest.py", proj / "conftest.py")
+    (proj / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    text = (TESTS / "base_matrix.yaml").read_text()
+    text = text.replace("  smoke: {path: .}", "  smoke: {path: suites/payload}")
+    text = text.replace("  suites: [smoke]", "  suites: [smoke]\n  timeout: {cell_minutes: "
+                        f"{cell_minutes}, test_seconds: {test_seconds}}}\n  workers: {workers}")
+    if noxfile:
+        text = text.replace("\ndevices:", f"\ntools: [{', '.join(TOOLS)}]\ndevices:", 1)
+        (proj / "noxfile.py").write_text(NOXFILE.format(src=str(ROOT / "src")))
+    (proj / "matrix.yaml").write_text(text)
+    return proj
