@@ -523,10 +523,12 @@ def trainer_flags(device: str) -> list[str]:
     return flags
 
 
-def prepare(spec: ScriptSpec, root: Path, device: str) -> tuple[list[str], dict[str, str]]:
+def prepare(spec: ScriptSpec, root: Path, device: str, src: Path
+            ) -> tuple[list[str], dict[str, str]]:
     """Lay out model, data, stand-in metrics under ``root``; return (argv, env) to run
-    the script with ``cwd=root``."""
-    src = Path(os.environ[ENV_SRC])
+    the script of the checkout ``src`` (the one found for the installed version, not
+    ``ACCELGRID_TRANSFORMERS_SRC`` itself, which may be a folder of checkouts) with
+    ``cwd=root``."""
     model_dir = root / "model"
     save_model(spec, model_dir)
     write_standin_metrics(root)

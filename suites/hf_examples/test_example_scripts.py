@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 
@@ -33,9 +32,8 @@ def _ready(script: str, *, loading_only: bool = False) -> None:
 def test_example_inputs(script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint folder and data files load offline as the script loads them."""
     _ready(script, loading_only=True)
-    monkeypatch.setenv(ENV_SRC, os.environ.get(ENV_SRC, str(tmp_path / "no-checkout")))
     try:
-        argv, _ = prepare(SCRIPTS[script], tmp_path, "cpu")
+        argv, _ = prepare(SCRIPTS[script], tmp_path, "cpu", tmp_path / "no-checkout")
         sizes = load_inputs(SCRIPTS[script], argv, tmp_path / "datasets-cache")
     except MissingModelClass as exc:
         not_run(str(exc))
@@ -50,7 +48,7 @@ def test_example_script(script: str, device: str, transformers_src: Path, tmp_pa
         not_run(f"{spec.path} is not in this transformers checkout")
     _ready(script)
     try:
-        argv, env = prepare(spec, tmp_path, device)
+        argv, env = prepare(spec, tmp_path, device, transformers_src)
     except MissingModelClass as exc:
         not_run(str(exc))
     try:
@@ -81,3 +79,14 @@ def test_example_script(script: str, device: str, transformers_src: Path, tmp_pa
         assert (out / spec.eval_file).is_file(), f"no {spec.eval_file}\n{tail}"
     else:
         assert (out / "config.json").is_file(), f"no model saved\n{tail}"
+
+
+def test_script_command_uses_the_found_checkout(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACCELGRID_TRANSFORMERS_SRC may name a folder of checkouts: the command runs the
+    script of the checkout found for the installed version, not a path under the folder
+    (seen on an H200: every script of a folder-of-checkouts run 'can't open file')."""
+    monkeypatch.setenv(ENV_SRC, str(tmp_path / "checkouts"))
+    found = tmp_path / "checkouts" / "5.17.0"
+    argv, _ = prepare(SCRIPTS["run_glue"], tmp_path / "run", "cpu", found)
+    assert argv[1] == str(found / "examples" / "pytorch" / SCRIPTS["run_glue"].path)
