@@ -521,14 +521,19 @@ def test_workers_leave_once_their_session_is_over(mini_project, python, monkeypa
         "    atexit.register(time.sleep, 8)\n"
         "def test_one(): pass\n"
         "def test_two(): pass\n")
-    walls = {}
+    tails = {}
     for teardown in ("1", ""):   # "1": the full teardown, as before
         monkeypatch.setenv("ACCELGRID_WORKER_TEARDOWN", teardown)
         assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
         folder = proj / "results" / "cpu-2.13"
-        assert {r["outcome"] for r in _records(folder).values()} == {"passed"}
-        walls[teardown] = json.loads((folder / results.SUMMARY).read_text())["wall_s"]
-    assert walls[""] < walls["1"] - 5
+        recs = _records(folder).values()
+        assert {r["outcome"] for r in recs} == {"passed"}
+        # From the last test's end to the pass's end: what teardown costs. (Not the whole
+        # wall: workers' start-up varies by more than the 8 s on a loaded 2-core host.)
+        (only,) = json.loads((folder / results.SUMMARY).read_text())["passes"]
+        tails[teardown] = (_epoch(only["start"]) + only["wall_s"]
+                           - max(r["finished"] for r in recs))
+    assert tails["1"] >= 7.5 and tails[""] < tails["1"] - 5, tails
 
 
 def test_workers_that_die_without_a_test_still_end_the_run(mini_project, python) -> None:
