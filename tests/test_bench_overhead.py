@@ -89,6 +89,8 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
     assert report["command"] == ("accelgrid bench overhead --cell cpu-2.13 --partial "
                                  "'-k fast' --partial-repeat 2 --repeat 1")
     assert report["machine"]["cpus"] == os.cpu_count() and "load_start" in report
+    assert report["python_env"] == {k: os.environ[k] for k in overhead.BYTECODE_VARS
+                                    if k in os.environ}
     md = (out / "bench-overhead.md").read_text()
     assert md == overhead.render_markdown(report)
     assert "## partial: a selected run (`-- -k fast`)" in md and "| tests (cell / bare) |" in md

@@ -50,6 +50,7 @@ DEFAULT_REPEAT = 1
 DEFAULT_OUT = "results/bench-overhead"  # docs/ only when asked (--out docs)
 ENV_BACKENDS = ("uv", "virtualenv")
 AIMS = {"partial": 1.2, "full": 1.05}   # cell run / bare pytest, median
+BYTECODE_VARS = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
 STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
 
 
@@ -162,6 +163,9 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
     report: dict[str, Any] = {
         "cell": the_cell.name, "suites": paths, "command": shlex.join(command), "date": now(),
         "commit": commit, "dirty": dirty, "machine": machine(), "load_start": load_average(),
+        # Set, every process compiles its sources and pytest rewrites asserts anew (no .pyc
+        # is written): a cell run starts more processes than bare pytest.
+        "python_env": {k: os.environ[k] for k in BYTECODE_VARS if k in os.environ},
         "aims": AIMS, "pairs": {}}
     accelgrid = [sys.executable, "-m", "accelgrid", "--matrix", str(matrix.path), "run",
                  the_cell.name]
@@ -273,7 +277,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"# Runner overhead: {report['cell']} on {m['host']}", "",
         f"Machine: {facts}. Load average (1 min): {report.get('load_start')} at the start, "
         f"{report.get('load_end')} at the end.", "",
-        f"Command: `{report['command']}` at commit {commit}, {report['date']}.", "",
+        f"Command: `{report['command']}` at commit {commit}, {report['date']}."
+        + "".join(f" {k}={v} in the environment." for k, v in
+                  report.get("python_env", {}).items()), "",
         "Each pair: a warm cell run (`accelgrid run`: env reused, nothing installed) and "
         "bare `python -m pytest` on the same tests in the cell's env, one after the other "
         "(`first` says which); CPU time is user + system of every process of the run.", "",
