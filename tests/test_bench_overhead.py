@@ -85,10 +85,17 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
     assert partial["bare_first"] == [False, True]   # alternating, per kind
     assert all(c > 0 for c in partial["cell_cpu"] + partial["bare_cpu"] + full["cell_cpu"])
     assert partial["cpu_ratio_median"] > 0
+    # Outside the tests' own durations: both sides measured, neither over its wall time.
+    for entry in (partial, full):
+        for (cell, bare), cell_s, bare_s in zip(entry["outside_tests"], entry["cell"],
+                                                entry["bare"], strict=True):
+            assert 0 < cell <= cell_s and 0 < bare <= bare_s
     assert full["ratio_median"] == full["cell"][0] / full["bare"][0]
     assert report["command"] == ("accelgrid bench overhead --cell cpu-2.13 --partial "
                                  "'-k fast' --partial-repeat 2 --repeat 1")
     assert report["machine"]["cpus"] == os.cpu_count() and "load_start" in report
+    assert report["python_env"] == {k: os.environ[k] for k in overhead.BYTECODE_VARS
+                                    if k in os.environ}
     md = (out / "bench-overhead.md").read_text()
     assert md == overhead.render_markdown(report)
     assert "## partial: a selected run (`-- -k fast`)" in md and "| tests (cell / bare) |" in md

@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from .. import lifetime, results
 from ..errors import AccelgridError, InvalidInput
@@ -50,6 +51,7 @@ DEFAULT_REPEAT = 1
 DEFAULT_OUT = "results/bench-overhead"  # docs/ only when asked (--out docs)
 ENV_BACKENDS = ("uv", "virtualenv")
 AIMS = {"partial": 1.2, "full": 1.05}   # cell run / bare pytest, median
+BYTECODE_VARS = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
 STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
 
 
@@ -105,10 +107,21 @@ def bare_count(output: str) -> int | None:
     return sum(int(n) for n, _ in _COUNTS.findall(lines[-1])) if lines else None
 
 
-def _cell_tests(results_dir: Path, cell: str) -> list[str]:
-    """The node ids the cell's latest run recorded."""
+def _cell_tests(results_dir: Path, cell: str) -> tuple[list[str], float]:
+    """The node ids the cell's latest run recorded, and the sum of their durations."""
     records, _ = results.read_jsonl(results.last_run(results_dir / cell)[1] / results.TESTS)
-    return [r["nodeid"] for r in records]
+    return ([r["nodeid"] for r in records],
+            sum(float(r.get("duration") or 0.0) for r in records))
+
+
+def _junit_seconds(path: Path) -> float | None:
+    """The sum of the test durations in a junit XML file (pytest's: setup, call and
+    teardown of each), or None when there is none."""
+    try:
+        tree = ElementTree.parse(path)
+    except (OSError, ElementTree.ParseError):
+        return None
+    return sum(float(case.get("time") or 0.0) for case in tree.iter("testcase"))
 
 
 def _touched(nodeids: Sequence[str], suites: Sequence[str]) -> list[str]:
@@ -162,6 +175,9 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
     report: dict[str, Any] = {
         "cell": the_cell.name, "suites": paths, "command": shlex.join(command), "date": now(),
         "commit": commit, "dirty": dirty, "machine": machine(), "load_start": load_average(),
+        # Set, every process compiles its sources and pytest rewrites asserts anew (no .pyc
+        # is written): a cell run starts more processes than bare pytest.
+        "python_env": {k: os.environ[k] for k in BYTECODE_VARS if k in os.environ},
         "aims": AIMS, "pairs": {}}
     accelgrid = [sys.executable, "-m", "accelgrid", "--matrix", str(matrix.path), "run",
                  the_cell.name]
@@ -185,16 +201,19 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                 entry = report["pairs"].setdefault(kind, {
                     "args": partial_args if kind == "partial" else paths, "cell": [],
                     "bare": [], "ratios": [], "cell_cpu": [], "bare_cpu": [],
-                    "cpu_ratios": [], "load": [], "tests": [], "bare_first": []})
+                    "cpu_ratios": [], "load": [], "tests": [], "bare_first": [],
+                    "outside_tests": []})
                 cell_cmd = [*accelgrid, "--", *partial_args] if kind == "partial" else \
                     [*accelgrid, *(["--", *suites] if suites else [])]
                 if kind == "partial" and bare_partial is None:
                     # The suites its tests come from: known once a cell run has run.
                     _timed(cell_cmd, root, env)
-                    bare_partial = _touched(_cell_tests(results_dir, the_cell.name),
+                    bare_partial = _touched(_cell_tests(results_dir, the_cell.name)[0],
                                             the_cell.suite_paths)
                     entry["bare_paths"] = bare_partial
+                junit = tmp / f"bare-{n}.xml"
                 bare_cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            f"--junitxml={junit}",
                             *(bare_partial if kind == "partial" else paths),
                             *(partial_args if kind == "partial" else [])]
                 # Every other pair of a kind runs bare pytest first: neither side always
@@ -205,7 +224,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                 for side in (("bare", "cell") if bare_first else ("cell", "bare")):
                     if side == "cell":
                         runs[side] = _timed(cell_cmd, root, env)
-                        ids = _cell_tests(results_dir, the_cell.name)
+                        ids, cell_tests_s = _cell_tests(results_dir, the_cell.name)
                     else:
                         runs[side] = _timed(bare_cmd, root, bare_env)
                 (cell_s, cell_cpu, _), (bare_s, bare_cpu, bare_out) = runs["cell"], runs["bare"]
@@ -213,7 +232,12 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                           "cell_cpu": cell_cpu, "bare_cpu": bare_cpu,
                           "cpu_ratios": cell_cpu / bare_cpu if bare_cpu else None,
                           "load": load, "tests": [len(ids), bare_count(bare_out)],
-                          "bare_first": bare_first}
+                          "bare_first": bare_first,
+                          # Wall time outside the tests' own durations: the runner's fixed
+                          # cost, whatever the tests themselves took this time.
+                          "outside_tests": [cell_s - cell_tests_s,
+                                            None if (b := _junit_seconds(junit)) is None
+                                            else bare_s - b]}
                 for key, value in values.items():
                     entry[key].append(value)
                 print(f"[{n}/{len(order)}] {kind} ({shlex.join(entry['args'])}): cell "
@@ -273,10 +297,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"# Runner overhead: {report['cell']} on {m['host']}", "",
         f"Machine: {facts}. Load average (1 min): {report.get('load_start')} at the start, "
         f"{report.get('load_end')} at the end.", "",
-        f"Command: `{report['command']}` at commit {commit}, {report['date']}.", "",
+        f"Command: `{report['command']}` at commit {commit}, {report['date']}."
+        + "".join(f" {k}={v} in the environment." for k, v in
+                  report.get("python_env", {}).items()), "",
         "Each pair: a warm cell run (`accelgrid run`: env reused, nothing installed) and "
         "bare `python -m pytest` on the same tests in the cell's env, one after the other "
-        "(`first` says which); CPU time is user + system of every process of the run.", "",
+        "(`first` says which); CPU time is user + system of every process of the run; "
+        "outside the tests is the wall time less the tests' own durations (the cell's "
+        "records, bare pytest's junit XML): the fixed cost of a run, whatever the tests "
+        "took this time.", "",
     ]
     for kind, entry in report["pairs"].items():
         n = len(entry["ratios"])
@@ -300,6 +329,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append("| CPU ratio | " + " | ".join(
             "-" if r is None else f"{r:.2f}" for r in entry["cpu_ratios"])
             + f" | {'-' if cpu_median is None else f'{cpu_median:.2f}'} |")
+        lines.append("| outside the tests, cell / bare | " + " | ".join(
+            f"{c:.1f} / {'-' if b is None else f'{b:.1f}'} s"
+            for c, b in entry.get("outside_tests", [])) + " | |")
         lines.append("| first | " + " | ".join("bare" if b else "cell"
                                                 for b in entry["bare_first"]) + " | |")
         lines.append("| load average | " + " | ".join(str(v) for v in entry["load"]) + " | |")
