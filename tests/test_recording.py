@@ -805,15 +805,6 @@ def test_the_users_marker_expression_joins_the_passes(select, args, want) -> Non
     assert runner._with_markers(select, args) == want
 
 
-def test_a_later_pass_keeps_the_users_options_and_their_values(mini_project) -> None:
-    proj = mini_project()
-    (proj / "suites" / "payload" / "test_x.py").write_text("def test_a(): pass\n")
-    args = ["suites/payload/test_x.py::test_a", "--deselect", "suites/payload/test_x.py::t",
-            "-k", "a", "-p", "no:x", "--maxfail=3", "suites/payload"]
-    assert runner._without_paths(args, proj) == [
-        "--deselect", "suites/payload/test_x.py::t", "-k", "a", "-p", "no:x", "--maxfail=3"]
-
-
 # --- a chosen subset of devices holds in every pass ------------------------------------
 
 SUBSET = '''

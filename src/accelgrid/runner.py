@@ -127,9 +127,8 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
 
 
 def _selects_paths(args: Sequence[str], root: Path) -> bool:
-    """Whether the user's pytest args name test paths themselves (then suites are not
-    added); an option's value (``--deselect suites/x.py::t``) is not one."""
-    return len(_without_paths(args, root)) < len(args)
+    """Whether the user's pytest args name test paths themselves (then suites are not added)."""
+    return any(not a.startswith("-") and (root / a.split("::", 1)[0]).exists() for a in args)
 
 
 MULTI_DEVICE_MARK = "multi_device"
@@ -276,25 +275,6 @@ def _with_markers(select: Sequence[str], args: Sequence[str]) -> tuple[list[str]
     if len(select) == 2 and select[0] == "-m":
         return ["-m", f"({select[1]}) and ({user})"], rest
     return [*select, "-m", user], rest
-
-
-def _without_paths(args: Sequence[str], root: Path) -> list[str]:
-    """``args`` without the test paths they name (options keep their values, even values
-    that are paths: ``--deselect suites/x.py::t``)."""
-    out: list[str] = []
-    takes_value = False
-    for arg in args:
-        if takes_value:
-            out.append(arg)
-            takes_value = False
-            continue
-        if arg.startswith("-"):
-            out.append(arg)
-            takes_value = "=" not in arg and (arg in _SELECTING_WITH_VALUE
-                                              or arg in _NEUTRAL_WITH_VALUE)
-        elif not (root / arg.split("::", 1)[0]).exists():
-            out.append(arg)
-    return out
 
 
 # pytest options that change how a run reports, not which tests run nor how far it gets.
@@ -455,7 +435,8 @@ def _pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[s
         return None if run_pass.name == contract.PASS_HOST_ACCELERATORS else list(pytest_args)
     if not left:
         return None
-    return [*left, *_without_paths(pytest_args, root)]
+    return [*left, *(a for a in pytest_args
+                     if a.startswith("-") or not (root / a.split("::")[0]).exists())]
 
 
 def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str, str],
