@@ -254,7 +254,9 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial)
     assert (pinned_pass["name"], all_pass["name"]) == ("pinned", "all-devices")
     if serial:  # after the pinned pass, fed by the list it left
         assert all_pass["beside"] is None
-        assert _epoch(all_pass["start"]) >= _epoch(pinned_pass["start"]) + pinned_pass["wall_s"]
+        # (start to the millisecond, wall to the hundredth: 0.01 s either way)
+        assert _epoch(all_pass["start"]) >= (_epoch(pinned_pass["start"])
+                                             + pinned_pass["wall_s"] - 0.01)
     else:
         assert all_pass["beside"] == "pinned"
 
@@ -511,29 +513,30 @@ def test_any_number_of_crashes_and_hangs_lose_only_themselves(mini_project, pyth
     assert summary["total"] == 17 and summary["counts"]["not-run"] == 0
 
 
-def test_workers_leave_once_their_session_is_over(mini_project, python, monkeypatch) -> None:
-    # xdist's controller waits for each worker's process to end; a worker's teardown (here
-    # an atexit handler, for torch's and CUDA's) no longer holds up the end of the pass.
+def test_workers_leave_once_their_session_is_over(mini_project, python, monkeypatch,
+                                                  tmp_path) -> None:
+    # xdist's controller waits for each worker's process to end; a worker's interpreter
+    # teardown (here an atexit handler; torch's and CUDA's in a real cell) no longer runs.
     proj = mini_project(workers=2)
     (proj / "suites" / "payload" / "test_slow_exit.py").write_text(
-        "import atexit, os, time\n"
-        "if os.environ.get('PYTEST_XDIST_WORKER'):\n"
-        "    atexit.register(time.sleep, 8)\n"
+        "import atexit, os, pathlib, time\n"
+        "worker = os.environ.get('PYTEST_XDIST_WORKER')\n"
+        "if worker:\n"
+        "    def teardown():\n"
+        "        time.sleep(1)\n"
+        "        (pathlib.Path(os.environ['TEARDOWN_DIR']) / worker).touch()\n"
+        "    atexit.register(teardown)\n"
         "def test_one(): pass\n"
         "def test_two(): pass\n")
-    tails = {}
     for teardown in ("1", ""):   # "1": the full teardown, as before
         monkeypatch.setenv("ACCELGRID_WORKER_TEARDOWN", teardown)
+        monkeypatch.setenv("TEARDOWN_DIR", str(tmp_path / f"teardown{teardown}"))
+        (tmp_path / f"teardown{teardown}").mkdir()
         assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
-        folder = proj / "results" / "cpu-2.13"
-        recs = _records(folder).values()
-        assert {r["outcome"] for r in recs} == {"passed"}
-        # From the last test's end to the pass's end: what teardown costs. (Not the whole
-        # wall: workers' start-up varies by more than the 8 s on a loaded 2-core host.)
-        (only,) = json.loads((folder / results.SUMMARY).read_text())["passes"]
-        tails[teardown] = (_epoch(only["start"]) + only["wall_s"]
-                           - max(r["finished"] for r in recs))
-    assert tails["1"] >= 7.5 and tails[""] < tails["1"] - 5, tails
+        assert {r["outcome"] for r in _records(proj / "results" / "cpu-2.13").values()} == {
+            "passed"}
+    assert sorted(p.name for p in (tmp_path / "teardown1").iterdir()) == ["gw0", "gw1"]
+    assert not any((tmp_path / "teardown").iterdir())
 
 
 def test_workers_that_die_without_a_test_still_end_the_run(mini_project, python) -> None:
@@ -648,7 +651,7 @@ MEET = Path(os.environ["MEET_DIR"])
 def _meet(mine, theirs):
     # Each pass's first test waits for the other's: they only meet if the passes overlap.
     (MEET / mine).touch()
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + 240   # the other pass's start-up, on a loaded host
     while not (MEET / theirs).exists():
         assert time.monotonic() < deadline, f"no {theirs}: the passes did not overlap"
         time.sleep(0.02)
@@ -725,7 +728,7 @@ def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, dict]:
 
 def test_all_devices_pass_beside_the_pinned_one_records_every_test_once(
         mini_project, python, monkeypatch, tmp_path, capfd) -> None:
-    proj = mini_project()
+    proj = mini_project(test_seconds=300)
     payload = proj / "suites" / "payload"
     (payload / "test_beside.py").write_text(BESIDE)
     (payload / "test_broken.py").write_text("import not_installed_anywhere\n")  # both collect it
@@ -765,7 +768,7 @@ def test_all_devices_pass_beside_the_pinned_one_records_every_test_once(
 
 def test_a_selection_holds_in_both_passes_beside_each_other(mini_project, python,
                                                              monkeypatch, tmp_path) -> None:
-    proj = mini_project()
+    proj = mini_project(test_seconds=300)
     (proj / "suites" / "payload" / "test_beside.py").write_text(BESIDE)
     mod = "suites/payload/test_beside.py"
     # Node ids: the all-devices pass collects only the named multi-device ones.
@@ -811,15 +814,6 @@ def test_serial_passes_when_asked_or_when_the_cache_is_used(monkeypatch) -> None
 ])
 def test_the_users_marker_expression_joins_the_passes(select, args, want) -> None:
     assert runner._with_markers(select, args) == want
-
-
-def test_a_later_pass_keeps_the_users_options_and_their_values(mini_project) -> None:
-    proj = mini_project()
-    (proj / "suites" / "payload" / "test_x.py").write_text("def test_a(): pass\n")
-    args = ["suites/payload/test_x.py::test_a", "--deselect", "suites/payload/test_x.py::t",
-            "-k", "a", "-p", "no:x", "--maxfail=3", "suites/payload"]
-    assert runner._without_paths(args, proj) == [
-        "--deselect", "suites/payload/test_x.py::t", "-k", "a", "-p", "no:x", "--maxfail=3"]
 
 
 # --- a chosen subset of devices holds in every pass ------------------------------------

@@ -49,7 +49,7 @@ SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not 
 SKIP_RUNTIME_CHECK = "ACCELGRID_SKIP_RUNTIME_CHECK"  # "1": run without the runtime bundle check
 DEVICES = "ACCELGRID_DEVICES"          # a subset of the host's devices, e.g. "0,2"
 WORKER_TEARDOWN = "ACCELGRID_WORKER_TEARDOWN"  # "1": xdist workers end with Python's full
-                                               # teardown, not os._exit once reported
+                                               # teardown (else os._exit when ended)
 SERIAL_PASSES = "ACCELGRID_SERIAL_PASSES"  # "1": a cell's passes run one after another,
                                            # never beside each other (devices not shared)
 HOST_ROOT = "ACCELGRID_HOST_ROOT"      # where detection reads sys/ and dev/ (tests: a fake tree)

@@ -15,6 +15,7 @@ cannot end the run; each worker dies with its controller (:mod:`accelgrid.lifeti
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -353,18 +354,24 @@ class WorkerMarker:
 
 
 class QuickExit:
-    """In an xdist worker: once its session is over (xdist has sent the controller its
-    results, then unconfigure ran), leave with ``os._exit``. The controller waits for every
-    worker's process to end before its session ends, and a worker's interpreter teardown
-    with torch (and CUDA, transformers) loaded added seconds to the end of every pass.
+    """In an xdist worker: skip the interpreter's teardown. The controller waits for every
+    worker's process to end before its own session ends, and a worker's teardown with
+    torch (and CUDA, transformers) loaded added seconds to the end of every pass. The
+    worker stays until the controller ends its gateway (xdist may still send it a command
+    after its session is over: a steal); then the first exit handler leaves at once.
     ``ACCELGRID_WORKER_TEARDOWN=1`` keeps the full teardown."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(0)
+        # Registered last, so it runs first: other handlers (torch's, the tests') are skipped.
+        atexit.register(_leave_now)
+
+
+def _leave_now() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 class OpCaptureHook:

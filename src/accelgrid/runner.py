@@ -278,25 +278,6 @@ def _with_markers(select: Sequence[str], args: Sequence[str]) -> tuple[list[str]
     return [*select, "-m", user], rest
 
 
-def _without_paths(args: Sequence[str], root: Path) -> list[str]:
-    """``args`` without the test paths they name (options keep their values, even values
-    that are paths: ``--deselect suites/x.py::t``)."""
-    out: list[str] = []
-    takes_value = False
-    for arg in args:
-        if takes_value:
-            out.append(arg)
-            takes_value = False
-            continue
-        if arg.startswith("-"):
-            out.append(arg)
-            takes_value = "=" not in arg and (arg in _SELECTING_WITH_VALUE
-                                              or arg in _NEUTRAL_WITH_VALUE)
-        elif not (root / arg.split("::", 1)[0]).exists():
-            out.append(arg)
-    return out
-
-
 # pytest options that change how a run reports, not which tests run nor how far it gets.
 _NEUTRAL_FLAGS = {
     "-v", "--verbose", "-q", "--quiet", "-s", "-l", "--showlocals", "--full-trace",
@@ -459,7 +440,8 @@ def _pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[s
         return None if run_pass.name == contract.PASS_HOST_ACCELERATORS else list(pytest_args)
     if not left:
         return None
-    return [*left, *_without_paths(pytest_args, root)]
+    return [*left, *(a for a in pytest_args
+                     if a.startswith("-") or not (root / a.split("::")[0]).exists())]
 
 
 def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str, str],
