@@ -125,10 +125,11 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
     skipped. Returns whether uv installed every step (not under ``--no-install``)."""
     total = len(plan.steps) + 1
     venv = Path(session.bin).parent
-    made = (venv / "pyvenv.cfg").stat().st_mtime if (venv / "pyvenv.cfg").exists() else 0.0
     shown = os.path.relpath(venv) if Path.cwd() in venv.parents else str(venv)
-    how = (f"created with uv in {time.time() - _IDLE_SINCE:.1f} s" if made >= _IDLE_SINCE - 1
-           else "reused")
+    # nox's own record of whether it reused the env (its sessions read it too); the file
+    # times said "created" once for a reused env in CI.
+    reused = bool(getattr(session.virtualenv, "_reused", False))
+    how = "reused" if reused else f"created with uv in {time.time() - _IDLE_SINCE:.1f} s"
     session.log(f"{cell.name}: [1/{total}] environment {shown}: {how}")
     if holds_pins:
         for number, step in enumerate(plan.steps, 2):
