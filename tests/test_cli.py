@@ -246,3 +246,42 @@ def test_run_starts_nox_in_its_own_process_only_for_its_own_checkout(
     pids = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines() if " pid " in line)
     assert (pids["cli pid"] == pids["nox pid"]) is own_src
     assert "stop here" in proc.stderr
+
+
+# --- one group per command ------------------------------------------------------------
+def _registered(group: str) -> list[str]:
+    import argparse
+    import importlib
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    importlib.import_module(f"accelgrid.cli.{group}").register(sub, cli._common.common_parser())
+    return list(sub.choices)
+
+
+@pytest.mark.parametrize("group", list(cli.GROUPS))
+def test_command_table_matches_what_each_group_registers(group: str) -> None:
+    assert list(cli.GROUPS[group]) == _registered(group)
+
+
+@pytest.mark.parametrize("argv,command", [
+    (["run", "cpu-2.13", "-k", "x"], "run"), (["--matrix", "m.yaml", "grid"], "grid"),
+    (["--matrix=m.yaml", "plan", "x"], "plan"), (["-h", "run"], None), ([], None),
+    (["--version"], None)])
+def test_command_word(argv: list[str], command: str | None) -> None:
+    assert cli.command_word(argv) == command
+
+
+def test_a_command_loads_only_its_group() -> None:
+    """`accelgrid run` imports no report, container, CI or bench code (nor jinja2 and
+    pytest, which only those and the cells need); `accelgrid --help` still lists all."""
+    code = ("import sys; from accelgrid import cli; a = cli.parse(['run', 'cpu-2.13', '--', "
+            "'-k', 'x']); print(a.cell, a.pytest_args if hasattr(a, 'pytest_args') else '', "
+            "sorted(m for m in ('jinja2', 'pytest', 'accelgrid.report', 'accelgrid.containers',"
+            " 'accelgrid.ci', 'accelgrid.bench', 'accelgrid.install') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    assert proc.stdout.split()[0] == "cpu-2.13"
+    assert proc.stdout.rstrip().endswith("[]"), proc.stdout
+    help_text = _cli("--help").stdout
+    assert all(word in help_text for words in cli.GROUPS.values() for word in words)

@@ -472,3 +472,4 @@ def test_hardware_scoped_entry_applies_only_on_that_hardware(
     assert hardware["gpus"][0]["family"] == family
     data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
     assert [e["id"] for e in data["issues"]] == (["acme/cards#1"] if family == "ats-m" else [])
+

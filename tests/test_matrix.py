@@ -239,3 +239,28 @@ def test_excluded_cell_says_which_rule(tmp_path: Path) -> None:
                                "({device: cpu, torch: 2.4}); add an include rule for it to run it")
     with pytest.raises(KeyError, match="did you mean 'cpu-2.13'"):
         matrix.cell("cpu-2.31")
+
+
+# --- loading the same file again ------------------------------------------------------
+def test_unchanged_matrix_is_validated_once_and_changes_are_seen(tmp_path: Path) -> None:
+    """`accelgrid run` loads the matrix in the CLI, the noxfile and the known-issue checks:
+    the same file gives the same Matrix; a changed file, or a suite folder gone, is read and
+    checked again."""
+    path = tmp_path / "matrix.yaml"
+    text = (TESTS / "base_matrix.yaml").read_text().replace(
+        "smoke: {path: .}", "smoke: {path: suites/smoke}").replace(
+        "hf: {path: .,", "hf: {path: suites/hf,")
+    path.write_text(text)
+    (tmp_path / "suites" / "smoke").mkdir(parents=True)
+    (tmp_path / "suites" / "hf").mkdir()
+    first = load_matrix(path)
+    assert load_matrix(path) is first
+    path.write_text(text + "\n# changed\n")
+    assert load_matrix(path) is not first
+    changed = load_matrix(path)
+    folder = tmp_path / next(iter(changed.suites.values())).path
+    folder.rmdir()
+    with pytest.raises(ValidationFailed, match="does not exist"):
+        load_matrix(path)
+    folder.mkdir()
+    assert load_matrix(path).cells == changed.cells

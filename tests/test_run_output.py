@@ -5,6 +5,7 @@ small suites, real uv installs, a real nox session, grids from the real results.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -146,11 +147,22 @@ def test_grid_md_says_why_tests_did_not_run_per_cell_and_suite(mini_project, tmp
     assert column["reasons"][0] == {"suite": "one", "outcome": "skipped",
                                     "reason": "needs an accelerator (ao#958)", "count": 3}
     assert f"({outcomes.NOT_RUN_MEANING}; grid.md says why, per suite)" in made.lines()
+    page = (tmp_path / "grid" / "grid.html").read_text()
+    assert ("<summary>Why tests did not run: 5 tests in 1 cell, per suite and reason</summary>"
+            in page)
+    meaning = html.escape(outcomes.NOT_RUN_MEANING).replace("&#x27;", "&#39;")  # jinja2's
+    assert f'<p><span class="chip not-run">–</span> {meaning}.</p>' in page
+    assert ('<tr><td>cpu-2.13</td><td>one</td><td class="not-run">– not-run</td><td>1</td>'
+            "<td>needs torchcodec (not installed)</td></tr>") in page
+    assert ('<td class="skipped">s skipped</td><td>3</td><td>needs an accelerator (ao#958)'
+            "</td></tr>") in page
     # A run where everything passed: no reasons, no explanation of an outcome it lacks.
     _, clean = _run(proj, "suites/two")
     made = report.grid([clean], tmp_path / "clean")
     md = (tmp_path / "clean" / "grid.md").read_text()
     assert "Why tests did not run" not in md and outcomes.NOT_RUN_MEANING not in md
+    page = (tmp_path / "clean" / "grid.html").read_text()
+    assert "Why tests did not run" not in page and "not-run: accelgrid" not in page
     assert not any(outcomes.NOT_RUN_MEANING in ln for ln in made.lines())
 
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from . import contract
-from . import known_issues_runtime as runtime
 from .environment import redact_text
 from .matrix import Cell, Matrix, load_matrix
 from .results import dumps
@@ -108,7 +107,10 @@ class KnownIssue:
                device: str | None = None) -> bool:
         """Whether the entry names ``nodeid`` (at ``torch_version`` and on ``device``, for
         narrowed tests)."""
-        return runtime.covers(self.runtime_entry(device), nodeid, torch_version)
+        # Imported here: the runtime side is a pytest plugin, and the CLI needs no pytest.
+        from .known_issues_runtime import covers
+
+        return covers(self.runtime_entry(device), nodeid, torch_version)
 
     def runtime_entry(self, device: str | None = None) -> dict[str, Any]:
         """What the in-cell plugin needs (device/profile are already checked): the tests
@@ -283,6 +285,8 @@ def registry_for_run(root: Path) -> Registry | None:
     path = registry_path(root)
     if os.environ.get(ENV_DISABLE) == "1" or not os.path.lexists(path):
         return None
+    # Validated each time (a few ms; it globs the project's test files), against the
+    # matrix that load_matrix keeps while its file is unchanged.
     return load_registry(path, load_matrix(root / "matrix.yaml"))
 
 
@@ -306,4 +310,4 @@ def cell_env(cell: Cell, root: Path, folder: Path, *, hardware: str | None = Non
     out = folder / RUNTIME_JSON
     out.write_text(dumps({"cell": cell.name, "registry": str(path), "issues": entries},
                               indent=2) + "\n", encoding="utf-8")
-    return {runtime.ENV_KNOWN_ISSUES: str(out)}
+    return {contract.KNOWN_ISSUES: str(out)}

@@ -551,9 +551,37 @@ def _pairing_problems(matrix: Matrix, cells: Iterable[Cell]) -> list[Problem]:
     return problems
 
 
+# The last validated matrix, by (resolved path, file bytes), with its suite folders'
+# existence: one `accelgrid run` loads the matrix in the CLI, the noxfile and the
+# known-issue checks; validating it once saves ~0.1 s of a warm partial run. A changed
+# file, or a suite folder appearing or going, loads it anew.
+_LAST: dict[tuple[str, bytes], tuple[Matrix, tuple[tuple[str, bool], ...]]] = {}
+
+
 def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
-    """Load, validate and expand the matrix; raises ValidationFailed with every problem."""
+    """Load, validate and expand the matrix; raises ValidationFailed with every problem.
+    Loading the same unchanged file again in a process returns the same (frozen) Matrix."""
     path = Path(path)
+    try:
+        key = (str(path.resolve()), path.read_bytes())
+    except OSError:
+        return _load_matrix(path)  # says what is wrong with the path
+    hit = _LAST.get(key)
+    if hit is not None and hit[1] == _suite_folders(hit[0]):
+        return hit[0]
+    matrix = _load_matrix(path)
+    _LAST.clear()
+    _LAST[key] = (matrix, _suite_folders(matrix))
+    return matrix
+
+
+def _suite_folders(matrix: Matrix) -> tuple[tuple[str, bool], ...]:
+    """What the suite-folder checks looked at: where each leads, and whether it is one."""
+    folders = [matrix.root / s.path for s in matrix.suites.values()]
+    return tuple((str(f.resolve()), f.is_dir()) for f in folders)
+
+
+def _load_matrix(path: Path) -> Matrix:
     data, smap = load_yaml(path)
     if not isinstance(data, dict):
         raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 PASSED = "passed"
 FAILED = "failed"
 ERROR = "error"
@@ -28,4 +26,6 @@ NOT_RUN_MEANING = ("not-run: accelgrid's outcome for a test that could not run o
 def not_run(reason: str) -> None:
     """Stop the current test and record it as ``not-run`` (e.g. a model class missing
     from the installed transformers), which grids show apart from ordinary skips."""
+    import pytest  # here: the CLI and the runner import this module, and need no pytest
+
     pytest.skip(NOT_RUN_PREFIX + reason)

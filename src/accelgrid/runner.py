@@ -33,10 +33,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import contract, detect, known_issues, lifetime, progress, results, suite_scope
+from . import contract, detect, known_issues, lifetime, ops, progress, results, suite_scope
 from .errors import AccelgridError
 from .matrix import Cell
-from .report import ops_pages
 from .versions import version_key
 
 EXIT_CELL_TIMEOUT = 124
@@ -109,7 +108,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         "PYTHONUNBUFFERED": "1",
     })
     # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
-    env.pop(known_issues.runtime.ENV_KNOWN_ISSUES, None)
+    env.pop(contract.KNOWN_ISSUES, None)
     env.update(known_issues.cell_env(cell, root, folder, hardware=hardware.family,
                                      driver=hardware.driver))
     if cell.hardware_env or cell.driver_env:
@@ -511,7 +510,11 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
     summary = results.finalize(folder, reason, run,
                                timing={"passes": timed, "run_start": run_start})
-    if ops_pages.write_cell(folder) is not None:
+    captured = ops.aggregate(folder)
+    if captured is not None:
+        from .report import ops_pages  # only then: the report package brings jinja2
+
+        ops_pages.write_cell(folder, captured)
         print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
     watch.poll(final=True)   # suites whose last tests finalize marked
     records = results.last_outcomes(results.run_records(folder, str(run["run_id"]))[0])
@@ -628,7 +631,10 @@ def _wait_all(procs: list[subprocess.Popen], deadline: float, limit: float,
         if tick is not None and time.monotonic() - last_tick >= TICK_S:
             tick()
             last_tick = time.monotonic()
-        time.sleep(0.05)
+        # Returns as soon as that pass ends (a short run is not rounded up to a tick).
+        pending = next(p for i, p in enumerate(procs) if i not in ends)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            pending.wait(timeout=0.05)
     return [ends[i] for i in range(len(procs))]
 
 

@@ -152,10 +152,11 @@ def _write_pages(out: Path, stem: str, data: dict[str, Any], markdown: str,
     return paths
 
 
-def write_cell(folder: Path) -> dict[str, Any] | None:
+def write_cell(folder: Path, data: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Write ops.json / ops.md / ops.html into a cell's results folder; returns ops.json's
-    content, or None (nothing written) when the cell captured no ops."""
-    data = ops.aggregate(folder)
+    content, or None (nothing written) when the cell captured no ops. ``data``: the
+    folder's :func:`accelgrid.ops.aggregate`, when the caller has it."""
+    data = ops.aggregate(folder) if data is None else data
     if data is None:
         return None
     _write_pages(folder, "ops", data, cell_markdown(data), cell_html(data))

@@ -151,6 +151,12 @@ def render(model: dict[str, Any]) -> str:
                                      "status", "reason", "path", "packages", "env_flags",
                                      "baseline")} for c in cols]
     suites = list(dict.fromkeys(r["suite"] for r in model["rows"]))
+    # Why tests did not run, per cell and suite (as grid.md's table): every group.
+    with_reasons = [c for c in cols if c.get("reasons")]
+    why = {"cells": with_reasons,
+           "tests": sum(g["count"] for c in with_reasons for g in c["reasons"]),
+           "not_run": any(g["outcome"] == outcomes.NOT_RUN
+                          for c in with_reasons for g in c["reasons"])}
     return template.render(
         model=model, cols=cols, symbol=GLYPH, outcomes=outcomes.ALL, code=CODE,
         bad=outcomes.BAD, devices=devices, dev_groups=dev_groups, suites=suites,
@@ -159,5 +165,5 @@ def render(model: dict[str, Any]) -> str:
         details_json=_script_json(details), columns_json=_script_json(provenance),
         code_json=_script_json({v: k for k, v in CODE.items()}),
         bad_codes="".join(CODE[o] for o in outcomes.BAD),
-        dev_count=len(devices),
+        dev_count=len(devices), why=why, not_run_meaning=outcomes.NOT_RUN_MEANING,
     )
