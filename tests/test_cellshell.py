@@ -126,6 +126,36 @@ def test_shell_runs_a_command_in_the_env_and_exits_with_its_status(project: Path
     assert inside["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(project / "src")
 
 
+def test_no_venv_gives_this_interpreter_the_variables_and_activates_nothing(
+        project: Path) -> None:
+    """As `nox --no-venv -s CELL` (GPU hosts with torch preinstalled): this interpreter,
+    the run's variables, no env; a cell whose torch is not this interpreter's is refused
+    with the run's own message. (The tests' interpreter has torch 2.13.)"""
+    matrix = str(project / "matrix.yaml")
+    as_json = accelgrid("--matrix", matrix, "env", "cpu-2.13", "--no-venv", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    found = json.loads(as_json.stdout)
+    assert found["env_dir"] is None and found["python"] == sys.executable
+    assert found["set"]["ACCELGRID_CELL"] == "cpu-2.13"
+    assert "VIRTUAL_ENV" not in found["set"] and "PATH" not in found["set"]
+    printed = accelgrid("--matrix", matrix, "env", "cpu-2.13", "--no-venv").stdout
+    assert "# env: --no-venv: no env, the interpreter as it is" in printed
+    assert "VIRTUAL_ENV" not in printed and "export PATH" not in printed
+    proc = accelgrid("--matrix", matrix, "shell", "cpu-2.13", "--no-venv", "--",
+                     sys.executable, "-c", SHOW + "; sys.exit(5)",
+                     env={"VIRTUAL_ENV": "/somewhere/else"})
+    assert proc.returncode == 5, proc.stderr
+    inside = json.loads(proc.stdout)
+    assert inside["prefix"] == sys.prefix
+    assert inside["env"]["ACCELGRID_CELL"] == "cpu-2.13"
+    assert inside["env"]["PATH"] == os.environ["PATH"]
+    assert inside["env"]["VIRTUAL_ENV"] == "/somewhere/else"   # left as the caller had it
+    refused = accelgrid("--matrix", matrix, "env", "cpu-2.4", "--no-venv")
+    assert refused.returncode == 2
+    assert re.search(r"cpu-2\.4: \S+ has torch 2\.13\.\S*, the cell needs torch 2\.4\.x "
+                     r".*\(--no-venv runs on the current interpreter\)", refused.stderr)
+
+
 def test_shell_without_a_command_starts_SHELL_there(project: Path) -> None:
     proc = accelgrid("--matrix", str(project / "matrix.yaml"), "shell", "cpu-2.13",
                      env={"SHELL": "/bin/sh"},

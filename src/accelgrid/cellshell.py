@@ -34,7 +34,7 @@ class CellEnv:
     """The cell's env and what a run of the cell changes in the environment it starts in."""
 
     cell: str
-    env_dir: Path
+    env_dir: Path | None          # None: --no-venv, the interpreter as it is
     python: Path
     results: Path                 # where a test run by hand records
     pass_name: str                # the run's pass whose variables these are
@@ -42,7 +42,10 @@ class CellEnv:
     unset: tuple[str, ...]        # removed by the run (e.g. another cell's known issues)
 
     def activation(self, base: Mapping[str, str]) -> dict[str, str]:
-        """What activating the env sets: VIRTUAL_ENV, and its bin/ first on PATH."""
+        """What activating the env sets: VIRTUAL_ENV, and its bin/ first on PATH (nothing
+        for ``--no-venv``: the interpreter and PATH stay as they are, as in the run)."""
+        if self.env_dir is None:
+            return {}
         path = base.get("PATH", "")
         return {"VIRTUAL_ENV": str(self.env_dir),
                 "PATH": os.pathsep.join(p for p in (str(self.python.parent), path) if p)}
@@ -58,39 +61,51 @@ class CellEnv:
     def exports(self) -> str:
         """Shell lines for ``eval``: the run's variables, then the activation."""
         lines = [f"# {self.cell}: the variables a run gives its tests (pass {self.pass_name})",
-                 f"# env: {self.env_dir}",
+                 f"# env: {self.env_dir or '--no-venv: no env, the interpreter as it is'}",
                  f"# python: {self.python}",
                  f"# a test run by hand records into {self.results}"]
         lines += [f"unset {name}" for name in self.unset]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.set.items())]
-        lines += ["# the env, activated",
-                  f"export VIRTUAL_ENV={shlex.quote(str(self.env_dir))}",
-                  f'export PATH={shlex.quote(str(self.python.parent))}"${{PATH:+:$PATH}}"']
+        if self.env_dir is not None:
+            lines += ["# the env, activated",
+                      f"export VIRTUAL_ENV={shlex.quote(str(self.env_dir))}",
+                      f'export PATH={shlex.quote(str(self.python.parent))}"${{PATH:+:$PATH}}"']
+        else:
+            lines += [f"# run tests with {shlex.quote(str(self.python))} -m pytest ..."]
         return "\n".join(lines) + "\n"
 
     def as_dict(self) -> dict:
-        return {"cell": self.cell, "env_dir": str(self.env_dir), "python": str(self.python),
+        return {"cell": self.cell, "env_dir": str(self.env_dir) if self.env_dir else None,
+                "python": str(self.python),
                 "results": str(self.results), "pass": self.pass_name,
                 "set": dict(sorted(self.set.items())), "unset": list(self.unset)}
 
 
 def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
-             note: TextIO | None = None) -> CellEnv:
+             note: TextIO | None = None, no_venv: bool = False) -> CellEnv:
     """The variables a run of cell ``name`` gives its tests, against ``base`` (default:
     this process's environment). Raises UnknownName for a cell that does not exist and
     :class:`~accelgrid.venvs.NotBuilt` when its env is not built yet. Writes what the
     run would write before its tests start (the cell's known issues) into the
     ``.debug`` folder, which it empties first. Notes (the runner's hardware line, a
     relinked env) go to ``note`` (a file; default stderr), never to stdout, which is for
-    ``eval``."""
+    ``eval``. ``no_venv``: as ``nox --no-venv -s CELL`` runs it, on this interpreter
+    with its installed packages (InvalidInput when its torch is not the cell's, as the run
+    refuses it)."""
     note = note or sys.stderr
     cell = matrix.cell(name)
     root = matrix.root.resolve()   # as the noxfile's ROOT: every path printed is absolute
-    python = venvs.built_python(root, cell)
-    _, before = venvs.link_project(python, root)
-    if before:
-        print(f"accelgrid: {cell.name}: its env imported accelgrid from {before}; now from "
-              f"{root / 'src'}", file=note, flush=True)
+    if no_venv:
+        python = Path(sys.executable)
+        mismatch = runner.torch_mismatch(cell, str(python))
+        if mismatch:
+            raise InvalidInput(mismatch + " (--no-venv runs on the current interpreter)")
+    else:
+        python = venvs.built_python(root, cell)
+        _, before = venvs.link_project(python, root)
+        if before:
+            print(f"accelgrid: {cell.name}: its env imported accelgrid from {before}; now "
+                  f"from {root / 'src'}", file=note, flush=True)
     base = dict(os.environ if base is None else base)
     folder = (results.results_root(root) / cell.name / DEBUG).resolve()
     results.clear_for_run(folder)
@@ -99,7 +114,7 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     first = _first_pass(cell, env)
     env.update({**dict(first.env), contract.PASS: first.name})
     return CellEnv(
-        cell=cell.name, env_dir=venvs.env_dir(root, cell), python=python,
+        cell=cell.name, env_dir=None if no_venv else venvs.env_dir(root, cell), python=python,
         results=folder, pass_name=first.name,
         set={k: v for k, v in env.items() if base.get(k) != v},
         unset=tuple(sorted(k for k in base if k not in env)))
@@ -124,7 +139,8 @@ def run_in(found: CellEnv, command: Sequence[str], base: Mapping[str, str] | Non
     env = found.environ(os.environ if base is None else base)
     argv = list(command) or [env.get("SHELL") or "/bin/sh"]
     if not command:
-        print(f"accelgrid shell: {found.cell}: {found.env_dir} with the variables of a run "
+        where = found.env_dir or f"{found.python} (--no-venv)"
+        print(f"accelgrid shell: {found.cell}: {where} with the variables of a run "
               f"(pass {found.pass_name}); records go to {found.results}; `exit` leaves",
               file=sys.stderr, flush=True)
     sys.stdout.flush()

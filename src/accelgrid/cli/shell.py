@@ -9,6 +9,9 @@ import json
 from .. import cellshell
 from ._common import matrix_of
 
+NO_VENV_HELP = ("as `nox --no-venv -s CELL` runs it: this interpreter and its installed "
+                "packages, no env activated (its torch must be the cell's)")
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -20,6 +23,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("cell")
     p.add_argument("--json", action="store_true",
                    help="as JSON: env_dir, python, results, pass, set, unset")
+    p.add_argument("--no-venv", action="store_true", help=NO_VENV_HELP)
     p.set_defaults(func=_env)
 
     p = sub.add_parser(
@@ -29,11 +33,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                     "command's.",
         epilog="accelgrid shell cpu-2.13 -- python -m pytest suites/smoke -k matmul")
     p.add_argument("cell")
+    p.add_argument("--no-venv", action="store_true", help=NO_VENV_HELP)
     p.set_defaults(func=_shell, passthrough="argv")
 
 
 def _env(args: argparse.Namespace) -> int:
-    found = cellshell.cell_env(matrix_of(args), args.cell)
+    found = cellshell.cell_env(matrix_of(args), args.cell, no_venv=args.no_venv)
     if args.json:
         print(json.dumps(found.as_dict(), indent=2))
     else:
@@ -42,5 +47,5 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _shell(args: argparse.Namespace) -> int:
-    found = cellshell.cell_env(matrix_of(args), args.cell)
+    found = cellshell.cell_env(matrix_of(args), args.cell, no_venv=args.no_venv)
     return cellshell.run_in(found, args.argv)
