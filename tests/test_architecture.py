@@ -111,6 +111,24 @@ def test_readme_layout_names_every_module() -> None:
     assert not missing, f"README's layout table does not name {missing}"
 
 
+def test_readme_first_screen_counts_are_the_cpu_baselines() -> None:
+    """The README's first screen says what a cpu run covers; its counts are the baseline
+    CI gates against (update both together)."""
+    import json
+    import re
+    from collections import Counter
+
+    readme = (ROOT / "README.md").read_text()
+    said = re.search(r"at this commit: (\d+) passed, (\d+) skipped\s.*?, (\d+) not-run", readme,
+                     re.S)
+    assert said, "README's first screen lost its counts"
+    tests = json.loads((ROOT / "baselines" / "cpu-2.13.json").read_text())["tests"]
+    counts = Counter(tests.values())
+    assert tuple(map(int, said.groups())) == (
+        counts["passed"], counts["skipped"], counts["not-run"])
+    assert f"cpu cell covers on a host without a GPU: {len(tests)} tests" in readme
+
+
 def _in_cell_modules() -> set[str]:
     """The in-cell contract's source modules (.importlinter): what runs inside a cell."""
     import configparser

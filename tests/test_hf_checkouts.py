@@ -85,7 +85,7 @@ def test_checkout_version_reads_the_source_not_the_folder_name(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_the_fixture_in_a_real_cell_makes_a_mismatch_not_run(tmp_path: Path) -> None:
-    """In cpu-2.13's real env (transformers 5.24.0): a checkout at 5.17.0 or a folder
+    """In cpu-2.13's real env (transformers 5.24.0): no checkout, a checkout at 5.17.0 or a folder
     without 5.24.0 make test_example_script not-run (it failed before); a folder with a
     5.24.0 checkout is used (the script is missing from the fake: not-run, saying so)."""
     sessions.prepared_python(ROOT, load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13"))
@@ -107,6 +107,10 @@ def test_the_fixture_in_a_real_cell_makes_a_mismatch_not_run(tmp_path: Path) -> 
         (rec,) = [json.loads(x) for x in lines]
         return rec
 
+    rec = run("")   # no checkout at all: a gap the cell could fill, not-run saying how
+    assert rec["outcome"] == "not-run", rec
+    assert rec["message"] == ("no transformers checkout: set ACCELGRID_TRANSFORMERS_SRC to "
+                              "one at v5.24.0 (or a folder of checkouts by version)")
     rec = run(str(co / "v5.17.0"))
     assert rec["outcome"] == "not-run", rec
     assert f"looked at {co}/v5.17.0 (a checkout at 5.17.0)" in rec["message"]

@@ -21,15 +21,16 @@ from . import checkouts
 def transformers_src() -> Path:
     """The checkout of the installed transformers that ``ACCELGRID_TRANSFORMERS_SRC``
     names (:mod:`.checkouts`: a checkout, a folder of them by version, or a path with
-    ``{version}``). Skips without the variable; not-run, naming what was looked at, when
-    it has no checkout at the installed version (its scripts would refuse to run or test
-    other code)."""
+    ``{version}``). Not-run without the variable (the scripts could run here, given a
+    checkout: a gap in what the cell covered, not a test that does not apply), and
+    not-run naming what was looked at when it has no checkout at the installed version
+    (its scripts would refuse to run or test other code)."""
     import transformers
 
     value = os.environ.get(ENV_SRC)
     if not value:
-        pytest.skip(f"set {ENV_SRC} to a transformers checkout at v{transformers.__version__}"
-                    f" (or a folder of checkouts by version)")
+        not_run(f"no transformers checkout: set {ENV_SRC} to one at "
+                f"v{transformers.__version__} (or a folder of checkouts by version)")
     src, how = checkouts.find(value, transformers.__version__)
     if src is None:
         not_run(how)
