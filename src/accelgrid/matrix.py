@@ -33,6 +33,7 @@ from .validation import (
     check_schema,
     load_schema,
     load_yaml,
+    read_bounded,
     short,
     suggest,
 )
@@ -563,8 +564,9 @@ def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
     Loading the same unchanged file again in a process returns the same (frozen) Matrix."""
     path = Path(path)
     try:
-        key = (str(path.resolve()), path.read_bytes())
-    except OSError:
+        # Bounded, regular files only (not /dev/zero, a FIFO or a huge file).
+        key = (str(path.resolve()), read_bounded(path))
+    except (OSError, RuntimeError, ValidationFailed):
         return _load_matrix(path)  # says what is wrong with the path
     hit = _LAST.get(key)
     if hit is not None and hit[1] == _suite_folders(hit[0]):

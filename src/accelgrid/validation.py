@@ -159,7 +159,7 @@ def _fail(name: str, message: str, line: int | None = None) -> ValidationFailed:
     return ValidationFailed([Problem(name, line, (), message)])
 
 
-def _read_bounded(path: Path) -> bytes:
+def read_bounded(path: Path) -> bytes:
     """The bytes of a regular file of at most MAX_YAML_BYTES (never blocks on a FIFO,
     never reads /dev/zero forever)."""
     name = str(path)
@@ -277,7 +277,7 @@ def load_yaml(path: Path) -> tuple[Any, SourceMap]:
     MAX_YAML_BYTES, UTF-8, at most MAX_YAML_DEPTH levels and MAX_YAML_VALUES values with
     aliases expanded, no recursive alias, string keys only."""
     name = str(path)
-    text = _decode(_read_bounded(Path(path)), name)
+    text = _decode(read_bounded(Path(path)), name)
     loader = _UniqueKeyLoader(text)
     try:
         node = loader.get_single_node()
