@@ -1,6 +1,7 @@
 """Benchmarks behind ``accelgrid bench``: library functions, no option parsing.
 
 - :mod:`.overhead`: a warm cell run against bare pytest, and env creation (uv, virtualenv)
+- :mod:`.devices`: a whole cell on 1, 2, 4, ... of the host's devices (multi-GPU scaling)
 - :mod:`.offload`: torchao's CPUOffloadOptimizer on a CUDA/XPU device (memory, step time)
 - :mod:`.grid`: building and writing grids for a large synthetic matrix
 - :mod:`.ops`: what op capture (``ACCELGRID_CAPTURE_OPS=1``) costs

@@ -1,6 +1,6 @@
-"""``accelgrid bench overhead|offload|grid|ops``: the benchmarks' options.
+"""``accelgrid bench overhead|devices|offload|grid|ops``: the benchmarks' options.
 
-The benchmarks are :mod:`accelgrid.bench`'s modules. overhead, ops and offload import
+The benchmarks are :mod:`accelgrid.bench`'s modules. overhead, devices, ops and offload import
 their heavy parts (nox, torch) only when they run, so they are imported here for their
 descriptions and defaults; grid imports the grid renderer (~0.1 s), so it is imported when
 it runs and its description is kept here.
@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..bench import devices as devices_bench
 from ..bench import offload as offload_bench
 from ..bench import ops as ops_bench
 from ..bench import overhead
+from ..errors import InvalidInput
 from ._common import matrix_of
 
 OFFLOAD = (
@@ -131,6 +133,22 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "functions (default 0: none)")
     p.set_defaults(func=_grid)
 
+    p = what.add_parser("devices", parents=[common], formatter_class=raw,
+                        description=devices_bench.__doc__,
+                        help="a whole cell on 1, 2, 4, ... of this host's GPUs: the scaling")
+    p.add_argument("--cell", required=True, help="a cuda or xpu cell, e.g. cuda-2.11")
+    p.add_argument("--counts", default=None,
+                   help="comma-separated device counts (default: 1, 2, 4, ... up to the "
+                        "devices here)")
+    p.add_argument("--repeat", type=int, default=devices_bench.DEFAULT_REPEAT,
+                   help="runs per count (default: %(default)s)")
+    p.add_argument("--no-venv", action="store_true",
+                   help="run the cell as `nox --no-venv` (this interpreter's packages)")
+    p.add_argument("--out", default=devices_bench.DEFAULT_OUT,
+                   help="folder for bench-devices.{json,md} (default: %(default)s; a docs/ "
+                        "folder for committed figures)")
+    p.set_defaults(func=_devices, passthrough="pytest_args")
+
     p = what.add_parser("ops", parents=[common], formatter_class=raw,
                         description=ops_bench.__doc__,
                         help="runner wall time with and without op capture")
@@ -151,6 +169,20 @@ def _overhead(args: argparse.Namespace) -> int:
     except overhead.Stopped as exc:   # SIGTERM: the shell's code for it
         return 128 + exc.signum
     return 0
+
+
+def _devices(args: argparse.Namespace) -> int:
+    counts = None
+    if args.counts:
+        try:
+            counts = [int(x) for x in args.counts.split(",") if x.strip()]
+        except ValueError:
+            raise InvalidInput(f"--counts {args.counts!r}: whole numbers, comma-separated") \
+                from None
+    report = devices_bench.run(matrix_of(args), args.cell, counts=counts, repeat=args.repeat,
+                               no_venv=args.no_venv, pytest_args=args.pytest_args,
+                               out=args.out)
+    return 0 if all(r["rc"] == 0 for r in report["runs"]) else 1
 
 
 def _offload(args: argparse.Namespace) -> int:

@@ -1,0 +1,190 @@
+"""``accelgrid bench devices``: how a whole cell run scales with the devices it is given.
+
+Runs the cell (``nox -s CELL``, ``--no-venv`` on hosts with torch preinstalled) once per
+device count: 1, 2, 4, ... up to the devices this host has (or ``--counts``), each time
+with ``ACCELGRID_DEVICES`` naming the first N of them, ``--repeat`` times. Each run's
+``summary.json`` and ``env.json`` give its passes (the pinned pass, the all-devices pass
+beside or after it), their wall times, the workers' start-up (first test after the pass
+started) and the outcomes; the report puts each count's median wall time beside one
+device's (aims: at most 0.6 of it on 2 devices, 0.4 on 4) with the devices' names, the
+driver and the host. Each run is printed as it ends. Writes bench-devices.{json,md} to
+``--out`` (``results/bench-devices``; a ``docs/`` folder for committed figures).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import contract, detect, lifetime, results, runner
+from ..errors import AccelgridError, InvalidInput
+from ..matrix import Matrix
+from ..provenance import now
+from . import load_average, machine, write_outputs
+
+DEFAULT_OUT = "results/bench-devices"
+DEFAULT_REPEAT = 1
+AIMS = {2: 0.6, 4: 0.4}   # whole-cell wall time on N devices / on one, median
+STOP_GRACE_S = 15.0
+
+
+def counts_for(available: int, asked: Sequence[int] | None = None) -> list[int]:
+    """The device counts to run: ``asked`` (each within 1..available), else 1, 2, 4, ...
+    up to ``available`` and ``available`` itself."""
+    if available < 1:
+        raise InvalidInput("no device of the cell's kind here (set ACCELGRID_DEVICES to "
+                           "name them when detection cannot)")
+    if asked:
+        wrong = [n for n in asked if not 1 <= n <= available]
+        if wrong:
+            raise InvalidInput(f"device counts {wrong} are outside 1..{available} (the "
+                               "devices this host has)")
+        return sorted(set(asked))
+    counts, n = [], 1
+    while n < available:
+        counts.append(n)
+        n *= 2
+    return [*counts, available]
+
+
+def _pass_facts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: p.get(k) for k in ("name", "workers", "beside", "wall_s", "first_test_s",
+                                   "tests")} for p in summary.get("passes") or []]
+
+
+def _devices_of(env: dict[str, Any]) -> dict[str, Any]:
+    torch = env.get("torch") or {}
+    return {"names": sorted({d.get("name") for d in torch.get("devices") or []
+                             if d.get("name")}),
+            "driver": torch.get("driver"), "torch": torch.get("version"),
+            "host_cpus": (env.get("host") or {}).get("cpus")}
+
+
+def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
+        repeat: int = DEFAULT_REPEAT, no_venv: bool = False,
+        pytest_args: Sequence[str] = (), out: str | Path | None = DEFAULT_OUT
+        ) -> dict[str, Any]:
+    """Run ``cell_name`` on 1, 2, 4, ... of this host's devices and report the scaling
+    (see the module's docstring); InvalidInput for a cell whose device cannot be split."""
+    cell = matrix.cell(cell_name)
+    if cell.device not in detect.VISIBILITY_VAR:
+        raise InvalidInput(f"{cell.name}: a {cell.device} cell runs on one device; the "
+                           "bench needs a device type with several devices (cuda, xpu)")
+    if repeat < 1:
+        raise InvalidInput("--repeat must be at least 1")
+    ids = detect.device_ids(cell.device)
+    plan = counts_for(len(ids), counts)
+    root = matrix.root.resolve()
+    commit, dirty = runner.project_commit(root)
+    command = ["accelgrid", "bench", "devices", "--cell", cell.name, "--repeat", str(repeat),
+               *(["--counts", ",".join(map(str, counts))] if counts else []),
+               *(["--no-venv"] if no_venv else []),
+               *(["--", *pytest_args] if pytest_args else [])]
+    report: dict[str, Any] = {
+        "cell": cell.name, "command": shlex.join(command), "date": now(), "commit": commit,
+        "dirty": dirty, "machine": machine(), "device_ids": ids, "aims": AIMS, "runs": []}
+    nox = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"),
+           *(["--no-venv"] if no_venv else []), "-s", cell.name,
+           *(["--", *pytest_args] if pytest_args else [])]
+    tmp = Path(tempfile.mkdtemp(prefix="accelgrid-bench-devices-"))
+    print(f"{cell.name}: {len(ids)} {cell.device} device(s) here ({','.join(ids)}); runs "
+          f"with {', '.join(map(str, plan))} of them, {repeat} each", flush=True)
+    try:
+        for n in plan:
+            for rep in range(repeat):
+                where = tmp / f"{n}-{rep}"
+                env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(where),
+                       contract.DEVICES: ",".join(ids[:n])}
+                load = load_average()
+                start = time.perf_counter()
+                proc = lifetime.run_group(nox, cwd=root, env=env, grace=STOP_GRACE_S)
+                wall = time.perf_counter() - start
+                folder = _run_folder(where / cell.name, proc)
+                summary, _ = results.read_json(folder / results.SUMMARY)
+                env_json, _ = results.read_json(folder / results.ENV)
+                entry = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
+                         "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
+                         "passes": _pass_facts(summary or {}),
+                         "counts": (summary or {}).get("counts"), "load": load,
+                         "device_facts": _devices_of(env_json or {})}
+                report["runs"].append(entry)
+                print(f"[{len(report['runs'])}/{len(plan) * repeat}] {n} device(s): "
+                      f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
+                      + ", ".join(f"{p['name']} {p['wall_s']} s" for p in entry["passes"])
+                      + f"; load {load})", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report["load_end"] = load_average()
+    report["scaling"] = scaling(report["runs"])
+    if out:
+        where = write_outputs(out, "bench-devices", report, markdown(report))
+        print(f"wrote {where / 'bench-devices.json'} and {where / 'bench-devices.md'}")
+    return report
+
+
+def _run_folder(cell_results: Path, proc: Any) -> Path:
+    """The run's results folder; AccelgridError with the end of nox's output when the
+    run did not get as far as recording (a failed test still counts: exit 1)."""
+    folder = results.last_run(cell_results)[1]
+    if proc.returncode not in (0, 1) or not (folder / results.SUMMARY).is_file():
+        raise AccelgridError(f"the cell run failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
+    return folder
+
+
+def scaling(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per device count: the median wall time, its ratio to one device's, and the aim."""
+    by_count: dict[int, list[float]] = {}
+    for r in runs:
+        by_count.setdefault(r["devices"], []).append(r["wall_s"])
+    one = statistics.median(by_count[1]) if 1 in by_count else None
+    rows = []
+    for n in sorted(by_count):
+        median = statistics.median(by_count[n])
+        ratio = round(median / one, 3) if one else None
+        aim = AIMS.get(n)
+        rows.append({"devices": n, "median_s": round(median, 2), "ratio": ratio, "aim": aim,
+                     "met": None if aim is None or ratio is None else ratio <= aim})
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    facts = next((r["device_facts"] for r in report["runs"] if r["device_facts"]["names"]),
+                 report["runs"][0]["device_facts"] if report["runs"] else {})
+    lines = [f"# Device scaling: {report['cell']} on {m['host']}", "",
+             f"Machine: {', '.join(facts.get('names') or ['?'])} × {len(report['device_ids'])}"
+             f" (driver {facts.get('driver') or '?'}, torch {facts.get('torch') or '?'}); "
+             f"{m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, {m['os']}, "
+             f"{m['python']}.", "",
+             f"Command: `{report['command']}` at commit {(report['commit'] or '?')[:12]}"
+             f"{' (dirty)' if report['dirty'] else ''}, {report['date']}.", "",
+             "Each run: the whole cell (`nox -s CELL`) with `ACCELGRID_DEVICES` naming the "
+             "first N devices; wall time of the command, and of each pytest pass.", "",
+             "| devices | median wall | of one device | aim |", "| --- | --- | --- | --- |"]
+    for row in report["scaling"]:
+        aim = "" if row["aim"] is None else (
+            f"<= {row['aim']}: {'met' if row['met'] else 'missed'}")
+        ratio = "" if row["ratio"] is None else f"**{row['ratio']:.2f}**"
+        lines.append(f"| {row['devices']} | {row['median_s']:.1f} s | {ratio} | {aim} |")
+    lines += ["", "| run | devices | wall | passes | first test (s) | outcomes | load |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for i, r in enumerate(report["runs"], 1):
+        passes = "; ".join(
+            f"{p['name']} ({p['workers']} worker{'' if p['workers'] == 1 else 's'}"
+            f"{', beside ' + p['beside'] if p['beside'] else ''}) {p['wall_s']} s"
+            for p in r["passes"])
+        first = ", ".join(f"{p['name']} {p['first_test_s']}" for p in r["passes"])
+        counts = ", ".join(f"{v} {k}" for k, v in (r["counts"] or {}).items() if v)
+        lines.append(f"| {i} | {r['devices']} | {r['wall_s']:.1f} s | {passes} | {first} | "
+                     f"{counts} | {r['load']} |")
+    if len(report["device_ids"]) == 1:
+        lines += ["", "One device on this host: nothing to scale, one device's figure only."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+"""``accelgrid bench devices``: the device counts it runs, the scaling it reports, and a
+real run of it (real nox, real pytest) on a faked two-XPU host: a small project whose
+payload checks each test's device pinning (``ACCELGRID_DEVICES`` names the devices,
+``ACCELGRID_SKIP_DETECT`` lets an xpu cell run on this CPU box)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelgrid.bench import devices
+from accelgrid.errors import InvalidInput
+
+PAYLOAD = '''
+import os
+import pytest
+
+@pytest.mark.parametrize("i", range(6))
+def test_pinned(i):
+    assert os.environ["ZE_AFFINITY_MASK"] == os.environ["ACCELGRID_DEVICE_INDEX"]
+
+@pytest.mark.multi_device
+def test_sees_all_devices():
+    assert os.environ["ZE_AFFINITY_MASK"] in ("0", "0,1")
+'''
+
+
+@pytest.mark.parametrize("available,asked,counts", [
+    (1, None, [1]), (2, None, [1, 2]), (4, None, [1, 2, 4]), (6, None, [1, 2, 4, 6]),
+    (8, None, [1, 2, 4, 8]), (4, [4, 1, 4], [1, 4])])
+def test_counts(available: int, asked: list[int] | None, counts: list[int]) -> None:
+    assert devices.counts_for(available, asked) == counts
+
+
+@pytest.mark.parametrize("available,asked,message", [
+    (0, None, "no device of the cell's kind here"),
+    (2, [1, 3], r"device counts \[3\] are outside 1..2"),
+    (2, [0], r"device counts \[0\] are outside 1..2")])
+def test_bad_counts(available: int, asked: list[int] | None, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        devices.counts_for(available, asked)
+
+
+def test_scaling_is_each_counts_median_over_one_devices() -> None:
+    runs = [{"devices": 1, "wall_s": w} for w in (100.0, 90.0, 95.0)] + [
+        {"devices": 2, "wall_s": w} for w in (60.0, 50.0)] + [{"devices": 4, "wall_s": 40.0}]
+    assert devices.scaling(runs) == [
+        {"devices": 1, "median_s": 95.0, "ratio": 1.0, "aim": None, "met": None},
+        {"devices": 2, "median_s": 55.0, "ratio": 0.579, "aim": 0.6, "met": True},
+        {"devices": 4, "median_s": 40.0, "ratio": 0.421, "aim": 0.4, "met": False}]
+
+
+def _bench(proj: Path, *args: str, devices_env: str = "0,1") -> subprocess.CompletedProcess:
+    env = {**os.environ, "ACCELGRID_DEVICES": devices_env, "ACCELGRID_SKIP_DETECT": "1"}
+    env.pop("ZE_AFFINITY_MASK", None)
+    return subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
+                           str(proj / "matrix.yaml"), "bench", "devices", *args], cwd=proj,
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_a_real_run_on_a_faked_two_device_host(mini_project, tmp_path: Path) -> None:
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_multi.py").write_text(PAYLOAD)
+    proc = _bench(proj, "--cell", "xpu-2.13", "--no-venv", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "xpu-2.13: 2 xpu device(s) here (0,1); runs with 1, 2 of them, 1 each"
+    assert lines[1].startswith("[1/2] 1 device(s): ") and lines[2].startswith("[2/2] 2 device")
+    report = json.loads((tmp_path / "out" / "bench-devices.json").read_text())
+    one, two = report["runs"]
+    assert (one["devices"], one["ids"], two["devices"], two["ids"]) == (1, ["0"], 2, ["0", "1"])
+    # One device: one pass; two: the pinned pass with a worker per device, the
+    # all-devices pass beside it. Every test passed (the payload checks the pinning).
+    assert [(p["name"], p["workers"]) for p in one["passes"]] == [("single", 1)]
+    assert [(p["name"], p["workers"], p["beside"]) for p in two["passes"]] == [
+        ("pinned", 2, None), ("all-devices", 1, "pinned")]
+    assert one["counts"]["passed"] == two["counts"]["passed"] == 7
+    assert [r["devices"] for r in report["scaling"]] == [1, 2]
+    assert report["scaling"][1]["ratio"] == round(
+        report["scaling"][1]["median_s"] / report["scaling"][0]["median_s"], 3)
+    md = (tmp_path / "out" / "bench-devices.md").read_text()
+    assert "| devices | median wall | of one device | aim |" in md
+    assert f"| 2 | {report['scaling'][1]['median_s']:.1f} s | " in md and "<= 0.6: " in md
+    assert "all-devices (1 worker, beside pinned)" in md
+
+
+def test_a_cell_of_one_device_and_bad_counts_are_refused(mini_project) -> None:
+    proj = mini_project(noxfile=True)
+    proc = _bench(proj, "--cell", "cpu-2.13")
+    assert proc.returncode == 2
+    assert "a cpu cell runs on one device" in proc.stderr
+    proc = _bench(proj, "--cell", "xpu-2.13", "--counts", "1,4")
+    assert proc.returncode == 2 and "device counts [4] are outside 1..2" in proc.stderr
+    proc = _bench(proj, "--cell", "xpu-2.13", "--counts", "two")
+    assert proc.returncode == 2 and "--counts 'two': whole numbers" in proc.stderr
