@@ -955,3 +955,52 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
                    "--baseline", str(proj / "baselines")])
     assert rc == 1
     assert len(list((cell_folder / results.RUNS).iterdir())) == 3
+
+
+STRAY_PLUGIN = '''
+import os
+from pathlib import Path
+
+def pytest_configure(config):
+    Path(os.environ["STRAY_MARK"]).write_text("loaded")
+'''
+
+
+def test_a_run_loads_only_its_own_pytest_plugins(mini_project, python, monkeypatch,
+                                                 tmp_path) -> None:
+    """A plugin the interpreter has (an installed distribution's pytest11 entry point, as
+    on a --no-venv GPU host) is not loaded by a cell run; bare pytest in the same
+    environment does load it (the plant works); PYTEST_PLUGINS naming it still loads it.
+    The run's own plugins (xdist's workers, pytest-timeout's limit) work without
+    autoloading."""
+    proj = mini_project(test_seconds=2)
+    (proj / "suites" / "payload" / "test_p.py").write_text(
+        "import time\n\ndef test_ok():\n    pass\n\n"
+        "def test_too_long():\n    time.sleep(30)\n")
+    site = tmp_path / "site"
+    (site / "strayplug-1.0.dist-info").mkdir(parents=True)
+    (site / "strayplug-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: strayplug\nVersion: 1.0\n")
+    (site / "strayplug-1.0.dist-info" / "entry_points.txt").write_text(
+        "[pytest11]\nstray = strayplug\n")
+    (site / "strayplug.py").write_text(STRAY_PLUGIN)
+    mark = tmp_path / "mark"
+    monkeypatch.setenv("STRAY_MARK", str(mark))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.delenv("PYTEST_PLUGINS", raising=False)
+    bare = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "suites/payload/test_p.py::test_ok"], cwd=proj,
+                          capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 0 and mark.read_text() == "loaded", bare.stdout[-2000:]
+    mark.unlink()
+    runner.run_cell(_cell(proj), python, proj, proj / "results")
+    assert not mark.exists()
+    folder = results.last_run(proj / "results" / "cpu-2.13")[1]
+    outcomes_by_test = {k: r["outcome"] for k, r in _records(folder).items()}
+    assert outcomes_by_test == {"test_ok": "passed", "test_too_long": "timeout"}
+    log = (folder / results.PYTEST_LOG).read_text()
+    assert "created: 1/1 worker" in log
+    monkeypatch.setenv("PYTEST_PLUGINS", "strayplug")
+    runner.run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_ok"])
+    assert mark.read_text() == "loaded"

@@ -82,6 +82,10 @@ def project_commit(root: Path) -> tuple[str | None, bool]:
     return head.stdout.strip(), bool(status.stdout.strip())
 
 
+# The pytest plugins of every run (the matrix's tools): crash isolation and time limits.
+RUN_PLUGINS = ("xdist.plugin", "pytest_timeout")
+
+
 def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None
              ) -> dict[str, str]:
     """The environment the cell's pytest starts with: the host's, the cell's (device and
@@ -106,6 +110,14 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         # The plugin and the suites' helpers come from this checkout, not an install.
         "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
         "PYTHONUNBUFFERED": "1",
+        # pytest loads the plugins a run needs, not every one the interpreter has: on the
+        # --no-venv H200 machine hypothesis', pytest-benchmark's and jaxtyping's took
+        # ~1.2 s of each worker's start-up, and a stray plugin can change how tests run.
+        # More: PYTEST_PLUGINS in the caller's environment, or `-p NAME` after `--`.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTEST_PLUGINS": ",".join(dict.fromkeys(
+            [*RUN_PLUGINS, *(p.strip() for p in env.get("PYTEST_PLUGINS", "").split(",")
+                             if p.strip())])),
     })
     # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
     env.pop(contract.KNOWN_ISSUES, None)
