@@ -111,8 +111,8 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
         "PYTHONUNBUFFERED": "1",
         # pytest loads the plugins a run needs, not every one the interpreter has: on the
-        # --no-venv H200 machine hypothesis', pytest-benchmark's and jaxtyping's took
-        # ~1.2 s of each worker's start-up, and a stray plugin can change how tests run.
+        # --no-venv H200 machine (nine plugins) a worker's first test came 5.0-5.8 s after
+        # its start instead of 6.4-7.3 s, and a stray plugin can change how tests run.
         # More: PYTEST_PLUGINS in the caller's environment, or `-p NAME` after `--`.
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTEST_PLUGINS": ",".join(dict.fromkeys(
