@@ -305,7 +305,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "(`first` says which); CPU time is user + system of every process of the run; "
         "outside the tests is the wall time less the tests' own durations (the cell's "
         "records, bare pytest's junit XML): the fixed cost of a run, whatever the tests "
-        "took this time.", "",
+        "took this time. The cell run loads only its own pytest plugins (xdist, timeout); "
+        "bare pytest loads every plugin the env has, as a plain `pytest` does.", "",
     ]
     for kind, entry in report["pairs"].items():
         n = len(entry["ratios"])
