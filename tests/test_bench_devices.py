@@ -55,6 +55,14 @@ def test_scaling_is_each_counts_median_over_one_devices() -> None:
         {"devices": 4, "median_s": 40.0, "ratio": 0.421, "aim": 0.4, "met": False}]
 
 
+def test_tests_own_time_is_summed_per_suite() -> None:
+    records = [{"nodeid": "suites/offload/test_a.py::t[1]", "duration": 1.25},
+               {"nodeid": "suites/offload/test_b.py::t", "duration": 2.0},
+               {"nodeid": "suites/smoke/test_c.py::t", "duration": None},
+               {"nodeid": "suites/smoke/test_c.py::u", "duration": 0.5}]
+    assert devices.test_seconds(records) == {"offload": 3.2, "smoke": 0.5}
+
+
 def _bench(proj: Path, *args: str, devices_env: str = "0,1") -> subprocess.CompletedProcess:
     env = {**os.environ, "ACCELGRID_DEVICES": devices_env, "ACCELGRID_SKIP_DETECT": "1"}
     env.pop("ZE_AFFINITY_MASK", None)
@@ -80,6 +88,7 @@ def test_a_real_run_on_a_faked_two_device_host(mini_project, tmp_path: Path) -> 
     assert [(p["name"], p["workers"], p["beside"]) for p in two["passes"]] == [
         ("pinned", 2, None), ("all-devices", 1, "pinned")]
     assert one["counts"]["passed"] == two["counts"]["passed"] == 7
+    assert set(one["test_seconds"]) == set(two["test_seconds"]) == {"payload"}
     assert [r["devices"] for r in report["scaling"]] == [1, 2]
     assert report["scaling"][1]["ratio"] == round(
         report["scaling"][1]["median_s"] / report["scaling"][0]["median_s"], 3)
@@ -87,6 +96,7 @@ def test_a_real_run_on_a_faked_two_device_host(mini_project, tmp_path: Path) -> 
     assert "| devices | median wall | of one device | aim |" in md
     assert f"| 2 | {report['scaling'][1]['median_s']:.1f} s | " in md and "<= 0.6: " in md
     assert "all-devices (1 worker, beside pinned)" in md
+    assert "| tests' own time per suite (s) |" in md and " payload " in md
 
 
 def test_a_cell_of_one_device_and_bad_counts_are_refused(mini_project) -> None:

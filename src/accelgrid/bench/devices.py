@@ -5,7 +5,8 @@ device count: 1, 2, 4, ... up to the devices this host has (or ``--counts``), ea
 with ``ACCELGRID_DEVICES`` naming the first N of them, ``--repeat`` times. Each run's
 ``summary.json`` and ``env.json`` give its passes (the pinned pass, the all-devices pass
 beside or after it), their wall times, the workers' start-up (first test after the pass
-started) and the outcomes; the report puts each count's median wall time beside one
+started), the tests' own durations per suite (when they grow with the count, the workers
+contend) and the outcomes; the report puts each count's median wall time beside one
 device's (aims: at most 0.6 of it on 2 devices, 0.4 on 4) with the devices' names, the
 driver and the host. Each run is printed as it ends. Writes bench-devices.{json,md} to
 ``--out`` (``results/bench-devices``; a ``docs/`` folder for committed figures).
@@ -110,7 +111,9 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
                 folder = _run_folder(where / cell.name, proc)
                 summary, _ = results.read_json(folder / results.SUMMARY)
                 env_json, _ = results.read_json(folder / results.ENV)
+                records, _ = results.read_records(folder / results.TESTS)
                 entry = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
+                         "test_seconds": test_seconds(records),
                          "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
                          "passes": _pass_facts(summary or {}),
                          "counts": (summary or {}).get("counts"), "load": load,
@@ -137,6 +140,19 @@ def _run_folder(cell_results: Path, proc: Any) -> Path:
     if proc.returncode not in (0, 1) or not (folder / results.SUMMARY).is_file():
         raise AccelgridError(f"the cell run failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
     return folder
+
+
+def test_seconds(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The tests' own durations summed per suite: what grows with the device count is
+    contention between the workers (the same tests, slower side by side), not start-up."""
+    sums: dict[str, float] = {}
+    for r in records:
+        suite = results.suite_of(str(r.get("nodeid", "")))
+        sums[suite] = sums.get(suite, 0.0) + float(r.get("duration") or 0.0)
+    return {k: round(v, 1) for k, v in sorted(sums.items())}
+
+
+test_seconds.__test__ = False  # type: ignore[attr-defined]  # not a test, despite the name
 
 
 def scaling(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -174,8 +190,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"<= {row['aim']}: {'met' if row['met'] else 'missed'}")
         ratio = "" if row["ratio"] is None else f"**{row['ratio']:.2f}**"
         lines.append(f"| {row['devices']} | {row['median_s']:.1f} s | {ratio} | {aim} |")
-    lines += ["", "| run | devices | wall | passes | first test (s) | outcomes | load |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| run | devices | wall | passes | first test (s) | tests' own time per "
+              "suite (s) | outcomes | load |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for i, r in enumerate(report["runs"], 1):
         passes = "; ".join(
             f"{p['name']} ({p['workers']} worker{'' if p['workers'] == 1 else 's'}"
@@ -183,8 +199,9 @@ def markdown(report: dict[str, Any]) -> str:
             for p in r["passes"])
         first = ", ".join(f"{p['name']} {p['first_test_s']}" for p in r["passes"])
         counts = ", ".join(f"{v} {k}" for k, v in (r["counts"] or {}).items() if v)
+        own = ", ".join(f"{k} {v}" for k, v in (r.get("test_seconds") or {}).items())
         lines.append(f"| {i} | {r['devices']} | {r['wall_s']:.1f} s | {passes} | {first} | "
-                     f"{counts} | {r['load']} |")
+                     f"{own} | {counts} | {r['load']} |")
     if len(report["device_ids"]) == 1:
         lines += ["", "One device on this host: nothing to scale, one device's figure only."]
     return "\n".join(lines) + "\n"
