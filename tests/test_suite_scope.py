@@ -5,6 +5,7 @@ same tests from the narrowed suites as from all of them."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -240,3 +241,15 @@ def test_the_cells_suites_select_the_same_tests_narrowed(expr: str) -> None:
         return {line for line in proc.stdout.splitlines() if "::" in line}
 
     assert ids(narrowed) == ids(list(cell.suite_paths))
+
+
+def test_a_later_pass_keeps_option_values_that_name_paths(tmp_path: Path) -> None:
+    """A pass that runs what an earlier one left it drops the user's test paths (the list
+    replaces them), not an option's value that happens to be a folder (`-k suites`)."""
+    cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
+    later = runner.cpu_passes(cell)[1]
+    left = ["suites/smoke/test_device_api.py::test_x"]
+    (tmp_path / runner.LEFT_FOR[later.name]).write_text(json.dumps(left))
+    args = ["-k", "suites", "suites/smoke", "-ksmoke", "suites/smoke/test_device_api.py::t", "-v"]
+    assert runner._pass_args(later, tmp_path, ROOT, args) == [*left, "-k", "suites",
+                                                              "-ksmoke", "-v"]

@@ -451,8 +451,10 @@ def _pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[s
         return None if run_pass.name == contract.PASS_HOST_ACCELERATORS else list(pytest_args)
     if not left:
         return None
-    return [*left, *(a for a in pytest_args
-                     if a.startswith("-") or not (root / a.split("::")[0]).exists())]
+    # The user's arguments without their test paths (the list replaces those); an option's
+    # value that names a path (`-k suites`) stays.
+    named = set(suite_scope.named_paths(pytest_args, root))
+    return [*left, *(a for i, a in enumerate(pytest_args) if i not in named)]
 
 
 def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str, str],
