@@ -1,9 +1,7 @@
 """``accelgrid bench overhead|devices|offload|grid|ops``: the benchmarks' options.
 
-The benchmarks are :mod:`accelgrid.bench`'s modules. overhead, devices, ops and offload import
-their heavy parts (nox, torch) only when they run, so they are imported here for their
-descriptions and defaults; grid imports the grid renderer (~0.1 s), so it is imported when
-it runs and its description is kept here.
+The benchmarks are :mod:`accelgrid.bench`'s modules, imported here for their descriptions
+and defaults (the command line imports this group only for ``accelgrid bench``).
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from ..bench import devices as devices_bench
+from ..bench import grid as grid_bench
 from ..bench import offload as offload_bench
 from ..bench import ops as ops_bench
 from ..bench import overhead
@@ -32,33 +31,17 @@ OFFLOAD = (
     "come from the offload suite's offload_helpers.py, found beside the matrix."
 )
 
-# accelgrid.bench.grid's docstring, and a word on --matrix (the module is imported only
-# when it runs).
-GRID = """\
-``accelgrid bench grid``: how long grids take for a large matrix (aim: 50 cells x 2,000
-tests aggregated and rendered in a median of at most 3 s on a 2-core machine).
-
-Synthesizes results folders (realistic mix: mostly passes, failures with messages and
-tracebacks, skips, known-issue xfails with links, a crash, a timeout, one errored cell),
-a baseline per cell, then times ``grid.build`` (reading every folder, comparing with the
-baselines) and ``grid.write`` (grid.json, grid.md, grid.html), ``--repeat`` times: wall
-and CPU time of each, with the load average (other work on the machine stretches wall
-times, hardly CPU times). Prints the figures and the size of each file, and writes
-``bench-grid.json`` and ``bench-grid.md`` (the machine, the command, accelgrid's commit)
-to ``results/bench-grid/`` (``--out docs`` updates the committed figures), with one more
-run timed step by step (model, baseline comparison, each renderer, writing). ``--profile``
-adds the functions one more run spends most time in (cProfile). Exits 1 when the median
-run is over ``--budget``. (--matrix is ignored.)
-"""
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     group = sub.add_parser(
         "bench", parents=[common],
-        help="benchmarks: overhead (runner vs bare pytest), offload, grid, ops (capture cost)",
+        help="benchmarks: overhead (runner vs bare pytest), devices (multi-GPU scaling), "
+             "offload, grid, ops (capture cost)",
         description="Benchmarks: overhead (a cell run vs bare pytest, env creation), offload "
-                    "(torchao's CPUOffloadOptimizer on a CUDA/XPU device), grid (grids for a "
-                    "large synthetic matrix), ops (the cost of op capture).")
+                    "(torchao's CPUOffloadOptimizer on a CUDA/XPU device), devices (a whole "
+                    "cell on 1, 2, 4, ... of the host's GPUs), grid (grids for a large "
+                    "synthetic matrix), ops (the cost of op capture).")
     what = group.add_subparsers(dest="what", required=True, metavar="BENCHMARK")
     raw = argparse.RawDescriptionHelpFormatter
 
@@ -117,15 +100,17 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "flushing side by side (no GPU needed; --steps, --warmup, --out)")
     p.set_defaults(func=_offload)
 
-    p = what.add_parser("grid", parents=[common], formatter_class=raw, description=GRID,
+    p = what.add_parser("grid", parents=[common], formatter_class=raw,
+                        description=grid_bench.__doc__.rstrip() + "\nExits 1 when the median "
+                        "run is over ``--budget``. (--matrix is ignored.)\n",
                         help="grid build + write time for a large synthetic matrix")
-    p.add_argument("--cells", type=int, default=50)
-    p.add_argument("--tests", type=int, default=2000)
-    p.add_argument("--repeat", type=int, default=5, help="timed runs (default 5)")
-    p.add_argument("--budget", type=float, default=3.0,
-                   help="seconds the median run may take (default 3)")
-    # Literals, not grid.DEFAULT_*: the grid bench is imported only when it runs.
-    p.add_argument("--out", default="results/bench-grid",
+    p.add_argument("--cells", type=int, default=grid_bench.DEFAULT_CELLS)
+    p.add_argument("--tests", type=int, default=grid_bench.DEFAULT_TESTS)
+    p.add_argument("--repeat", type=int, default=grid_bench.DEFAULT_REPEAT,
+                   help="timed runs (default %(default)s)")
+    p.add_argument("--budget", type=float, default=grid_bench.DEFAULT_BUDGET,
+                   help="seconds the median run may take (default %(default)g)")
+    p.add_argument("--out", default=grid_bench.DEFAULT_OUT,
                    help="folder for bench-grid.json and .md (default: %(default)s; '' for "
                         "none; docs to update the committed figures)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
@@ -204,9 +189,7 @@ def _offload(args: argparse.Namespace) -> int:
 
 
 def _grid(args: argparse.Namespace) -> int:
-    from ..bench import grid
-
-    report = grid.run(args.cells, args.tests, repeat=args.repeat, budget=args.budget,
+    report = grid_bench.run(args.cells, args.tests, repeat=args.repeat, budget=args.budget,
                       out=args.out, profile=args.profile)
     return 0 if report["ok"] else 1
 
