@@ -60,7 +60,7 @@ def test_tests_own_time_is_summed_per_suite() -> None:
                {"nodeid": "suites/offload/test_b.py::t", "duration": 2.0},
                {"nodeid": "suites/smoke/test_c.py::t", "duration": None},
                {"nodeid": "suites/smoke/test_c.py::u", "duration": 0.5}]
-    assert devices.test_seconds(records) == {"offload": 3.2, "smoke": 0.5}
+    assert devices.own_time_per_suite(records) == {"offload": 3.2, "smoke": 0.5}
 
 
 def _bench(proj: Path, *args: str, devices_env: str = "0,1") -> subprocess.CompletedProcess:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import contract, detect, lifetime, results, runner
+from .. import contract, detect, lifetime, progress, results, runner
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
 from ..provenance import now
@@ -113,7 +113,7 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
                 env_json, _ = results.read_json(folder / results.ENV)
                 records, _ = results.read_records(folder / results.TESTS)
                 entry = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
-                         "test_seconds": test_seconds(records),
+                         "test_seconds": own_time_per_suite(records),
                          "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
                          "passes": _pass_facts(summary or {}),
                          "counts": (summary or {}).get("counts"), "load": load,
@@ -142,7 +142,7 @@ def _run_folder(cell_results: Path, proc: Any) -> Path:
     return folder
 
 
-def test_seconds(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+def own_time_per_suite(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The tests' own durations summed per suite: what grows with the device count is
     contention between the workers (the same tests, slower side by side), not start-up."""
     sums: dict[str, float] = {}
@@ -150,9 +150,6 @@ def test_seconds(records: Sequence[dict[str, Any]]) -> dict[str, float]:
         suite = results.suite_of(str(r.get("nodeid", "")))
         sums[suite] = sums.get(suite, 0.0) + float(r.get("duration") or 0.0)
     return {k: round(v, 1) for k, v in sorted(sums.items())}
-
-
-test_seconds.__test__ = False  # type: ignore[attr-defined]  # not a test, despite the name
 
 
 def scaling(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -198,7 +195,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{', beside ' + p['beside'] if p['beside'] else ''}) {p['wall_s']} s"
             for p in r["passes"])
         first = ", ".join(f"{p['name']} {p['first_test_s']}" for p in r["passes"])
-        counts = ", ".join(f"{v} {k}" for k, v in (r["counts"] or {}).items() if v)
+        counts = progress.count_text(r["counts"] or {})
         own = ", ".join(f"{k} {v}" for k, v in (r.get("test_seconds") or {}).items())
         lines.append(f"| {i} | {r['devices']} | {r['wall_s']:.1f} s | {passes} | {first} | "
                      f"{own} | {counts} | {r['load']} |")
