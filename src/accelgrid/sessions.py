@@ -23,7 +23,17 @@ import nox
 from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
-from . import contract, detect, environment, install, known_issues, results, runner, venvs
+from . import (
+    contract,
+    detect,
+    environment,
+    install,
+    known_issues,
+    progress,
+    results,
+    runner,
+    venvs,
+)
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
 
@@ -64,7 +74,6 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         _fail(session, str(exc) if hasattr(exc, "problems") else f"{cell.name}: {exc}")
     finally:
         _IDLE_SINCE = time.time()
-_INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i", "--find-links", "-f")
 
 
 def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
@@ -124,8 +133,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
     env's stamp says it holds them (:func:`accelgrid.install.env_holds`), each step is
     skipped. Returns whether uv installed every step (not under ``--no-install``)."""
     total = len(plan.steps) + 1
-    venv = Path(session.bin).parent
-    shown = os.path.relpath(venv) if Path.cwd() in venv.parents else str(venv)
+    shown = progress.shown_path(Path(session.bin).parent)
     # nox's own record of whether it reused the env (its sessions read it too); the file
     # times said "created" once for a reused env in CI.
     reused = bool(getattr(session.virtualenv, "_reused", False))
