@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,54 @@ def test_a_cell_of_one_device_and_bad_counts_are_refused(mini_project) -> None:
     assert proc.returncode == 2 and "device counts [4] are outside 1..2" in proc.stderr
     proc = _bench(proj, "--cell", "xpu-2.13", "--counts", "two")
     assert proc.returncode == 2 and "--counts 'two': whole numbers" in proc.stderr
+
+
+WAITS = '''
+import os
+import time
+from pathlib import Path
+
+def test_waits():
+    Path(os.environ["BENCH_MARKER"]).write_text(str(os.getpid()))
+    time.sleep(120)
+'''
+
+
+def test_sigterm_removes_the_temporary_folder_and_the_cell_run(mini_project,
+                                                               tmp_path: Path) -> None:
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_waits.py").write_text(WAITS)
+    marker, tmp = tmp_path / "pid", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "ACCELGRID_DEVICES": "0,1", "ACCELGRID_SKIP_DETECT": "1",
+           "BENCH_MARKER": str(marker), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "accelgrid", "--matrix",
+                             str(proj / "matrix.yaml"), "bench", "devices", "--cell",
+                             "xpu-2.13", "--no-venv", "--out", str(tmp_path / "out")],
+                            cwd=proj, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not marker.exists() or not marker.read_text():   # the cell run's test is running
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    test_pid = int(marker.read_text())
+    assert list(tmp.glob("accelgrid-bench-devices-*"))
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stdout + stderr
+    assert not list(tmp.glob("accelgrid-bench-devices-*"))
+    assert not (tmp_path / "out").exists()
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{test_pid}").exists() and "Z" not in _state(test_pid):
+        assert time.monotonic() < deadline, f"the test's process {test_pid} outlived the bench"
+        time.sleep(0.2)
+
+
+def _state(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "gone"
+    return next((ln.split(":", 1)[1] for ln in status.splitlines()
+                 if ln.startswith("State:")), "")

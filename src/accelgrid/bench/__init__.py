@@ -14,12 +14,44 @@ import grid``), so importing this package costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..results import write_json
+
+STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
+
+
+class Stopped(KeyboardInterrupt):
+    """A benchmark got SIGTERM (Ctrl-C raises KeyboardInterrupt itself)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stoppable() -> Iterator[None]:
+    """SIGTERM raises :class:`Stopped`, so a benchmark cleans up (its commands' process
+    groups, its temporary folder) the way Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, _frame: object) -> None:
+        raise Stopped(signum)
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def write_outputs(out: str | Path, stem: str, report: dict, markdown: str) -> Path:

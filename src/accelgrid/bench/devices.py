@@ -29,12 +29,11 @@ from .. import contract, detect, lifetime, progress, results, runner
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
 from ..provenance import now
-from . import load_average, machine, write_outputs
+from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
 
 DEFAULT_OUT = "results/bench-devices"
 DEFAULT_REPEAT = 1
 AIMS = {2: 0.6, 4: 0.4}   # whole-cell wall time on N devices / on one, median
-STOP_GRACE_S = 15.0
 
 
 def counts_for(available: int, asked: Sequence[int] | None = None) -> list[int]:
@@ -99,30 +98,31 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
     print(f"{cell.name}: {len(ids)} {cell.device} device(s) here ({','.join(ids)}); runs "
           f"with {', '.join(map(str, plan))} of them, {repeat} each", flush=True)
     try:
-        for n in plan:
-            for rep in range(repeat):
-                where = tmp / f"{n}-{rep}"
-                env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(where),
-                       contract.DEVICES: ",".join(ids[:n])}
-                load = load_average()
-                start = time.perf_counter()
-                proc = lifetime.run_group(nox, cwd=root, env=env, grace=STOP_GRACE_S)
-                wall = time.perf_counter() - start
-                folder = _run_folder(where / cell.name, proc)
-                summary, _ = results.read_json(folder / results.SUMMARY)
-                env_json, _ = results.read_json(folder / results.ENV)
-                records, _ = results.read_records(folder / results.TESTS)
-                entry = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
-                         "test_seconds": own_time_per_suite(records),
-                         "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
-                         "passes": _pass_facts(summary or {}),
-                         "counts": (summary or {}).get("counts"), "load": load,
-                         "device_facts": _devices_of(env_json or {})}
-                report["runs"].append(entry)
-                print(f"[{len(report['runs'])}/{len(plan) * repeat}] {n} device(s): "
-                      f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
-                      + ", ".join(f"{p['name']} {p['wall_s']} s" for p in entry["passes"])
-                      + f"; load {load})", flush=True)
+        with stoppable():   # SIGTERM cleans up as Ctrl-C does
+            for n in plan:
+                for rep in range(repeat):
+                    where = tmp / f"{n}-{rep}"
+                    env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(where),
+                           contract.DEVICES: ",".join(ids[:n])}
+                    load = load_average()
+                    start = time.perf_counter()
+                    proc = lifetime.run_group(nox, cwd=root, env=env, grace=STOP_GRACE_S)
+                    wall = time.perf_counter() - start
+                    folder = _run_folder(where / cell.name, proc)
+                    summary, _ = results.read_json(folder / results.SUMMARY)
+                    env_json, _ = results.read_json(folder / results.ENV)
+                    records, _ = results.read_records(folder / results.TESTS)
+                    entry = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
+                             "test_seconds": own_time_per_suite(records),
+                             "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
+                             "passes": _pass_facts(summary or {}),
+                             "counts": (summary or {}).get("counts"), "load": load,
+                             "device_facts": _devices_of(env_json or {})}
+                    report["runs"].append(entry)
+                    print(f"[{len(report['runs'])}/{len(plan) * repeat}] {n} device(s): "
+                          f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
+                          + ", ".join(f"{p['name']} {p['wall_s']} s" for p in entry["passes"])
+                          + f"; load {load})", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report["load_end"] = load_average()

@@ -21,19 +21,16 @@ virtualenv, cold and warm (minutes). Writes bench-overhead.{json,md} to ``--out`
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import resource
 import shlex
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -42,7 +39,7 @@ from .. import lifetime, results
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
 from ..provenance import now
-from . import load_average, machine, write_outputs
+from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_PARTIAL = "-k smoke"
@@ -52,32 +49,6 @@ DEFAULT_OUT = "results/bench-overhead"  # docs/ only when asked (--out docs)
 ENV_BACKENDS = ("uv", "virtualenv")
 AIMS = {"partial": 1.2, "full": 1.05}   # cell run / bare pytest, median
 BYTECODE_VARS = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
-STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
-
-
-class Stopped(KeyboardInterrupt):
-    """The benchmark got SIGTERM (Ctrl-C raises KeyboardInterrupt itself)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _stoppable() -> Iterator[None]:
-    """SIGTERM raises :class:`Stopped`, so it cleans up the way Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_term(signum: int, _frame: object) -> None:
-        raise Stopped(signum)
-
-    old = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _cpu() -> float:
@@ -151,8 +122,8 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
     cell's suites). ``partial``: pytest arguments of the partial pairs ('' for none).
     Raises UnknownName for an unknown cell, InvalidInput for a bad count or nothing to
     time, AccelgridError when a timed command fails (exit status other than 0 or 1),
-    KeyboardInterrupt (:class:`Stopped` for SIGTERM) when stopped: then nothing is
-    written and the temporary folder is gone.
+    KeyboardInterrupt (:class:`accelgrid.bench.Stopped` for SIGTERM) when stopped: then
+    nothing is written and the temporary folder is gone.
     """
     if repeat < 0 or partial_repeat < 0:
         raise InvalidInput(f"--repeat and --partial-repeat must be >= 0, not {repeat}, "
@@ -192,7 +163,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                 "ACCELGRID_DEVICE": the_cell.device}
     order = _schedule(partial_repeat, repeat)
     try:
-        with _stoppable():
+        with stoppable():
             print(f"preparing {the_cell.name}'s env (nox --install-only; a cold one takes "
                   "minutes)", flush=True)
             python = sessions.prepared_python(root, the_cell, env)

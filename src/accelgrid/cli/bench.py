@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..bench import Stopped, overhead
 from ..bench import devices as devices_bench
 from ..bench import grid as grid_bench
 from ..bench import offload as offload_bench
 from ..bench import ops as ops_bench
-from ..bench import overhead
 from ..errors import InvalidInput
 from ._common import matrix_of
 
@@ -151,7 +151,7 @@ def _overhead(args: argparse.Namespace) -> int:
                      suites=args.suites.split(",") if args.suites else None,
                      partial=args.partial, partial_repeat=args.partial_repeat,
                      repeat=args.repeat, env_creation=args.env_creation, out=args.out)
-    except overhead.Stopped as exc:   # SIGTERM: the shell's code for it
+    except Stopped as exc:   # SIGTERM: the shell's code for it
         return 128 + exc.signum
     return 0
 
@@ -164,9 +164,12 @@ def _devices(args: argparse.Namespace) -> int:
         except ValueError:
             raise InvalidInput(f"--counts {args.counts!r}: whole numbers, comma-separated") \
                 from None
-    report = devices_bench.run(matrix_of(args), args.cell, counts=counts, repeat=args.repeat,
-                               no_venv=args.no_venv, pytest_args=args.pytest_args,
-                               out=args.out)
+    try:
+        report = devices_bench.run(matrix_of(args), args.cell, counts=counts,
+                                   repeat=args.repeat, no_venv=args.no_venv,
+                                   pytest_args=args.pytest_args, out=args.out)
+    except Stopped as exc:   # SIGTERM: the shell's code for it
+        return 128 + exc.signum
     return 0 if all(r["rc"] == 0 for r in report["runs"]) else 1
 
 
