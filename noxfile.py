@@ -22,14 +22,15 @@ sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed 
 from accelgrid import results, sessions  # noqa: E402
 from accelgrid.environment import redact_text  # noqa: E402
 from accelgrid.errors import AccelgridError  # noqa: E402
-from accelgrid.matrix import load_matrix  # noqa: E402
+from accelgrid.matrix import load_matrix, matrix_path  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_venv = "yes"
 
 try:
-    MATRIX = load_matrix(ROOT / "matrix.yaml")
+    # `accelgrid --matrix F run CELL` names F in ACCELGRID_MATRIX: the sessions are F's cells.
+    MATRIX = load_matrix(matrix_path(ROOT))
 except AccelgridError as exc:
     # One line per problem (FILE:LINE: key: message), as `accelgrid validate` prints them.
     sys.exit(redact_text(str(exc)))
@@ -92,6 +93,6 @@ def repro(session: nox.Session) -> None:
     from accelgrid import cli
 
     # posargs are `accelgrid repro`'s own command line (issue id and options).
-    code = cli.main(["--matrix", str(ROOT / "matrix.yaml"), "repro", *session.posargs])
+    code = cli.main(["--matrix", str(MATRIX.path), "repro", *session.posargs])
     if code:
         session.error(f"accelgrid repro exited with {code}")

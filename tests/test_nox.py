@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,53 @@ def test_sourced_runtime_passes_the_check_under_no_venv(tmp_path: Path) -> None:
     assert "needs Intel GPU dependencies" not in proc.stderr
     # Past the runtime check, the preinstalled torch is checked: this one is 2.13.
     assert "the cell needs torch 2.5.x (pin torch==2.5.1+xpu)" in proc.stderr
+
+
+def _project_with_the_real_noxfile(proj: Path) -> Path:
+    """A mini project (one payload suite) run by a copy of the repo's own noxfile."""
+    from mini_projects import make_project
+
+    make_project(proj)
+    (proj / "suites" / "payload" / "test_payload.py").write_text(
+        "def test_one():\n    assert 1 + 1 == 3\n")
+    shutil.copy(ROOT / "noxfile.py", proj / "noxfile.py")
+    (proj / "src").symlink_to(ROOT / "src")   # the noxfile imports accelgrid from ./src
+    return proj
+
+
+def test_matrix_option_reaches_the_noxfile_and_the_registry(tmp_path: Path) -> None:
+    # `accelgrid --matrix alt.yaml run CELL`: the cell exists only in alt.yaml (the project's
+    # matrix.yaml has no cpu device), and the registry validates against alt.yaml (its
+    # entry names the cpu device) and applies: the failing test is a strict xfail. Before,
+    # nox loaded matrix.yaml: "Sessions not found", exit 3.
+    proj = _project_with_the_real_noxfile(tmp_path / "p")
+    (proj / "matrix.yaml").rename(proj / "alt.yaml")
+    text = (proj / "alt.yaml").read_text()
+    (proj / "matrix.yaml").write_text(
+        text.replace("  device: [cpu, xpu]", "  device: [xpu]"))
+    (proj / "known_issues.yaml").write_text(
+        "schema: 1\nissues:\n  acme/widgets#1:\n    title: planted\n    scope: {devices: [cpu]}\n"
+        "    tests: [suites/payload/test_payload.py::test_one]\n    expect: failed\n")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelgrid", "--matrix", "alt.yaml", "run", "cpu-2.13",
+         "--no-venv"], cwd=proj, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "ACCELGRID_RESULTS_DIR": str(out)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    folder = results.last_run(out / "cpu-2.13")[1]
+    recs = [json.loads(line) for line in (folder / "tests.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in recs] == ["xfailed"]
+    env = json.loads((folder / "env.json").read_text())
+    assert env["env"]["ACCELGRID_MATRIX"] == str((proj / "alt.yaml").resolve())
+
+
+def test_nox_input_errors_are_accelgrid_input_errors(tmp_path: Path) -> None:
+    # nox itself: 3 for a session it does not have, 2 for a noxfile it cannot load.
+    from accelgrid.cli import run as run_cli
+
+    proj = _project_with_the_real_noxfile(tmp_path / "p")
+    missing = run_cli.nox(["-f", str(proj / "noxfile.py"), "-s", "cpu-9.99"], proj)
+    unloadable = run_cli.nox(["-f", str(proj / "nofile.py"), "-s", "cpu-2.13"], proj)
+    assert (missing, unloadable) == (3, 2)
+    assert run_cli.exit_code(missing) == run_cli.exit_code(unloadable) == 2
+    assert run_cli.exit_code(1) == 1 and run_cli.exit_code(0) == 0

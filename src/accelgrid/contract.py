@@ -43,6 +43,9 @@ VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 # --- set by the user (or CI) -----------------------------------------------------------
 RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go
+MATRIX = "ACCELGRID_MATRIX"            # the matrix file a run uses instead of <root>/matrix.yaml
+                                       # (`accelgrid --matrix F run` sets it for nox, so the
+                                       # noxfile and the registry read the same file)
 WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import contract
 from .environment import redact_text
-from .matrix import Cell, Matrix, load_matrix
+from .matrix import Cell, Matrix, load_matrix, matrix_path
 from .results import dumps
 from .validation import (
     Problem,
@@ -287,7 +287,7 @@ def registry_for_run(root: Path) -> Registry | None:
         return None
     # Validated each time (a few ms; it globs the project's test files), against the
     # matrix that load_matrix keeps while its file is unchanged.
-    return load_registry(path, load_matrix(root / "matrix.yaml"))
+    return load_registry(path, load_matrix(matrix_path(root)))
 
 
 def cell_env(cell: Cell, root: Path, folder: Path, *, hardware: str | None = None,

@@ -16,6 +16,7 @@ with those devices. :func:`select` filters cells.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import compat, environment
+from . import compat, contract, environment
 from .errors import UnknownName
 from .validation import (
     Problem,
@@ -226,6 +227,12 @@ class Matrix:
     exclude: tuple[dict[str, Any], ...]
     source: SourceMap
     cells: tuple[Cell, ...] = ()
+
+    @property
+    def nox_env(self) -> dict[str, str]:
+        """What a nox process started for this matrix needs in its environment: the
+        noxfile and the registry then load this file, not ``<root>/matrix.yaml``."""
+        return {contract.MATRIX: str(self.path.resolve())}
 
     def cell(self, name: str) -> Cell:
         """The cell called ``name``; UnknownName (a KeyError) with a suggestion otherwise,
@@ -557,6 +564,13 @@ def _pairing_problems(matrix: Matrix, cells: Iterable[Cell]) -> list[Problem]:
 # known-issue checks; validating it once saves ~0.1 s of a warm partial run. A changed
 # file, or a suite folder appearing or going, loads it anew.
 _LAST: dict[tuple[str, bytes], tuple[Matrix, tuple[tuple[str, bool], ...]]] = {}
+
+
+def matrix_path(root: Path) -> Path:
+    """The matrix file a run of the project at ``root`` uses: ``ACCELGRID_MATRIX`` when set
+    (``accelgrid --matrix F`` sets it for the nox it starts), else ``root/matrix.yaml``."""
+    named = os.environ.get(contract.MATRIX)
+    return Path(named) if named else root / DEFAULT_MATRIX
 
 
 def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:

@@ -94,7 +94,7 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{cell.name}.nox.log"
     cmd = nox_command(matrix, cell, pytest_args, envdir=envdir, reuse=reuse, no_venv=no_venv)
-    env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(out)}
+    env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(out), **matrix.nox_env}
     t0 = time.monotonic()
     # A stale run must not pass for this one's: each run has a new id (last-run.json).
     before = results.last_run(folder)[0]

@@ -102,7 +102,7 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
             for n in plan:
                 for rep in range(repeat):
                     where = tmp / f"{n}-{rep}"
-                    env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(where),
+                    env = {**os.environ, **matrix.nox_env, "ACCELGRID_RESULTS_DIR": str(where),
                            contract.DEVICES: ",".join(ids[:n])}
                     load = load_average()
                     start = time.perf_counter()

@@ -62,7 +62,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
 
     the_cell = matrix.cell(cell)
     print(f"[1/2] preparing {the_cell.name}'s env", flush=True)
-    python = sessions.prepared_python(matrix.root, the_cell)
+    python = sessions.prepared_python(matrix.root, the_cell, {**os.environ, **matrix.nox_env})
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     ops_seen = 0
     with tempfile.TemporaryDirectory(prefix="accelgrid-bench-ops-") as tmp:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import accelgrid
 
+from ..errors import EXIT_INVALID
 from ._common import matrix_of
 
 
@@ -38,22 +39,38 @@ def _run(args: argparse.Namespace) -> int:
         argv.append("--no-venv")
     if args.pytest_args:
         argv += ["--", *args.pytest_args]
-    return nox(argv, matrix.root)
+    return exit_code(nox(argv, matrix.root, matrix.nox_env))
 
 
-def nox(argv: list[str], root: Path) -> int:
-    """``python -m nox ARGV`` in ``root``; nox's exit code. In this process when the
-    project's noxfile would import the accelgrid already loaded here (its own src/): a
-    second interpreter would load it all again, a third of a second before the cell's
-    pytest starts. Another checkout's noxfile gets a process of its own, so it imports
-    that checkout's accelgrid."""
+# nox's own exit codes (nox.tasks) that are not a failed session: 2, the noxfile did not
+# load; 3, no such session or the selection is invalid. Both are bad input to accelgrid
+# (exit 2); 3 would otherwise read as a regression (accelgrid.errors).
+NOX_INPUT_ERRORS = (2, 3)
+
+
+def exit_code(nox_code: int) -> int:
+    """accelgrid's exit code for a nox exit code: 0 and 1 (a session failed) as they are,
+    nox's input errors as :data:`~accelgrid.errors.EXIT_INVALID`."""
+    return EXIT_INVALID if nox_code in NOX_INPUT_ERRORS else nox_code
+
+
+def nox(argv: list[str], root: Path, env: dict[str, str] | None = None) -> int:
+    """``python -m nox ARGV`` in ``root`` with ``env`` added to the environment; nox's exit
+    code. In this process when the project's noxfile would import the accelgrid already
+    loaded here (its own src/): a second interpreter would load it all again, a third of a
+    second before the cell's pytest starts. Another checkout's noxfile gets a process of
+    its own, so it imports that checkout's accelgrid."""
+    env = env or {}
     own = Path(accelgrid.__file__).resolve().parent == (root / "src" / "accelgrid").resolve()
     if not own:
-        return subprocess.call([sys.executable, "-m", "nox", *argv], cwd=root)
+        return subprocess.call([sys.executable, "-m", "nox", *argv], cwd=root,
+                               env={**os.environ, **env})
     saved_argv, saved_cwd = sys.argv, os.getcwd()
+    saved_env = {k: os.environ.get(k) for k in env}
     sys.argv = ["nox", *argv]
     try:
         os.chdir(root)
+        os.environ.update(env)
         runpy.run_module("nox", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         if isinstance(exc.code, str):   # sys.exit(message), as the noxfile may do
@@ -62,4 +79,9 @@ def nox(argv: list[str], root: Path) -> int:
     finally:
         sys.argv = saved_argv
         os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return 0
