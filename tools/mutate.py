@@ -174,6 +174,17 @@ def _copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when the harness dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _run_child(copy_root: Path, rel: str, text: str, tests: list[str], timeout: float,
                verbose: bool) -> str:
     """Fork; the child writes the mutant and runs pytest on ``tests`` there. Returns
@@ -181,6 +192,7 @@ def _run_child(copy_root: Path, rel: str, text: str, tests: list[str], timeout: 
     pid = os.fork()
     if pid == 0:  # child
         try:
+            _die_with_parent()
             (copy_root / rel).write_text(text, encoding="utf-8")
             os.chdir(copy_root)
             sys.path.insert(0, str(copy_root / "src"))
@@ -246,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         chosen = [(m, t) for m, t in all_mutants if m.index in wanted]
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    import signal
+
+    # SIGTERM: leave through the finally blocks (the copy of the tree is removed).
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     import torch  # noqa: F401  (imported once here, inherited by every child)
 
     results: list[dict[str, Any]] = []
