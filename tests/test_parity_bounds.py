@@ -16,6 +16,18 @@ from suites.hf_examples import parity
 
 JUST = 0.1  # "just past" a bound is 1.1x it, "just inside" 0.9x
 PAST, INSIDE = 1 + JUST, 1 - JUST
+# The tolerances as parity.py documents and measures them, written here rather than read
+# from the module: plants derived from the module's own constants would move with them, and
+# a widened or narrowed constant would pass its own plant.
+GRAD_RTOL = 1e-3
+GRAD_TENSOR_SCALE = 1e-3
+NOISE_FACTOR = 20.0
+NOISE_FLOOR = 1e-6
+LOSS_RTOL, LOSS_ATOL = 1e-3, 1e-4
+NORM_EXACT_RTOL = 1e-5
+NORM_RTOL = 1e-3
+UPDATE_ATOL = 0.05
+UPDATE_NOISE_CAP = 2.0
 NON_FINITE = pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf],
                                      ids=["nan", "inf", "-inf"])
 
@@ -39,7 +51,7 @@ def off(grads: dict[str, torch.Tensor], name: str, i: int, by: float) -> dict:
 def test_the_largest_element_is_held_to_rtol_plus_the_tensor_scale() -> None:
     """|ref| = the tensor's largest: allowed GRAD_TENSOR_SCALE x 1 + GRAD_RTOL x 1."""
     ref = model_grads()
-    bound = parity.GRAD_TENSOR_SCALE + parity.GRAD_RTOL
+    bound = GRAD_TENSOR_SCALE + GRAD_RTOL
     [line] = parity.grad_problems(off(ref, "big", 0, PAST * bound), ref, {})
     assert line.startswith("gradient of big: 1 of 4 elements off"), line
     assert parity.grad_problems(off(ref, "big", 0, INSIDE * bound), ref, {}) == []
@@ -51,7 +63,7 @@ def test_a_small_element_is_held_to_the_tensor_scale() -> None:
     """An element 1e-9 of its tensor's largest (2e-3): rtol of it is nothing, the tensor's
     GRAD_TENSOR_SCALE x 2e-3 is its whole allowance."""
     ref = model_grads()
-    bound = parity.GRAD_TENSOR_SCALE * 2e-3 * (1 + 1e-6)
+    bound = GRAD_TENSOR_SCALE * 2e-3 * (1 + 1e-6)
     assert parity.grad_problems(off(ref, "small", 2, PAST * bound), ref, {})
     assert parity.grad_problems(off(ref, "small", 2, INSIDE * bound), ref, {}) == []
 
@@ -59,7 +71,7 @@ def test_a_small_element_is_held_to_the_tensor_scale() -> None:
 def test_a_noisy_tensor_is_held_to_noise_factor_times_its_noise() -> None:
     ref = {**model_grads(), "noisy": torch.tensor([1e-6, -1e-6], dtype=torch.float64)}
     noise = {"noisy": 1e-3}
-    floor = parity.NOISE_FACTOR * 1e-3
+    floor = NOISE_FACTOR * 1e-3
     assert parity.noise_floors(noise, ref)["noisy"] == floor
     assert parity.grad_problems(off(ref, "noisy", 0, PAST * floor), ref, noise)
     assert parity.grad_problems(off(ref, "noisy", 0, INSIDE * floor), ref, noise) == []
@@ -69,7 +81,7 @@ def test_a_tiny_exact_tensor_is_held_to_the_model_wide_floor() -> None:
     """No measured noise, largest gradient 1e-12 of the model's: NOISE_FLOOR x the model's
     largest (1.0) is the allowance."""
     ref = {**model_grads(), "exact": torch.tensor([1e-12, 0.0], dtype=torch.float64)}
-    floor = parity.NOISE_FLOOR * 1.0
+    floor = NOISE_FLOOR * 1.0
     assert parity.grad_problems(off(ref, "exact", 1, PAST * floor), ref, {})
     assert parity.grad_problems(off(ref, "exact", 1, INSIDE * floor), ref, {}) == []
 
@@ -93,7 +105,7 @@ def test_a_non_finite_gradient_fails(value: float, where: str) -> None:
 
 @pytest.mark.parametrize("ref", [0.0, 1.0, 100.0, -3.0])
 def test_loss_bound_is_atol_plus_rtol(ref: float) -> None:
-    bound = parity.LOSS_ATOL + parity.LOSS_RTOL * abs(ref)
+    bound = LOSS_ATOL + LOSS_RTOL * abs(ref)
     for sign in (1, -1):
         assert not parity.loss_close(ref + sign * PAST * bound, ref)
         assert parity.loss_close(ref + sign * INSIDE * bound, ref)
@@ -121,14 +133,14 @@ def trace(updates: dict, grads: dict, *, losses=(1.0, 0.9, 0.8, 0.7), norms=(1.0
 def run_grads() -> dict[str, torch.Tensor]:
     """Per element of ``w``: a real gradient (1.0: ratio to the floor ~1e-6), none at all
     (0: all noise, the cap applies), and one of twice the noise floor (ratio 0.5)."""
-    floor = parity.NOISE_FLOOR * 1.0  # no measured noise: the model-wide floor
+    floor = NOISE_FLOOR * 1.0  # no measured noise: the model-wide floor
     return {"w": torch.tensor([1.0, 0.0, 2 * floor], dtype=torch.float64)}
 
 
 @pytest.mark.parametrize(("i", "allowance"), [
-    (0, parity.UPDATE_ATOL),                          # above the floor: UPDATE_ATOL
-    (1, parity.UPDATE_ATOL + parity.UPDATE_NOISE_CAP),  # no gradient: the cap
-    (2, parity.UPDATE_ATOL + 0.5),                    # floor / gradient = 0.5
+    (0, UPDATE_ATOL),                          # above the floor: UPDATE_ATOL
+    (1, UPDATE_ATOL + UPDATE_NOISE_CAP),  # no gradient: the cap
+    (2, UPDATE_ATOL + 0.5),                    # floor / gradient = 0.5
 ], ids=["real-gradient", "no-gradient-capped", "half-noise"])
 def test_update_bound_per_element(i: int, allowance: float) -> None:
     grads = run_grads()
@@ -164,11 +176,11 @@ def test_gradient_norm_against_the_exact_norm() -> None:
     grads = run_grads()
     ref = trace({"w": torch.zeros(3, dtype=torch.float64)}, grads)
     still = {"w": torch.zeros(3, dtype=torch.float64)}
-    for norm in (1 + PAST * parity.NORM_EXACT_RTOL, 1 - PAST * parity.NORM_EXACT_RTOL, 0.9999):
+    for norm in (1 + PAST * NORM_EXACT_RTOL, 1 - PAST * NORM_EXACT_RTOL, 0.9999):
         got = trace(still, {}, norms=(norm, 1.0, 1.0), exact=(1.0, 1.0, 1.0))
         [line] = parity.parity_problems(got, ref, {})
         assert line.startswith("step 1: gradient norm") and "gradients' norm is 1" in line
-    got = trace(still, {}, norms=(1 + INSIDE * parity.NORM_EXACT_RTOL, 1.0, 1.0),
+    got = trace(still, {}, norms=(1 + INSIDE * NORM_EXACT_RTOL, 1.0, 1.0),
                 exact=(1.0, 1.0, 1.0))
     assert parity.parity_problems(got, ref, {}) == []
 
@@ -178,11 +190,11 @@ def test_gradient_norm_against_the_reference_run() -> None:
     ref = trace({"w": torch.zeros(3, dtype=torch.float64)}, grads)
     still = {"w": torch.zeros(3, dtype=torch.float64)}
     for sign in (1, -1):
-        norm = 1 + sign * PAST * parity.NORM_RTOL
+        norm = 1 + sign * PAST * NORM_RTOL
         got = trace(still, {}, norms=(1.0, norm, 1.0), exact=(1.0, norm, 1.0))
         assert parity.parity_problems(got, ref, {}) == [
             f"step 2: gradient norm {norm:.7g} vs reference 1"]
-        norm = 1 + sign * INSIDE * parity.NORM_RTOL
+        norm = 1 + sign * INSIDE * NORM_RTOL
         got = trace(still, {}, norms=(1.0, norm, 1.0), exact=(1.0, norm, 1.0))
         assert parity.parity_problems(got, ref, {}) == []
 

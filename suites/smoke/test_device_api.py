@@ -395,10 +395,25 @@ def test_bf16_check_catches_a_result_two_ulps_off(
 JUST = 0.1  # "just past" a bound is 1.1x it, "just inside" 0.9x
 
 
+# The bounds as the checks' docstrings state them, computed here on their own (a float64
+# matmul on the CPU, fp32's and bf16's unit roundoff written out), not with the checks'
+# helpers: a plant derived from those would move with a fault in them.
+U_FP32 = 2.0**-24   # fp32's unit roundoff (matmul precision "highest")
+EPS_BF16 = 2.0**-7  # one bf16 ulp at 1.0
+
+
+def _exact(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+    return a64 @ b64, a64.abs() @ b64.abs()
+
+
 def _fp32_bound(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """check_matmul's reference and bound, computed the way its docstring states them."""
-    ref, scale = reference_matmul(a, b)
-    return ref, 2 * a.shape[1] * fp32_matmul_unit_roundoff(device_type(str(a.device))) * scale
+    """check_matmul's reference and bound: 2·K·u·(|A|·|B|)."""
+    if torch.get_float32_matmul_precision() != "highest" or (
+            device_type(str(a.device)) == "cuda" and torch.backends.cuda.matmul.allow_tf32):
+        pytest.skip("the plant is built for fp32 matmuls at 'highest' precision")
+    ref, scale = _exact(a, b)
+    return ref, 2 * a.shape[1] * U_FP32 * scale
 
 
 def _planted_matmul(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, value: Any) -> None:
@@ -445,8 +460,8 @@ def _bf16_candidate(a: torch.Tensor, b: torch.Tensor, lo: float, hi: float) -> t
     """An element and a bf16 value whose error against check_bf16_autocast's reference is
     between ``lo`` and ``hi`` times its bound there (bf16 values are an ulp apart, about
     one bound: the plant searches the grid instead of scaling)."""
-    ref, scale = reference_matmul(a.bfloat16(), b.bfloat16())
-    bound = BF16_EPS * ref.abs() + a.shape[1] * FP32_EPS / 2 * scale
+    ref, scale = _exact(a.bfloat16(), b.bfloat16())
+    bound = EPS_BF16 * ref.abs() + a.shape[1] * U_FP32 * scale
     for f in torch.linspace(0.5, 1.5, 21).tolist():
         v = (ref + f * bound).bfloat16().double()
         ratio = (v - ref).abs() / bound
