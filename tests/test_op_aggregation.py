@@ -202,3 +202,20 @@ def test_an_issue_scoped_to_profiles_stays_out_of_other_profiles(tmp_path: Path)
         seen[name] = issue in {e["id"] for e in data["issues"]}
     assert seen == {"xpu-2.5": True, "xpu-2.5-fallback-debug": True,
                     "xpu-2.5-fallback-survey": False}
+
+
+def test_aggregate_of_a_folder_without_captured_ops_is_none(tmp_path: Path) -> None:
+    assert ops.aggregate(tmp_path) is None
+    (tmp_path / "ops-raw").mkdir()
+    assert ops.aggregate(tmp_path) is None       # the folder, but no .jsonl in it
+
+
+def test_aggregate_says_whether_the_generic_fallback_notice_was_seen(tmp_path: Path) -> None:
+    """XPU's once-per-process notice (ops on the built-in fallback list, without
+    PYTORCH_DEBUG_XPU_FALLBACK=1): in the cell's data only when a record saw it."""
+    quiet = record("a", {"aten::roll.default": "native"})
+    data = ops.aggregate(cell_folder(tmp_path / "quiet", [[quiet]]))
+    assert data["generic_fallback_notice"] is False
+    noticed = {**record("b", {"aten::roll.default": "native"}), "generic_fallback_notice": True}
+    data = ops.aggregate(cell_folder(tmp_path / "noticed", [[quiet, noticed]]))
+    assert data["generic_fallback_notice"] is True
