@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -102,15 +103,25 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
     assert not list((tmp_path / "tmp").glob("accelgrid-bench-*"))   # its folder is gone
 
 
+def _sigint(disposition: signal.Handlers) -> Callable[[], None]:
+    """For preexec_fn: the bench starts with SIGINT as given, not as pytest inherited it
+    (a background job, a CI step: ignored; a terminal: the default)."""
+    return lambda: signal.signal(signal.SIGINT, disposition)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
-                         ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(("sig", "code", "sigint"), [
+    (signal.SIGINT, 130, signal.SIG_DFL),
+    (signal.SIGINT, 130, signal.SIG_IGN),   # started as a background job
+    (signal.SIGTERM, 143, signal.SIG_DFL),
+], ids=["SIGINT", "SIGINT-started-ignored", "SIGTERM"])
 def test_a_stopped_bench_removes_its_folder_and_its_processes(
-        project: Path, tmp_path: Path, sig: signal.Signals, code: int) -> None:
+        project: Path, tmp_path: Path, sig: signal.Signals, code: int,
+        sigint: signal.Handlers) -> None:
     marker = tmp_path / "pid"
     proc = bench(project, tmp_path / "tmp", "--partial", "-k wait", "--partial-repeat", "1",
                  "--repeat", "0", "--out", str(tmp_path / "out"),
-                 env={"BENCH_MARKER": str(marker)})
+                 env={"BENCH_MARKER": str(marker)}, preexec_fn=_sigint(sigint))
     deadline = time.monotonic() + 600
     while not marker.exists() or not marker.read_text():  # a test of the cell run is running
         assert proc.poll() is None, proc.communicate()
@@ -170,3 +181,26 @@ def test_bad_options_exit_2_before_anything_runs(
 def test_repeat_is_checked_before_anything_runs() -> None:
     with pytest.raises(InvalidInput):
         overhead.run(load_matrix(MATRIX), repeat=0, partial_repeat=0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("inherited", [signal.SIG_IGN, signal.SIG_DFL], ids=["ignored", "default"])
+def test_stoppable_raises_stopped_however_the_signal_was_inherited(
+        sig: signal.Signals, inherited: signal.Handlers) -> None:
+    """In this process (pytest's main thread): whatever SIGINT/SIGTERM were set to before,
+    inside stoppable() both raise Stopped, and the previous handlers come back after."""
+    from accelgrid.bench import Stopped, stoppable
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGINT, inherited if sig == signal.SIGINT else signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, inherited if sig == signal.SIGTERM else signal.SIG_IGN)
+        before = {s: signal.getsignal(s) for s in saved}
+        with pytest.raises(Stopped) as info, stoppable():
+            os.kill(os.getpid(), sig)
+            time.sleep(5)   # the handler runs at the next bytecode; never sleeps this long
+        assert info.value.signum == sig
+        assert {s: signal.getsignal(s) for s in saved} == before
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)

@@ -215,13 +215,20 @@ def test_shell_with_a_command_that_does_not_exist_says_so(project: Path) -> None
 
 @pytest.fixture(scope="module")
 def cpu_python() -> Path:
-    """cpu-2.13's env, built (or refreshed) by its nox session with --install-only."""
+    """cpu-2.13's env, built (or refreshed) by its nox session with --install-only; its
+    link to this checkout (venvs.PTH) is there after that.
+
+    The env is shared: under xdist other workers run it at the same time (test_nox, test_cli,
+    the other tests here), so nothing of it is deleted here (the fixture once removed the
+    .pth to see the build write it again, and a suite running in the env on the other worker
+    then could not import accelgrid). A clean checkout, as CI has, builds the env from
+    nothing, which is when the build must write the link; the session rewrites it only when
+    it names something else, so a warm env is never touched."""
     cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
     python = venvs.python_in(venvs.env_dir(ROOT, cell))
-    pth = venvs.site_packages(python) / venvs.PTH if python.exists() else None
-    if pth is not None:
-        pth.unlink(missing_ok=True)   # the build itself must write it
     assert sessions.prepared_python(ROOT, cell) == str(python)
+    pth = venvs.site_packages(python) / venvs.PTH
+    assert pth.read_text(encoding="utf-8").strip() == str((ROOT / "src").absolute())
     return python
 
 

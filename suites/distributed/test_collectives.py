@@ -138,3 +138,52 @@ def test_ddp_check_catches_an_optimizer_that_does_nothing() -> None:
 def test_ddp_check_catches_ranks_that_do_not_average() -> None:
     with pytest.raises(AssertionError):   # each rank stepped on rank 0's data alone
         check_ddp_weights(_fake_ranks(2, average=False))
+
+
+# The bounds of check_ddp_weights, from both sides: against the float64 reference
+# (rtol=1e-4, atol=1e-5) and between the ranks (assert_close's float32 defaults).
+DDP_RTOL, DDP_ATOL = 1e-4, 1e-5
+RANKS_RTOL, RANKS_ATOL = 1.3e-6, 1e-5
+
+
+def _with(ranks: list[dict], rank: int | None, i: int, value: float | None = None,
+          by: float = 0.0) -> list[dict]:
+    """``ranks`` with weight ``i`` set to ``value`` or moved by ``by`` (in every rank when
+    ``rank`` is None)."""
+    out = [dict(r, weights=list(r["weights"])) for r in ranks]
+    for r in (out if rank is None else [out[rank]]):
+        r["weights"][i] = value if value is not None else r["weights"][i] + by
+    return out
+
+
+@pytest.mark.parametrize(("times", "fails"), [(1.1, True), (0.9, False)],
+                         ids=["just-past", "just-inside"])
+def test_ddp_check_holds_the_reference_bound(times: float, fails: bool) -> None:
+    ranks = _fake_ranks(2)
+    w = ranks[0]["weights"][3]
+    planted = _with(ranks, None, 3, by=times * (DDP_ATOL + DDP_RTOL * abs(w)))
+    if fails:
+        with pytest.raises(AssertionError):
+            check_ddp_weights(planted)
+    else:
+        check_ddp_weights(planted)
+
+
+@pytest.mark.parametrize(("times", "fails"), [(1.1, True), (0.9, False)],
+                         ids=["just-past", "just-inside"])
+def test_ddp_check_holds_the_ranks_to_each_other(times: float, fails: bool) -> None:
+    ranks = _fake_ranks(2)
+    w = ranks[0]["weights"][5]
+    planted = _with(ranks, 1, 5, by=times * (RANKS_ATOL + RANKS_RTOL * abs(w)))
+    if fails:
+        with pytest.raises(AssertionError):
+            check_ddp_weights(planted)
+    else:
+        check_ddp_weights(planted)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("rank", [None, 1], ids=["every-rank", "one-rank"])
+def test_ddp_check_catches_non_finite_weights(value: float, rank: int | None) -> None:
+    with pytest.raises(AssertionError):
+        check_ddp_weights(_with(_fake_ranks(2), rank, 0, value=value))

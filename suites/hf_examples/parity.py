@@ -163,9 +163,9 @@ def grad_problems(
         atol = max(GRAD_TENSOR_SCALE * scale, floors[name])
         slack = atol + GRAD_RTOL * r.abs()
         diff = (g - r).abs()
-        misses = diff > slack
+        misses = ~(diff <= slack)  # "not within": a NaN gradient is a miss
         if bool(misses.any()):
-            i = int((diff - slack).argmax())
+            i = int(torch.where(diff.isnan(), math.inf, diff - slack).argmax())
             problems.append(
                 f"gradient of {name}: {int(misses.sum())} of {r.numel()} elements off; worst "
                 f"element {i}: {g.flatten()[i].item():.4g} vs reference "
@@ -202,9 +202,9 @@ def update_problems(got: Trace, ref: Trace, floors: Mapping[str, float]) -> list
                             torch.full_like(grad, math.inf))
         allowed = unit * (UPDATE_ATOL + ratio.clamp(max=UPDATE_NOISE_CAP))
         diff = (update - expected).abs()
-        misses = diff > allowed
+        misses = ~(diff <= allowed)  # "not within": a NaN update is a miss
         if bool(misses.any()):
-            i = int((diff - allowed).argmax())
+            i = int(torch.where(diff.isnan(), math.inf, diff - allowed).argmax())
             g = grad.flatten()[i].item()
             problems.append(
                 f"parameter {name}: {int(misses.sum())} of {expected.numel()} elements' "
@@ -235,10 +235,11 @@ def parity_problems(got: Trace, ref: Trace, noise: Mapping[str, float]) -> list[
     for step, (norm, exact, other) in enumerate(
         zip(got.grad_norms, got.exact_norms, ref.grad_norms, strict=True), 1
     ):
-        if abs(norm - exact) > NORM_EXACT_RTOL * exact:
+        # "not within", so that a NaN or infinite norm is a problem too.
+        if not abs(norm - exact) <= NORM_EXACT_RTOL * exact:
             problems.append(f"step {step}: gradient norm {norm:.7g}, but the gradients' "
                             f"norm is {exact:.7g}")
-        if abs(norm - other) > NORM_RTOL * other:
+        if not abs(norm - other) <= NORM_RTOL * other:
             problems.append(f"step {step}: gradient norm {norm:.7g} vs reference {other:.7g}")
     floors = noise_floors(noise, ref.grads[0], ref.before)
     return problems + update_problems(got, ref, floors)

@@ -190,3 +190,25 @@ def test_only_the_loss_check_sees_a_fault_in_both_runs(device: str, monkeypatch)
                               parity.STEPS)
     problems = parity.parity_problems(got, ref, noise)
     assert [p.split(" in ")[0] for p in problems] == ["loss did not go down"], problems
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_first_step_check_catches_a_non_finite_gradient(value: float, device: str) -> None:
+    """A NaN compares False to every bound: the check is "not within", so one tensor's
+    gradient all NaN (or Inf) on the real BERT workload is named; nothing else is."""
+    workload, noise, trace = reference("text-classification")
+    victim = "classifier.weight"
+    model = copy.deepcopy(workload.model)
+    model.get_parameter(victim).register_hook(lambda g: torch.full_like(g, value))
+    _, got = harness.first_step(model, harness.first_batch(workload), device)
+    problems = parity.grad_problems(got, trace.grads[0], noise)
+    assert [p.split(":")[0] for p in problems] == [f"gradient of {victim}"], problems
+
+
+def test_parity_catches_a_nan_gradient(device: str) -> None:
+    def plant(model: torch.nn.Module) -> None:
+        model.get_parameter("classifier.weight").register_hook(
+            lambda g: torch.full_like(g, float("nan")))
+
+    problems = run("text-classification", device, plant)
+    assert named(problems, "parameter classifier.weight:"), problems

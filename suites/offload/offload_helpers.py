@@ -401,18 +401,22 @@ def update_problems(
         diff = (da - de).abs()
         magnitude = torch.stack([a0.abs(), e0.abs(), a1.float().abs(), e1.float().abs()]).amax(0)
         slack = tol.rtol * de.abs() + tol.ulps * spacing(magnitude, e1.dtype)
-        misses = diff > tol.atol + slack
+        # Written as "not within" so that a NaN (which compares False) is a miss, and one
+        # beyond every bound: a non-finite update never passes.
+        misses = ~(diff <= tol.atol + slack)
         n = int(misses.sum())
         allowed = math.ceil(de.numel() * tol.outlier_fraction) if tol.outlier_fraction else 0
         bound = tol.outlier_scale * de.abs().max().item()
-        wild = int((misses & (diff > bound + slack)).sum())
+        wild = int((misses & ~(diff <= bound + slack)).sum())
         if n <= allowed and not wild:
             continue
-        i = int((diff - slack).argmax())
+        i = int(torch.where(diff.isnan(), math.inf, diff - slack).argmax())
         ratio = (da.norm() / de.norm()).item()
+        bad = int((~da.isfinite()).sum())
         problems.append(
             f"parameter {name}: {n} of {de.numel()} elements' updates off the reference's "
-            f"(at most {allowed} may be, each within {bound:.3g}; {wild} beyond that); "
+            f"(at most {allowed} may be, each within {bound:.3g}; {wild} beyond that"
+            + (f", {bad} not finite" if bad else "") + "); "
             f"|update| / |reference update| = {ratio:.3f}; worst element {i}: update "
             f"{da.flatten()[i].item():.4g} vs {de.flatten()[i].item():.4g} (before "
             f"{a0.flatten()[i].item():.4g}), allowed {tol.atol + slack.flatten()[i].item():.3g}"

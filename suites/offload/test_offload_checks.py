@@ -277,3 +277,19 @@ def test_outlier_bound_holds_for_every_parameter() -> None:
     with pytest.raises(AssertionError, match="parameter second: 10000 of 10000 elements"):
         h.assert_params_close(actual, {"first": first, "second": second}, **tolerances)
     h.assert_params_close({"first": actual["first"]}, {"first": first}, **tolerances)
+
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_checker_catches_an_all_nan_step(device: str, mode: str) -> None:
+    """A step that leaves VICTIM all NaN (a NaN compares False to every bound: the checker
+    tests "not within", see test_offload_bounds.py for Inf and single elements)."""
+
+    def nan_step(victim: torch.optim.Optimizer, real: Callable[[], Any]) -> None:
+        real()
+        for group in victim.param_groups:
+            for p in group["params"]:
+                p.fill_(float("nan"))
+
+    pair = run(device, mode, plant=on_step(2, nan_step))
+    message = _fails_naming(pair, mode, tolerances=h.TOLERANCES, step=2, names={VICTIM})
+    assert "not finite" in message, message

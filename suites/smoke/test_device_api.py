@@ -58,9 +58,9 @@ def fp32_matmul_unit_roundoff(kind: str) -> float:
 
 def assert_within(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, what: str) -> None:
     err = (got.double().cpu() - ref).abs()
-    bad = err > bound
+    bad = ~(err <= bound)  # "not within": a NaN result is off too
     if bad.any():
-        i = int((err - bound).argmax())
+        i = int(torch.where(err.isnan(), math.inf, err - bound).argmax())
         pytest.fail(
             f"{what}: {int(bad.sum())} of {ref.numel()} elements off the float64 reference; "
             f"worst: {got.flatten()[i].item():.6g} vs {ref.flatten()[i].item():.6g} "
@@ -387,4 +387,115 @@ def test_bf16_check_catches_a_result_two_ulps_off(
     """2 bf16 ulps (1.6e-2 relative): inside the 3e-2 the former check allowed."""
     real = torch.Tensor.__matmul__
     monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: real(a, b) * (1 + 2 * BF16_EPS))
+    _fails(check_bf16_autocast, device, "bf16 autocast matmul")
+
+
+# --- the bounds, from both sides, and non-finite results ----------------------------------
+
+JUST = 0.1  # "just past" a bound is 1.1x it, "just inside" 0.9x
+
+
+# The bounds as the checks' docstrings state them, computed here on their own (a float64
+# matmul on the CPU, fp32's and bf16's unit roundoff written out), not with the checks'
+# helpers: a plant derived from those would move with a fault in them.
+U_FP32 = 2.0**-24   # fp32's unit roundoff (matmul precision "highest")
+EPS_BF16 = 2.0**-7  # one bf16 ulp at 1.0
+
+
+def _exact(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+    return a64 @ b64, a64.abs() @ b64.abs()
+
+
+def _fp32_bound(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """check_matmul's reference and bound: 2·K·u·(|A|·|B|)."""
+    if torch.get_float32_matmul_precision() != "highest" or (
+            device_type(str(a.device)) == "cuda" and torch.backends.cuda.matmul.allow_tf32):
+        pytest.skip("the plant is built for fp32 matmuls at 'highest' precision")
+    ref, scale = _exact(a, b)
+    return ref, 2 * a.shape[1] * U_FP32 * scale
+
+
+def _planted_matmul(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, value: Any) -> None:
+    """Tensor @ returns the real product, but with element (3, 5) replaced by
+    ``value(ref, bound)`` for products of ``dtype`` (other products are left alone)."""
+    real = torch.Tensor.__matmul__
+
+    def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        got = real(a, b)
+        if got.dtype != dtype or got.dim() != 2:
+            return got
+        got = got.clone()
+        got[3, 5] = value(a, b)
+        return got
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", matmul)
+
+
+@pytest.mark.parametrize(("times", "fails"), [(1 + JUST, True), (1 - JUST, False)],
+                         ids=["just-past", "just-inside"])
+def test_fp32_check_holds_its_bound(device: str, monkeypatch: pytest.MonkeyPatch,
+                                    times: float, fails: bool) -> None:
+    """One element off the float64 reference by 1.1x the check's bound fails, 0.9x passes
+    (fp32 rounding of the planted value is 1/96 of the bound at most)."""
+    def value(a: torch.Tensor, b: torch.Tensor) -> float:
+        ref, bound = _fp32_bound(a, b)
+        return float(ref[3, 5] + times * bound[3, 5])
+
+    _planted_matmul(monkeypatch, torch.float32, value)
+    if fails:
+        _fails(check_matmul, device, "fp32 matmul")
+    else:
+        check_matmul(device)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_fp32_check_catches_a_non_finite_result(device: str, monkeypatch: pytest.MonkeyPatch,
+                                                value: float) -> None:
+    _planted_matmul(monkeypatch, torch.float32, lambda a, b: value)
+    _fails(check_matmul, device, "fp32 matmul")
+
+
+def _bf16_candidate(a: torch.Tensor, b: torch.Tensor, lo: float, hi: float) -> tuple:
+    """An element and a bf16 value whose error against check_bf16_autocast's reference is
+    between ``lo`` and ``hi`` times its bound there (bf16 values are an ulp apart, about
+    one bound: the plant searches the grid instead of scaling)."""
+    ref, scale = _exact(a.bfloat16(), b.bfloat16())
+    bound = EPS_BF16 * ref.abs() + a.shape[1] * U_FP32 * scale
+    for f in torch.linspace(0.5, 1.5, 21).tolist():
+        v = (ref + f * bound).bfloat16().double()
+        ratio = (v - ref).abs() / bound
+        hits = ((ratio > lo) & (ratio < hi)).nonzero()
+        if len(hits):
+            i, j = hits[0].tolist()
+            return (i, j), float(v[i, j])
+    raise AssertionError(f"no bf16 value between {lo} and {hi} of the bound")
+
+
+@pytest.mark.parametrize(("lo", "hi", "fails"), [(1.0, 1 + JUST, True), (1 - JUST, 1.0, False)],
+                         ids=["just-past", "just-inside"])
+def test_bf16_check_holds_its_bound(device: str, monkeypatch: pytest.MonkeyPatch,
+                                    lo: float, hi: float, fails: bool) -> None:
+    real = torch.Tensor.__matmul__
+
+    def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        got = real(a, b)
+        if got.dtype != torch.bfloat16:
+            return got
+        (i, j), v = _bf16_candidate(a.cpu(), b.cpu(), lo, hi)
+        got = got.clone()
+        got[i, j] = v
+        return got
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", matmul)
+    if fails:
+        _fails(check_bf16_autocast, device, "bf16 autocast matmul")
+    else:
+        check_bf16_autocast(device)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf], ids=["nan", "inf"])
+def test_bf16_check_catches_a_non_finite_result(device: str, monkeypatch: pytest.MonkeyPatch,
+                                                value: float) -> None:
+    _planted_matmul(monkeypatch, torch.bfloat16, lambda a, b: value)
     _fails(check_bf16_autocast, device, "bf16 autocast matmul")

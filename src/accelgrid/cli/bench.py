@@ -151,7 +151,7 @@ def _overhead(args: argparse.Namespace) -> int:
                      suites=args.suites.split(",") if args.suites else None,
                      partial=args.partial, partial_repeat=args.partial_repeat,
                      repeat=args.repeat, env_creation=args.env_creation, out=args.out)
-    except Stopped as exc:   # SIGTERM: the shell's code for it
+    except Stopped as exc:   # SIGTERM / SIGINT: the shell's code for it
         return 128 + exc.signum
     return 0
 
@@ -168,7 +168,7 @@ def _devices(args: argparse.Namespace) -> int:
         report = devices_bench.run(matrix_of(args), args.cell, counts=counts,
                                    repeat=args.repeat, no_venv=args.no_venv,
                                    pytest_args=args.pytest_args, out=args.out)
-    except Stopped as exc:   # SIGTERM: the shell's code for it
+    except Stopped as exc:   # SIGTERM / SIGINT: the shell's code for it
         return 128 + exc.signum
     return 0 if all(r["rc"] == 0 for r in report["runs"]) else 1
 

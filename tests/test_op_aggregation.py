@@ -1,0 +1,221 @@
+"""Op aggregation keeps the worst, on real op names: across workloads and files of one cell
+(ops.aggregate) and across cells (ops.merge), whatever order they come in; "stopped falling
+back" (ops.cross_cell) lists only ops that were bad and then were not; a seed row takes
+its calls' worst prediction; a pair only one side can classify is not compared; the
+capture's device detection keeps ops whose first argument is a list of tensors (every
+``_foreach_*`` op), on a non-CPU device; a known issue scoped to profiles stays out of
+the cells of other profiles."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from accelgrid import known_issues, opcapture, ops, xpu_prediction
+from accelgrid.matrix import load_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+# The order ops.py documents, best first: "When tests disagree about an op, the worst
+# status wins" (missing: it raised; fallback: it ran on the CPU; unknown: cannot tell;
+# decomposed: other ops ran it; native: the device's own kernel).
+ORDER = ["native", "decomposed", "unknown", "fallback", "missing"]
+PAIRS = list(itertools.permutations(ORDER, 2))
+
+
+def worst(*statuses: str) -> str:
+    return max(statuses, key=ORDER.index)
+
+
+def record(workload: str, statuses: dict[str, str], device: str = "xpu") -> dict:
+    return {"nodeid": f"suites/hf_examples/test_workloads.py::test_workload[{workload}]",
+            "workload": workload, "device_type": device,
+            "ops": {op: {"status": s, "count": 1, "phases": {"forward": 1}}
+                    for op, s in statuses.items()}}
+
+
+def cell_folder(tmp_path: Path, files: list[list[dict]]) -> Path:
+    raw = tmp_path / "xpu-2.5" / "ops-raw"
+    raw.mkdir(parents=True)
+    for i, records in enumerate(files):
+        (raw / f"{i}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return raw.parent
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS)
+def test_aggregate_keeps_the_worst_across_workloads(tmp_path: Path, first: str,
+                                                    second: str) -> None:
+    """One workload saw roll ``first``, a later one ``second`` (in one file, and in two):
+    the cell's status is the worse of the two, its counts add up."""
+    op = "aten::roll.default"
+    one = cell_folder(tmp_path / "one", [[record("a", {op: first}), record("b", {op: second})]])
+    two = cell_folder(tmp_path / "two", [[record("a", {op: first})], [record("b", {op: second})]])
+    for folder in (one, two):
+        data = ops.aggregate(folder)
+        entry = data["ops"][op]
+        assert entry["status"] == worst(first, second)
+        assert entry["count"] == 2 and entry["workloads"] == {"a": 1, "b": 1}
+        assert data["counts"][worst(first, second)] == 1
+        assert sum(data["counts"].values()) == 1
+
+
+def test_aggregate_lists_the_worst_first(tmp_path: Path) -> None:
+    statuses = {"aten::addmm.default": "native", "aten::roll.default": "fallback",
+                "aten::nll_loss2d_forward.default": "missing",
+                "aten::linspace.default": "decomposed", "aten::cdist.default": "unknown"}
+    data = ops.aggregate(cell_folder(tmp_path, [[record("a", statuses)]]))
+    assert [data["ops"][op]["status"] for op in data["ops"]] == ORDER[::-1]
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS)
+def test_merge_keeps_the_worst_across_cells(first: str, second: str) -> None:
+    op = "aten::_foreach_mul_.Tensor"
+    cells = [{"cell": c, "device_type": "cuda", "torch": "2.11.0", "workloads": [w],
+              "ops": {op: {"status": s, "count": n, "phases": {"optimizer": n},
+                           "workloads": {w: n}}}}
+             for c, w, s, n in (("cuda-2.11", "a", first, 1), ("cpu-2.13", "b", second, 2))]
+    merged = ops.merge(cells)
+    assert merged["ops"][op]["status"] == worst(first, second)
+    assert merged["ops"][op]["count"] == 3
+    assert merged["ops"][op]["phases"] == {"optimizer": 3}
+    assert merged["ops"][op]["workloads"] == {"a": 1, "b": 2}
+    assert ops.merge(cells[:1]) is cells[0]
+
+
+def _cell(name: str, torch: str, statuses: dict[str, str], device: str = "cuda") -> dict:
+    return {"cell": name, "device_type": device, "torch": torch,
+            "ops": {op: {"status": s} for op, s in statuses.items()}}
+
+
+@pytest.mark.parametrize(("before", "after"), [(b, a) for b, a in PAIRS] + [
+    ("missing", "missing"), ("fallback", "fallback")])
+def test_stopped_falling_back_needs_bad_then_good(before: str, after: str) -> None:
+    op = "aten::roll.default"
+    grid = ops.cross_cell([_cell("cuda-2.6", "2.6.0", {op: after}),
+                           _cell("cuda-2.5", "2.5.1", {op: before})])
+    fixed = before in ("missing", "fallback") and after not in ("missing", "fallback")
+    assert grid["stopped_falling_back"] == ({op: {"cuda": "2.6.0"}} if fixed else {})
+
+
+def test_stopped_falling_back_never_lists_an_op_absent_on_both_sides() -> None:
+    """roll is missing in 2.5 and 2.6, absent (never called) from 2.8: not fixed; cdist
+    fell back in 2.5, was not called in 2.6 and ran natively in 2.8: fixed in 2.8."""
+    grid = ops.cross_cell([
+        _cell("cuda-2.5", "2.5.1", {"aten::roll.default": "missing",
+                                    "aten::cdist.default": "fallback"}),
+        _cell("cuda-2.6", "2.6.0", {"aten::roll.default": "missing"}),
+        _cell("cuda-2.8", "2.8.0", {"aten::cdist.default": "native",
+                                    "aten::addmm.default": "native"}),
+    ])
+    assert grid["stopped_falling_back"] == {"aten::cdist.default": {"cuda": "2.8.0"}}
+    assert grid["ops"]["aten::roll.default"] == {"cuda-2.5": "missing", "cuda-2.6": "missing",
+                                                 "cuda-2.8": None}
+
+
+def test_stopped_falling_back_is_per_device() -> None:
+    grid = ops.cross_cell([_cell("cuda-2.5", "2.5.1", {"aten::roll.default": "fallback"}),
+                           _cell("cpu-2.6", "2.6.0", {"aten::roll.default": "native"}, "cpu")])
+    assert grid["stopped_falling_back"] == {}
+
+
+def test_stopped_falling_back_over_series() -> None:
+    """xpu_prediction's series view: an op missing in every series is still bad (None),
+    one never bad is left out, one bad then good is fixed where it turned good."""
+    out = xpu_prediction.stopped_falling_back({
+        "2.5": {"aten::a.default": "missing", "aten::b.default": "fallback",
+                "aten::c.default": "native"},
+        "2.6": {"aten::a.default": "missing", "aten::b.default": "native",
+                "aten::c.default": "native"},
+    })
+    assert out == {"aten::a.default": None, "aten::b.default": "2.6"}
+
+
+# --- predictions against observations and the seed -----------------------------------------
+
+def test_a_pair_only_one_side_can_classify_is_not_compared() -> None:
+    """addmm has an XPU kernel in torch-xpu-ops' release/2.5 (yaml/xpu_functions.yaml), so
+    it is predicted native; observed ``unknown`` it is not compared, and not counted as a
+    disagreement. Observed native it agrees."""
+    def check(status: str) -> dict:
+        cell = {"device_type": "xpu", "torch": "2.5.1",
+                "ops": {"aten::addmm.default": {"status": status}}}
+        return xpu_prediction.observed_vs_predicted(cell)
+
+    assert check("native")["predicted"]["aten::addmm.default"] == "native"
+    assert check("native")["counts"] == {"agree": 1, "disagree": 0, "not_compared": 0}
+    unknown = check("unknown")
+    assert unknown["counts"] == {"agree": 0, "disagree": 0, "not_compared": 1}
+    assert unknown["disagreements"] == []
+
+
+def test_a_seed_row_takes_the_worst_prediction_of_its_calls() -> None:
+    """A seed row hit by two captured calls: ``_foreach_mul_.Scalar`` has an XPU kernel in
+    2.5, ``_foreach_mul_.Tensor`` only from 2.6 (torch-xpu-ops#981; pytorch/pytorch#127931):
+    the row's prediction for 2.5 is the Tensor overload's missing, whichever order."""
+    seed = {"rows": [{"op": "aten::_foreach_mul.Scalar", "status": "manual", "examples": {}}]}
+    calls = ["aten::_foreach_mul_.Scalar", "aten::_foreach_mul_.Tensor"]
+    for order in (calls, calls[::-1]):
+        captured = {op: {"status": "native"} for op in order}
+        [row] = xpu_prediction.compare_with_seed(captured, "2.5", seed=seed)
+        assert row["captured"] == sorted(calls)
+        assert row["predictions"] == {"aten::_foreach_mul_.Scalar": "native",
+                                      "aten::_foreach_mul_.Tensor": "missing"}
+        assert row["predicted"] == "missing" and row["agree"] is True
+    [row] = xpu_prediction.compare_with_seed({calls[0]: {"status": "native"}}, "2.5", seed=seed)
+    assert (row["predicted"], row["agree"], row["reason"]) == ("native", False,
+                                                                "kernel-in-series")
+
+
+# --- the capture's device detection -----------------------------------------------------------
+
+def test_capture_keeps_foreach_ops_on_a_non_cpu_device() -> None:
+    """On ``meta`` (a device that is not the CPU, available everywhere) the _foreach_ ops,
+    whose first argument is a list of tensors, are the device's ops, not host calls."""
+    torch = pytest.importorskip("torch")
+    ts = [torch.ones(3, device="meta"), torch.ones(2, device="meta")]
+    with opcapture.OpCapture("meta") as cap:
+        torch._foreach_mul_(ts, 2.0)
+        torch._foreach_norm(ts)
+        torch.ones(2) * 3  # a host-side op of this cell
+    report = cap.report()
+    assert {"aten::_foreach_mul_.Scalar", "aten::_foreach_norm.Scalar"} <= set(report["ops"])
+    assert report["ops"]["aten::_foreach_mul_.Scalar"]["count"] == 1
+    assert "aten::mul.Tensor" not in report["ops"]
+    assert report["host_calls"] >= 1
+
+
+# --- known issues scoped to profiles --------------------------------------------------------
+
+def test_an_issue_scoped_to_profiles_stays_out_of_other_profiles(tmp_path: Path) -> None:
+    """pytorch/pytorch#127931 is scoped to the profiles without PYTORCH_ENABLE_XPU_FALLBACK
+    (there _foreach_mul_.Tensor raises; in fallback-survey it falls back): it is in
+    xpu-2.5's runtime registry and not in xpu-2.5-fallback-survey's."""
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    issue = "pytorch/pytorch#127931"
+    seen = {}
+    for name in ("xpu-2.5", "xpu-2.5-fallback-debug", "xpu-2.5-fallback-survey"):
+        folder = tmp_path / name
+        known_issues.cell_env(matrix.cell(name), ROOT, folder)
+        data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+        seen[name] = issue in {e["id"] for e in data["issues"]}
+    assert seen == {"xpu-2.5": True, "xpu-2.5-fallback-debug": True,
+                    "xpu-2.5-fallback-survey": False}
+
+
+def test_aggregate_of_a_folder_without_captured_ops_is_none(tmp_path: Path) -> None:
+    assert ops.aggregate(tmp_path) is None
+    (tmp_path / "ops-raw").mkdir()
+    assert ops.aggregate(tmp_path) is None       # the folder, but no .jsonl in it
+
+
+def test_aggregate_says_whether_the_generic_fallback_notice_was_seen(tmp_path: Path) -> None:
+    """XPU's once-per-process notice (ops on the built-in fallback list, without
+    PYTORCH_DEBUG_XPU_FALLBACK=1): in the cell's data only when a record saw it."""
+    quiet = record("a", {"aten::roll.default": "native"})
+    data = ops.aggregate(cell_folder(tmp_path / "quiet", [[quiet]]))
+    assert data["generic_fallback_notice"] is False
+    noticed = {**record("b", {"aten::roll.default": "native"}), "generic_fallback_notice": True}
+    data = ops.aggregate(cell_folder(tmp_path / "noticed", [[quiet, noticed]]))
+    assert data["generic_fallback_notice"] is True
