@@ -214,7 +214,10 @@ class Store:
         it is; one stored before it ended is replaced. Errored cells (nothing recorded)
         are skipped with the reason. Returns what happened per folder, and notes."""
         paths, notes = discover([Path(p) for p in folders])
-        cells = [(p, read_cell(p)) for p in paths]
+        return self.add_cells([(p, read_cell(p)) for p in paths]), notes
+
+    def add_cells(self, cells: list[tuple[Path, CellResults]]) -> list[Added]:
+        """:meth:`add` of cells already read (``(folder, results)`` pairs)."""
         done: list[Added] = []
         with _faults(self.path):
             conn = self.conn
@@ -227,7 +230,7 @@ class Store:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        return done, notes
+        return done
 
     def _add_one(self, path: Path, cell: CellResults, test_ids: dict[str, int]) -> Added:
         conn = self.conn

@@ -136,7 +136,7 @@ def _history_html(rec: dict[str, Any]) -> str:
                f"{flaky['flips']} flips in {flaky['pairs']} runs with unchanged inputs")
         out += f' <span class="flaky" title="flaky: {_attr(why)}">flaky</span>'
     strip = rec.get("history")
-    if strip:
+    if strip and strip.strip("P"):  # passed every run: nothing to draw
         out += (f'<span class="strip" title="last {len(strip)} runs, oldest first: '
                 f'{_attr(strip_text(strip))}">'
                 + "".join(f'<i class="{STRIP_CLASS.get(c, "absent")}"></i>' for c in strip)
