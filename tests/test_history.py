@@ -324,3 +324,33 @@ def test_strip_flips_counts_only_same_input_neighbours() -> None:
     assert history.strip_flips("PFPF", ["a", "b", "c", "d"]) == (0, 0)
     assert history.strip_flips("PSFP", ["a"] * 4) == (2, 2)  # a skip is not compared
     assert history.strip_flips("P.FP", ["a"] * 4) == (2, 2)
+
+
+def test_the_workflow_grid_job_expects_the_plans_cells(tmp_path: Path) -> None:
+    import os
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    workflow = yaml.safe_load((root / ".github/workflows/accelgrid.yml").read_text())
+    grid = workflow["jobs"]["grid"]
+    assert grid["env"] == {"ACCELGRID_EXPECT": "@expected.json",
+                           "ACCELGRID_HISTORY": "history/history.sqlite"}
+    step = next(s for s in grid["steps"] if s.get("name", "").startswith("The cells the plan"))
+    plan = {"any": "true", "cells-cpu": json.dumps([{"cell": "cpu-2.13", "timeout": 60}]),
+            "cells-xpu": json.dumps([{"cell": "xpu-2.5", "timeout": 90},
+                                     {"cell": "xpu-2.6", "timeout": 90}]), "cells-mps": "[]"}
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "PLAN": json.dumps(plan)})
+    assert proc.returncode == 0, proc.stderr
+    # The grid reads it through ACCELGRID_EXPECT: the xpu cells without results are lost.
+    cpu = night(tmp_path / "r", 0, {T + "a": "passed"})
+    r = subprocess.run([sys.executable, "-m", "accelgrid", "grid", str(cpu), "--out", "g"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "ACCELGRID_EXPECT": "@expected.json"})
+    assert r.returncode == 3 and "lost: xpu-2.5, xpu-2.6" in r.stderr
+    names = [s.get("name", s.get("uses", "")) for s in grid["steps"]]
+    assert names.index("Publish the site (history, per cell, per test)") > names.index(
+        "Grid (job summary); fail on regressions against baselines/")
+    assert "Upload the history" in names and "Upload the site" in names

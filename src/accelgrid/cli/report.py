@@ -142,19 +142,23 @@ def add_history_options(p: argparse.ArgumentParser) -> None:
     from ..report.history import DEFAULT_WINDOW
 
     p.add_argument("--history", metavar="DB", nargs="?", const=DEFAULT_DB,
+                   default=os.environ.get("ACCELGRID_HISTORY") or None,
                    help="add the results to this history database and show it: strips, "
                         "since the previous run, since when a test fails, flaky tests "
-                        f"(no DB: {DEFAULT_DB}; docs/history.md)")
+                        f"(no DB: {DEFAULT_DB}; default: $ACCELGRID_HISTORY when set, "
+                        "else no history; docs/history.md)")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW, metavar="N",
                    help="runs per cell the history shows (%(default)s)")
     p.add_argument("--expect", action="append", metavar="CELLS",
                    help="cells that must have results (comma-separated names, 'matrix', "
-                        "'baselines' or @FILE; repeatable); one without is a lost column "
-                        "and the gate exits 3")
+                        "'baselines' or @FILE; repeatable; default: $ACCELGRID_EXPECT); "
+                        "one without results is a lost column and the gate exits 3")
 
 
 def expected_cells(args: argparse.Namespace) -> list[str] | None:
     """The cells ``--expect`` names (None without it)."""
+    if not args.expect and os.environ.get("ACCELGRID_EXPECT"):
+        args.expect = [os.environ["ACCELGRID_EXPECT"]]  # the workflow's grid job sets it
     if not args.expect:
         return None
     from ..report import expect
