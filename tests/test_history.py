@@ -354,3 +354,18 @@ def test_the_workflow_grid_job_expects_the_plans_cells(tmp_path: Path) -> None:
     assert names.index("Publish the site (history, per cell, per test)") > names.index(
         "Grid (job summary); fail on regressions against baselines/")
     assert "Upload the history" in names and "Upload the site" in names
+
+
+def test_since_skips_a_selected_run_in_between(tmp_path: Path) -> None:
+    whole = night(tmp_path, 0, {T + "a": "passed", T + "b": "passed"})
+    picked = night(tmp_path, 1, {T + "a": "failed"}, selection=["-k", "a"])
+    again = night(tmp_path, 2, {T + "a": "passed", T + "b": "failed"})
+    db = tmp_path / "h.sqlite"
+    with open_store(db) as store:
+        store.add([whole, picked])
+    made = report.grid([again], tmp_path / "out", history_db=db)
+    col = made.model["columns"][0]["history"]
+    assert col["previous"]["run_id"] == "cpu-2.13-n0"
+    assert col["since"] == {"new_failures": [T + "b"], "fixed": [], "appeared": [],
+                            "vanished": []}
+    assert made.model["rows"][1]["cells"]["cpu-2.13"]["history"] == "P.F"

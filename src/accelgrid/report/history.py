@@ -42,11 +42,22 @@ def _brief(run: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: run.get(k) for k in RUN_BRIEF} if run else None
 
 
-def _since(strips: dict[str, str]) -> dict[str, list[str]]:
-    """What changed between a cell's last two runs, from its strips."""
+def _previous(runs: list[dict[str, Any]]) -> int | None:
+    """Where the run to compare the window's last with is: the one before it, or for a
+    whole-cell run the last whole-cell run before it (a selected run in between would
+    make every test outside its selection look vanished)."""
+    whole = runs[-1]["selection"] == "[]"
+    for i in range(len(runs) - 2, -1, -1):
+        if not whole or runs[i]["selection"] == "[]":
+            return i
+    return None
+
+
+def _since(strips: dict[str, str], at: int) -> dict[str, list[str]]:
+    """What changed between the run at ``at`` and the last, from a cell's strips."""
     out: dict[str, list[str]] = {"new_failures": [], "fixed": [], "appeared": [], "vanished": []}
     for nodeid, strip in strips.items():
-        prev, last = strip[-2], strip[-1]
+        prev, last = strip[at], strip[-1]
         if prev == ABSENT and last != ABSENT:
             out["appeared"].append(nodeid)
         elif last == ABSENT and prev != ABSENT:
@@ -81,9 +92,10 @@ def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) 
         runs = win.runs.get(cell) or []
         strips = win.strips.get(cell) or {}
         mine = bool(runs) and runs[-1]["run_id"] == upto.get(cell) == run_ids[name]
+        at = _previous(runs) if mine else None
         col["history"] = {"runs": [_brief(r) for r in runs], "in_history": mine,
-                          "since": _since(strips) if mine and len(runs) > 1 else None,
-                          "previous": _brief(runs[-2]) if mine and len(runs) > 1 else None}
+                          "since": _since(strips, at) if at is not None else None,
+                          "previous": _brief(runs[at]) if at is not None else None}
         if not mine:
             continue  # this column's run is not the latest of its window: no strips
         inputs = [r["inputs"] for r in runs]
