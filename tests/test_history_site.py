@@ -127,3 +127,20 @@ def test_site_in_headless_chromium(tmp_path: Path) -> None:
     finally:
         driver.quit()
 
+
+
+def test_publish_links_the_op_coverage_and_predicted_pages(tmp_path: Path) -> None:
+    from report_cases import ops_cell
+
+    cell = ops_cell(tmp_path / "r", "xpu-2.5", "2.5.1+xpu",
+                    {"aten::roll.default": "fallback", "aten::addmm.default": "native"})
+    out = tmp_path / "site"
+    assert main(["publish", str(cell), "--history", str(tmp_path / "h.sqlite"),
+                 "--out", str(out)]) == 0
+    ops_pages = sorted(p.name for p in (out / "ops").iterdir())
+    assert {"ops-grid.html", "ops-predicted.html", "xpu-2.5.html"} <= set(ops_pages)
+    index = (out / "index.html").read_text()
+    assert 'href="ops/ops-grid.html"' in index and 'href="ops/ops-predicted.html"' in index
+    assert "aten::roll" in (out / "ops" / "ops-predicted.html").read_text()
+    cell_page = (out / "cells" / "xpu-2.5.html").read_text()
+    assert 'href="../ops/ops-grid.html"' in cell_page and 'href="../ops/xpu-2.5.html"' in cell_page

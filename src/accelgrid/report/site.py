@@ -80,10 +80,14 @@ def _nav(prefix: str, ops_here: bool) -> str:
     return " · ".join(f'<a href="{prefix}{href}">{label}</a>' for href, label in links)
 
 
-def _cell_page(col: dict[str, Any], model: dict[str, Any], nav: str) -> str:
+def _cell_page(col: dict[str, Any], model: dict[str, Any], nav: str, ops_cells: set[str]
+               ) -> str:
     name = col["name"]
     parts = [f"<p>status: <b>{_e(col['status'])}</b>"
              + (f": {_e(col['reason'])}" if col.get("reason") else "") + "</p>", "<dl>"]
+    if col["cell"] in ops_cells:
+        parts.insert(1, f'<p><a href="../ops/{slug(col["cell"])}.html">op coverage of this '
+                        "cell</a></p>")
     for key in ("torch_build", "torch_git", "device_name", "driver", "host", "python",
                 "commit", "start", "end"):
         if col.get(key):
@@ -211,7 +215,8 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
         shutil.rmtree(out / sub, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
-    ops_here = _ops_pages(folders, out / "ops", notes)
+    ops_cells = _ops_pages(folders, out / "ops", notes)
+    ops_here = bool(ops_cells)
     pages = 0
     (out / "grid.json").write_text(render_json.render(model), encoding="utf-8")
     (out / "grid.md").write_text(render_markdown.render(model), encoding="utf-8")
@@ -223,7 +228,7 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
     (out / "cells").mkdir()
     for col in model["columns"]:
         (out / "cells" / f"{slug(col['name'])}.html").write_text(
-            _cell_page(col, model, nav), encoding="utf-8")
+            _cell_page(col, model, nav, ops_cells), encoding="utf-8")
         pages += 1
     suites: dict[str, list[dict[str, Any]]] = {}
     for row in model["rows"]:
@@ -246,8 +251,9 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
     return Site(out, model, pages, notes, added)
 
 
-def _ops_pages(folders: list[Path], out: Path, notes: list[str]) -> bool:
-    """Op coverage per cell that captured ops, across them, and predicted for XPU."""
+def _ops_pages(folders: list[Path], out: Path, notes: list[str]) -> set[str]:
+    """Op coverage per cell that captured ops, across them, and predicted for XPU;
+    returns the cells that have a page."""
     paths, _ = discover(folders)
     found = []
     for path in paths:
@@ -259,7 +265,7 @@ def _ops_pages(folders: list[Path], out: Path, notes: list[str]) -> bool:
         (out / f"{slug(data['cell'])}.html").write_text(ops_pages.cell_html(data),
                                                         encoding="utf-8")
     if not found:
-        return False
+        return set()
     ops_pages.write_cross(ops.cross_cell(found), out)
     try:
         captured = ops.merge([ops.load_captured(p) for p in paths
@@ -269,5 +275,5 @@ def _ops_pages(folders: list[Path], out: Path, notes: list[str]) -> bool:
         ops_pages.write_predicted(xpu_prediction.predicted_view(captured, chosen), out)
     except AccelgridError as exc:
         notes.append(f"predicted XPU pages not written: {exc}")
-    return True
+    return {d["cell"] for d in found}
 
