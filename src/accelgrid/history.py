@@ -306,9 +306,7 @@ class Store:
         out = Window()
         with _faults(self.path):
             conn = self.conn
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS win "
-                         "(run INTEGER PRIMARY KEY, cell TEXT, pos INTEGER)")
-            conn.execute("DELETE FROM win")
+            names: dict[int, str] | None = None
             for cell in dict.fromkeys(cells):
                 runs = self.runs_of(cell)
                 end = len(runs)
@@ -320,27 +318,31 @@ class Store:
                 if not runs:
                     continue
                 out.runs[cell] = runs
-                conn.executemany("INSERT INTO win VALUES (?, ?, ?)",
-                                 ((r["id"], cell, i) for i, r in enumerate(runs)))
-            names = dict(conn.execute("SELECT id, nodeid FROM tests"))
-            # One string per (cell, test), made in SQLite: a letter for the run's place
-            # in the window, then its outcome. Python only splits them.
-            cur = conn.execute(
-                "SELECT w.cell, r.test, group_concat(char(48 + w.pos) || r.outcome, '') "
-                "FROM (SELECT * FROM win ORDER BY pos) w JOIN results r ON r.run = w.run "
-                "GROUP BY w.cell, r.test")
-            full = {c: "".join(chr(48 + i) for i in range(len(r))) for c, r in out.runs.items()}
-            for cell, test, text in cur:
-                n = len(out.runs[cell])
-                if len(text) == 2 * n and text[0::2] == full[cell]:
-                    strip = text[1::2]
-                else:  # gaps (a run without this test) or another order
-                    letters = [ABSENT] * n
-                    for k in range(0, len(text), 2):
-                        letters[ord(text[k]) - 48] = text[k + 1]
-                    strip = "".join(letters)
-                out.strips.setdefault(cell, {})[names[test]] = strip
+                if names is None:
+                    names = dict(conn.execute("SELECT id, nodeid FROM tests"))
+                out.strips[cell] = self._strips([r["id"] for r in runs], names)
         return out
+
+    def _strips(self, runs: list[int], names: dict[int, str]) -> dict[str, str]:
+        """nodeid -> strip over ``runs``. Each run is read as two strings made in SQLite
+        in one pass (its outcome letters and its test ids, in the same order): no sort,
+        no row per result in Python. When every run has the same tests (nearly always),
+        the strips are the letters transposed."""
+        letters, tests = [], []
+        for run in runs:
+            text, ids = self.conn.execute(
+                "SELECT group_concat(outcome, ''), group_concat(test) FROM "
+                "(SELECT test, outcome FROM results WHERE run = ? ORDER BY test)",
+                (run,)).fetchone()
+            letters.append(text or "")
+            tests.append(ids or "")
+        if all(t == tests[-1] for t in tests):
+            order = [names[int(t)] for t in tests[-1].split(",")] if tests[-1] else []
+            return dict(zip(order, map("".join, zip(*letters, strict=True)), strict=True))
+        per = [dict(zip(t.split(","), s, strict=True)) if t else {}
+               for t, s in zip(tests, letters, strict=True)]
+        every = dict.fromkeys(t for p in per for t in p)
+        return {names[int(t)]: "".join(p.get(t, ABSENT) for p in per) for t in every}
 
     def last_passed_before(self, cell: str, nodeids: Iterable[str], before_start: str | None
                            ) -> dict[str, dict[str, Any]]:

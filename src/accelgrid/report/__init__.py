@@ -28,10 +28,12 @@ from .render_markdown import GITHUB_SUMMARY_LIMIT
 __all__ = ["GITHUB_SUMMARY_LIMIT", "GridReport", "build", "grid", "write"]
 
 
-def build(folders: Iterable[Path], baseline_dir: Path | None = None) -> dict[str, Any]:
+def build(folders: Iterable[Path], baseline_dir: Path | None = None,
+          read: list[Any] | None = None) -> dict[str, Any]:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
-    many); with ``baseline_dir``, every cell that has ``<dir>/<cell>.json`` is compared."""
-    grid_model = model.build(folders)
+    many); with ``baseline_dir``, every cell that has ``<dir>/<cell>.json`` is compared.
+    ``read``: see :func:`model.build`."""
+    grid_model = model.build(folders, read)
     if baseline_dir is not None:
         compare.mark(grid_model, Path(baseline_dir))
     return grid_model
@@ -132,18 +134,19 @@ class GridReport:
                                  "its baseline's tests: nothing was compared")
 
 
-def with_history(grid_model: dict[str, Any], folders: list[Path], db: Path | None,
+def with_history(grid_model: dict[str, Any], read: list[Any], db: Path | None,
                  expect: list[str] | None, window: int = history.DEFAULT_WINDOW
                  ) -> list[Any] | None:
-    """Add ``folders`` to the history ``db`` (when given) and annotate the model with it,
-    then mark the ``expect``ed cells without results lost. Returns what was added."""
+    """Add the cells ``read`` (by :func:`build`) to the history ``db`` (when given) and
+    annotate the model with it, then mark the ``expect``ed cells without results lost.
+    Returns what was added."""
     added = None
     last_seen = None
     if db is not None:
         from ..history import open_store
 
         with open_store(db) as store:
-            added, _ = store.add(folders)
+            added = store.add_cells(read)
             history.annotate(grid_model, store, window)
             if expect:
                 last_seen = {}
@@ -165,8 +168,9 @@ def grid(folders: Iterable[Path], out: Path, baseline_dir: Path | None = None,
     and the grid shows it (:mod:`.history`); ``expect`` names the cells that must have
     results (:mod:`.expect`). :meth:`GridReport.check` says whether it passed."""
     folders = [Path(p) for p in folders]
-    grid_model = build(folders, baseline_dir)
-    added = with_history(grid_model, folders, history_db, expect, window)
+    read: list[Any] = []
+    grid_model = build(folders, baseline_dir, read)
+    added = with_history(grid_model, read, history_db, expect, window)
     paths = write(grid_model, Path(out))
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:

@@ -207,10 +207,11 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
     if out.exists() and not (out / "index.html").is_file() and any(out.iterdir()):
         raise AccelgridError(f"{out} holds files but no index.html: not replacing what may "
                              "not be a site; name an empty or new folder")
-    model = build(folders, baseline_dir)
+    read: list[Any] = []
+    model = build(folders, baseline_dir, read)
     if not model["columns"] and not expect:
         raise AccelgridError("no results folders found in " + " ".join(map(str, folders)))
-    added = with_history(model, folders, history_db, expect, window)
+    added = with_history(model, read, history_db, expect, window)
     for sub in ("cells", "tests", "ops"):
         shutil.rmtree(out / sub, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
