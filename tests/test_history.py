@@ -369,3 +369,16 @@ def test_since_skips_a_selected_run_in_between(tmp_path: Path) -> None:
     assert col["since"] == {"new_failures": [T + "b"], "fixed": [], "appeared": [],
                             "vanished": []}
     assert made.model["rows"][1]["cells"]["cpu-2.13"]["history"] == "P.F"
+
+
+def test_bench_history_small(tmp_path: Path) -> None:
+    from accelgrid.bench import history as history_bench
+
+    rep = history_bench.run(nights=3, cells=2, tests=30, window=2, repeat=1, out=tmp_path)
+    assert rep["db_runs"] == 6 and rep["db_bytes_per_cell_run"] > 0
+    assert set(rep["median"]) == {"add", "grid", "site"}
+    md = (tmp_path / "bench-history.md").read_text()
+    assert "history add of one 2-cell night" in md and "load average before" in md
+    assert json.loads((tmp_path / "bench-history.json").read_text())["nights"] == 3
+    with pytest.raises(report.AccelgridError, match="--nights"):
+        history_bench.run(nights=1, out=None)

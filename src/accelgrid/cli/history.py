@@ -96,8 +96,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
+    from ..errors import InvalidInput
     from ..report import site
     from .report import expected_cells
+
+    if args.window < 1:
+        raise InvalidInput("--window must be at least 1")
 
     made = site.publish([Path(p) for p in args.results], Path(args.out),
                         history_db=Path(args.history) if args.history else None,
