@@ -382,3 +382,43 @@ def test_bench_history_small(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "bench-history.json").read_text())["nights"] == 3
     with pytest.raises(report.AccelgridError, match="--nights"):
         history_bench.run(nights=1, out=None)
+
+
+RERUN_PAYLOAD = '''
+import os
+
+def test_flaky():
+    marker = os.path.join(os.path.dirname(__file__), "attempted")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        assert False, "fails on its first attempt"
+
+def test_always_fails():
+    assert False, "every attempt"
+
+def test_passes():
+    pass
+'''
+
+
+def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatch,
+                                                        tmp_path: Path) -> None:
+    from accelgrid import runner
+    from accelgrid.matrix import load_matrix
+
+    pytest.importorskip("pytest_rerunfailures")
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_payload.py").write_text(RERUN_PAYLOAD)
+    monkeypatch.setenv("PYTEST_PLUGINS", "pytest_rerunfailures")
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    rc = runner.run_cell(cell, sys.executable, proj, proj / "results",
+                         pytest_args=["--reruns", "2"])
+    assert rc == 1
+    made = report.grid([proj / "results"], tmp_path / "out", history_db=tmp_path / "h.sqlite")
+    got = {r["test"]: r["cells"]["cpu-2.13"] for r in made.model["rows"]}
+    assert got["test_flaky"]["outcome"] == "passed" and got["test_flaky"]["history"] == "K"
+    assert got["test_flaky"]["flaky"]["reruns"] is True
+    assert got["test_always_fails"]["outcome"] == "failed"
+    assert got["test_always_fails"]["history"] == "F"
+    assert got["test_passes"]["history"] == "P"
+    assert [f["nodeid"].split("::")[1] for f in made.model["history"]["flaky"]] == ["test_flaky"]
