@@ -376,7 +376,7 @@ def test_bench_history_small(tmp_path: Path) -> None:
 
     rep = history_bench.run(nights=3, cells=2, tests=30, window=2, repeat=1, out=tmp_path)
     assert rep["db_runs"] == 6 and rep["db_bytes_per_cell_run"] > 0
-    assert set(rep["median"]) == {"add", "grid", "site"}
+    assert set(rep["median"]) == {"add", "grid", "site", "grid_plain"}
     md = (tmp_path / "bench-history.md").read_text()
     assert "history add of one 2-cell night" in md and "load average before" in md
     assert json.loads((tmp_path / "bench-history.json").read_text())["nights"] == 3

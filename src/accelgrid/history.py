@@ -356,12 +356,15 @@ class Store:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS want (nodeid TEXT PRIMARY KEY)")
             conn.execute("DELETE FROM want")
             conn.executemany("INSERT OR IGNORE INTO want VALUES (?)", ((n,) for n in nodeids))
+            # The cell's runs outside (CROSS JOIN keeps that order), then each wanted test
+            # by the results' primary key: never a scan of every result in the history.
             cur = conn.execute(
-                "SELECT t.nodeid, max(ru.start || '|' || ru.run_id) FROM want "
-                "JOIN tests t ON t.nodeid = want.nodeid "
-                "JOIN results r ON r.test = t.id JOIN runs ru ON ru.id = r.run "
-                "WHERE ru.cell = ? AND r.outcome = ? AND (? IS NULL OR ru.start < ?) "
-                "GROUP BY t.nodeid", (cell, CODE[outcomes.PASSED], before_start, before_start))
+                "SELECT t.nodeid, max(ru.start || '|' || ru.run_id) FROM runs ru "
+                "CROSS JOIN want CROSS JOIN tests t CROSS JOIN results r "
+                "WHERE ru.cell = ? AND (? IS NULL OR ru.start < ?) "
+                "AND t.nodeid = want.nodeid AND r.run = ru.id AND r.test = t.id "
+                "AND r.outcome = ? GROUP BY t.nodeid",
+                (cell, before_start, before_start, CODE[outcomes.PASSED]))
             found = {n: key.rsplit("|", 1)[1] for n, key in cur if key}
         runs = {r: self.run(r) for r in set(found.values())}
         return {n: runs[r] for n, r in found.items() if runs.get(r)}

@@ -115,7 +115,8 @@ def run(nights: int = DEFAULT_NIGHTS, cells: int = DEFAULT_CELLS, tests: int = D
             store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         print(f"synthesized {nights - 1} nights x {cells} cells x {tests} tests in "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
-        runs: dict[str, list[dict[str, float]]] = {"add": [], "grid": [], "site": []}
+        runs: dict[str, list[dict[str, float]]] = {"add": [], "grid": [], "site": [],
+                                                   "grid_plain": []}
         for n in range(repeat):
             db = tmp / f"run{n}.sqlite"
             shutil.copyfile(seed_db, db)
@@ -130,6 +131,8 @@ def run(nights: int = DEFAULT_NIGHTS, cells: int = DEFAULT_CELLS, tests: int = D
                 folders, tmp / "grid", history_db=db, window=window)))
             runs["site"].append(_timed(lambda db=db: site.publish(
                 folders, tmp / "site", history_db=db, window=window)))
+            # The same grid without history, side by side: what the history adds.
+            runs["grid_plain"].append(_timed(lambda: report.grid(folders, tmp / "plain")))
             print(f"run {n + 1}: " + ", ".join(
                 f"{k} {v[-1]['wall']:.2f} s (CPU {v[-1]['cpu']:.2f} s, load {v[-1]['load']})"
                 for k, v in runs.items()), flush=True)
@@ -149,10 +152,15 @@ def run(nights: int = DEFAULT_NIGHTS, cells: int = DEFAULT_CELLS, tests: int = D
     rep["median"] = {k: statistics.median(r["wall"] for r in v) for k, v in runs.items()}
     rep["median_cpu"] = {k: statistics.median(r["cpu"] for r in v) for k, v in runs.items()}
     rep["ok"] = {k: rep["median"][k] <= AIMS[k] for k in AIMS}
+    rep["history_cpu_ratio"] = round(rep["median_cpu"]["grid"] / rep["median_cpu"]["grid_plain"],
+                                     2) if rep["median_cpu"]["grid_plain"] else None
     rep["load_after"] = load_average()
     for k in AIMS:
         print(f"{k}: median {rep['median'][k]:.2f} s (CPU {rep['median_cpu'][k]:.2f} s): "
               f"{'within' if rep['ok'][k] else 'OVER'} the {AIMS[k]:g} s aim")
+    print(f"grid without history (side by side): median {rep['median']['grid_plain']:.2f} s "
+          f"(CPU {rep['median_cpu']['grid_plain']:.2f} s); with history "
+          f"{rep['history_cpu_ratio']}x its CPU time")
     print(f"database: {size / 1e6:.1f} MB for {total_runs} cell runs ({nights} nights): "
           f"{rep['db_bytes_per_night'] / 1e6:.2f} MB per night, "
           f"{rep['db_bytes_per_cell_run'] / 1e3:.1f} kB per cell run; site "
@@ -183,6 +191,12 @@ def render_markdown(rep: dict[str, Any]) -> str:
                      f"{rep['median_cpu'][k]:.2f} | "
                      + ", ".join(f"{r['wall']:.2f} ({r['load']})" for r in rep["runs"][k])
                      + " |")
+    lines.append(f"| the same grid without history (side by side) | | "
+                 f"{rep['median']['grid_plain']:.2f} | {rep['median_cpu']['grid_plain']:.2f} | "
+                 + ", ".join(f"{r['wall']:.2f} ({r['load']})" for r in rep["runs"]["grid_plain"])
+                 + " |")
+    lines += ["", f"With history the grid takes {rep['history_cpu_ratio']}x the CPU time of "
+              "the same grid without it.", ""]
     lines += ["", f"Database: {rep['db_bytes'] / 1e6:.1f} MB for {rep['db_runs']} cell runs: "
               f"{rep['db_bytes_per_night'] / 1e6:.2f} MB per night, "
               f"{rep['db_bytes_per_cell_run'] / 1e3:.1f} kB per cell run. Site: "
