@@ -273,7 +273,11 @@ def test_least_privilege_pinned_actions_and_no_secrets(rel: str) -> None:
     jobs = workflow["jobs"]
     assert workflow["permissions"] == {"contents": "read"}
     assert jobs["plan"]["permissions"] == {}
-    for job in jobs.values():
+    for name, job in jobs.items():
+        if name == "grid" and rel == ci.WORKFLOW:
+            # Reading the earlier run's history artifact (docs/history.md); nothing more.
+            assert job["permissions"] == {"contents": "read", "actions": "read"}
+            continue
         assert job.get("permissions", {}) in ({}, {"contents": "read"})
     assert workflow["concurrency"]["group"]
     uses = re.findall(r"uses: (\S+)(.*)", text)

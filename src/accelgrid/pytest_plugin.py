@@ -94,6 +94,7 @@ class Recorder:
         self.config = config
         self.folder = folder
         self.pending: dict[str, dict[str, Any]] = {}
+        self.reruns: dict[str, int] = {}  # pytest-rerunfailures attempts, per test
         self.started: dict[str, float] = {}
         self.cell = os.environ.get(contract.CELL, folder.name)
         self.device = os.environ.get(contract.DEVICE, "cpu")
@@ -196,6 +197,17 @@ class Recorder:
         if report.when not in ("setup", "call", "teardown"):
             self._crashed(report, worker)
             return
+        if report.outcome == "rerun":
+            # pytest-rerunfailures: this attempt failed and the test runs again. The
+            # attempt (and its teardown's report) is dropped; the final record counts the
+            # reruns (history: a pass after a rerun is flaky, never passed).
+            self.pending[report.nodeid] = {"rerun_attempt": True}
+            self.reruns[report.nodeid] = self.reruns.get(report.nodeid, 0) + 1
+            return
+        if self.pending.get(report.nodeid, {}).get("rerun_attempt"):
+            if report.when == "teardown":
+                del self.pending[report.nodeid]
+            return
         rec = self.pending.setdefault(report.nodeid, {
             "nodeid": report.nodeid, "outcome": None, "duration": 0.0,
             "message": "", "longrepr": "", "worker": worker, "device": self._device_of(node),
@@ -243,7 +255,10 @@ class Recorder:
             rec["longrepr"] = _short(str(report.longrepr or ""), 8000)
             rec["phase"] = "teardown"
         if report.when == "teardown":
-            self._write(self.pending.pop(report.nodeid))
+            done = self.pending.pop(report.nodeid)
+            if report.nodeid in self.reruns:
+                done["reruns"] = self.reruns.pop(report.nodeid)
+            self._write(done)
 
     def _crashed(self, report: pytest.TestReport, worker: str | None) -> None:
         info = results.running(self.folder).get(report.nodeid, {})

@@ -31,6 +31,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "run": ("run",),
     "shell": ("env", "shell"),
     "report": ("grid", "baseline", "ops"),
+    "history": ("history", "publish"),
     "issues": ("repro", "bisect"),
     "ci": ("ci",),
     "container": ("container",),

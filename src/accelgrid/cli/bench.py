@@ -1,4 +1,4 @@
-"""``accelgrid bench overhead|devices|offload|grid|ops``: the benchmarks' options.
+"""``accelgrid bench overhead|devices|offload|grid|history|ops``: the benchmarks' options.
 
 The benchmarks are :mod:`accelgrid.bench`'s modules, imported here for their descriptions
 and defaults (the command line imports this group only for ``accelgrid bench``).
@@ -12,6 +12,7 @@ from pathlib import Path
 from ..bench import Stopped, overhead
 from ..bench import devices as devices_bench
 from ..bench import grid as grid_bench
+from ..bench import history as history_bench
 from ..bench import offload as offload_bench
 from ..bench import ops as ops_bench
 from ..errors import InvalidInput
@@ -118,6 +119,21 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "functions (default 0: none)")
     p.set_defaults(func=_grid)
 
+    p = what.add_parser("history", parents=[common], formatter_class=raw,
+                        description=history_bench.__doc__.rstrip() + "\nExits 1 when a "
+                        "median is over its aim. (--matrix is ignored.)\n",
+                        help="history add, grid with history and publish on synthetic nights")
+    p.add_argument("--nights", type=int, default=history_bench.DEFAULT_NIGHTS)
+    p.add_argument("--cells", type=int, default=history_bench.DEFAULT_CELLS)
+    p.add_argument("--tests", type=int, default=history_bench.DEFAULT_TESTS)
+    p.add_argument("--window", type=int, default=history_bench.DEFAULT_WINDOW)
+    p.add_argument("--repeat", type=int, default=history_bench.DEFAULT_REPEAT,
+                   help="timed runs of each step (default %(default)s)")
+    p.add_argument("--out", default=history_bench.DEFAULT_OUT,
+                   help="folder for bench-history.json and .md (default: %(default)s; '' "
+                        "for none; docs to update the committed figures)")
+    p.set_defaults(func=_history)
+
     p = what.add_parser("devices", parents=[common], formatter_class=raw,
                         description=devices_bench.__doc__,
                         help="a whole cell on 1, 2, 4, ... of this host's GPUs: the scaling")
@@ -195,6 +211,12 @@ def _grid(args: argparse.Namespace) -> int:
     report = grid_bench.run(args.cells, args.tests, repeat=args.repeat, budget=args.budget,
                       out=args.out, profile=args.profile)
     return 0 if report["ok"] else 1
+
+
+def _history(args: argparse.Namespace) -> int:
+    report = history_bench.run(args.nights, args.cells, args.tests, window=args.window,
+                               repeat=args.repeat, out=args.out)
+    return 0 if all(report["ok"].values()) else 1
 
 
 def _ops(args: argparse.Namespace) -> int:

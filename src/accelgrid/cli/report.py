@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import ops as ops_model
 from .. import outcomes, report
-from ..errors import AccelgridError
+from ..errors import AccelgridError, InvalidInput
 from ..report import compare, ops_pages
 from ..results import dumps
 from ._common import matrix_of
@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--out", default="results", help="where to write the grids (%(default)s)")
     p.add_argument("--baseline", metavar="DIR",
                    help="compare with DIR/<cell>.json; exit 3 on any regression")
+    add_history_options(p)
     p.set_defaults(func=_grid)
     _register_baseline(sub, common)
     _register_ops(sub, common)
@@ -135,10 +136,52 @@ def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentPars
 
 # --- grid ------------------------------------------------------------------------------
 
+def add_history_options(p: argparse.ArgumentParser) -> None:
+    """``--history``, ``--window`` and ``--expect`` (grid and publish)."""
+    from ..history import DEFAULT_DB
+    from ..report.history import DEFAULT_WINDOW
+
+    p.add_argument("--history", metavar="DB", nargs="?", const=DEFAULT_DB,
+                   default=os.environ.get("ACCELGRID_HISTORY") or None,
+                   help="add the results to this history database and show it: strips, "
+                        "since the previous run, since when a test fails, flaky tests "
+                        f"(no DB: {DEFAULT_DB}; default: $ACCELGRID_HISTORY when set, "
+                        "else no history; docs/history.md)")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW, metavar="N",
+                   help="runs per cell the history shows (%(default)s)")
+    p.add_argument("--expect", action="append", metavar="CELLS",
+                   help="cells that must have results (comma-separated names, 'matrix', "
+                        "'baselines' or @FILE; repeatable; default: $ACCELGRID_EXPECT); "
+                        "one without results is a lost column and the gate exits 3")
+
+
+def expected_cells(args: argparse.Namespace) -> list[str] | None:
+    """The cells ``--expect`` names (None without it)."""
+    if not args.expect and os.environ.get("ACCELGRID_EXPECT"):
+        args.expect = [os.environ["ACCELGRID_EXPECT"]]  # the workflow's grid job sets it
+    if not args.expect:
+        return None
+    from ..report import expect
+
+    words = {w.strip() for spec in args.expect for w in spec.split(",")}
+    cells = [c.name for c in matrix_of(args).cells] if "matrix" in words else None
+    baselines = None
+    if "baselines" in words and getattr(args, "baseline", None):
+        baselines = [p.stem for p, _, _ in compare.entries(Path(args.baseline))]
+    return expect.parse(args.expect, cells, baselines)
+
+
 def _grid(args: argparse.Namespace) -> int:
+    if args.window < 1:
+        raise InvalidInput("--window must be at least 1")
     made = report.grid([Path(p) for p in args.results], Path(args.out),
                        baseline_dir=Path(args.baseline) if args.baseline else None,
-                       step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+                       step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
+                       history_db=Path(args.history) if args.history else None,
+                       expect=expected_cells(args), window=args.window)
+    for added in made.added or []:
+        if added.status == "skipped":
+            print(f"note: history: {added.cell} not added: {added.why}", file=sys.stderr)
     for note in made.model["notes"]:
         print(f"note: {note}", file=sys.stderr)
     for line in made.lines():

@@ -21,16 +21,19 @@ from typing import Any
 
 from .. import outcomes
 from ..errors import AccelgridError, Regression
-from . import compare, model, render_html, render_json, render_markdown
+from . import compare, history, model, render_html, render_json, render_markdown
+from . import expect as lost_cells
 from .render_markdown import GITHUB_SUMMARY_LIMIT
 
 __all__ = ["GITHUB_SUMMARY_LIMIT", "GridReport", "build", "grid", "write"]
 
 
-def build(folders: Iterable[Path], baseline_dir: Path | None = None) -> dict[str, Any]:
+def build(folders: Iterable[Path], baseline_dir: Path | None = None,
+          read: list[Any] | None = None) -> dict[str, Any]:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
-    many); with ``baseline_dir``, every cell that has ``<dir>/<cell>.json`` is compared."""
-    grid_model = model.build(folders)
+    many); with ``baseline_dir``, every cell that has ``<dir>/<cell>.json`` is compared.
+    ``read``: see :func:`model.build`."""
+    grid_model = model.build(folders, read)
     if baseline_dir is not None:
         compare.mark(grid_model, Path(baseline_dir))
     return grid_model
@@ -55,16 +58,28 @@ class GridReport:
     paths: dict[str, Path]
     folders: list[Path]  # the paths asked for
 
+    added: list[Any] | None = None  # what the history got (history.Added), when given one
+
     @property
     def regressions(self) -> list[dict[str, Any]]:
-        return compare.regressions(self.model)
+        """Regressions that gate: those on tests the history calls flaky do not
+        (report/history.py, the flaky policy)."""
+        return [c for c in compare.regressions(self.model) if not c.get("flaky")]
+
+    @property
+    def flaky_regressions(self) -> list[dict[str, Any]]:
+        return [c for c in compare.regressions(self.model) if c.get("flaky")]
+
+    @property
+    def lost(self) -> list[dict[str, Any]]:
+        return self.model.get("lost") or []
 
     def lines(self, max_regressions: int = 50) -> list[str]:
         """What a command prints: each column's counts (or why it errored), the files
         written, and the changes against baselines with the first regressions."""
         out = []
         for col in self.model["columns"]:
-            state = f"errored: {col['error']}" if col["error"] else ", ".join(
+            state = f"{col['status']}: {col['error']}" if col["error"] else ", ".join(
                 f"{n} {o}" for o, n in col["counts"].items() if n)
             if col["status"] == "partial":
                 state += f" (partial: {col['reason']})"
@@ -84,6 +99,18 @@ class GridReport:
                           if n and k != compare.UNCHANGED) or "all as expected"))
             out += [f"REGRESSION {c['cell']}: {c['nodeid']}: {c['expected']} -> {c['outcome']}"
                     for c in self.regressions[:max_regressions]]
+            out += [f"FLAKY (not gating) {c['cell']}: {c['nodeid']}: {c['expected']} -> "
+                    f"{c['outcome']}" for c in self.flaky_regressions[:max_regressions]]
+        hist = self.model.get("history")
+        if hist:
+            for col in self.model["columns"]:
+                since = (col.get("history") or {}).get("since")
+                if since:
+                    out.append(f"{col['name']} since its previous run: " + ", ".join(
+                        f"{len(v)} {k.replace('_', ' ')}" for k, v in since.items()))
+            out.append(f"history: {hist['db']}, last {hist['window']} runs per cell, "
+                       f"{len(hist['flaky'])} flaky result(s)")
+        out += [f"LOST {lost['cell']}: {lost['why']}" for lost in self.lost]
         return out
 
     def check(self) -> None:
@@ -94,23 +121,58 @@ class GridReport:
         if not self.model["columns"]:
             raise AccelgridError("no results folders found in "
                                  + " ".join(str(p) for p in self.folders))
-        if self.regressions:
-            raise Regression(f"{len(self.regressions)} regression(s) against the baselines")
+        regressions = self.regressions
+        if regressions or self.lost:
+            raise Regression("; ".join(
+                ([f"{len(regressions)} regression(s) against the baselines"]
+                 if regressions else [])
+                + ([f"{len(self.lost)} expected cell(s) lost: "
+                    + ", ".join(lost["cell"] for lost in self.lost)] if self.lost else [])))
         empty = (self.model["baseline"] or {}).get("nothing_compared")
         if empty:
             raise AccelgridError(f"{', '.join(empty)}: a selected run that recorded none of "
                                  "its baseline's tests: nothing was compared")
 
 
+def with_history(grid_model: dict[str, Any], read: list[Any], db: Path | None,
+                 expect: list[str] | None, window: int = history.DEFAULT_WINDOW
+                 ) -> list[Any] | None:
+    """Add the cells ``read`` (by :func:`build`) to the history ``db`` (when given) and
+    annotate the model with it, then mark the ``expect``ed cells without results lost.
+    Returns what was added."""
+    added = None
+    last_seen = None
+    if db is not None:
+        from ..history import open_store
+
+        with open_store(db) as store:
+            added = store.add_cells(read)
+            history.annotate(grid_model, store, window)
+            if expect:
+                last_seen = {}
+                for cell in expect:
+                    runs = store.runs_of(cell, limit=1)
+                    if runs:
+                        last_seen[cell] = runs[-1]
+    if expect:
+        lost_cells.mark(grid_model, expect, last_seen)
+    return added
+
+
 def grid(folders: Iterable[Path], out: Path, baseline_dir: Path | None = None,
-         step_summary: Path | str | None = None) -> GridReport:
+         step_summary: Path | str | None = None, history_db: Path | None = None,
+         expect: list[str] | None = None, window: int = history.DEFAULT_WINDOW) -> GridReport:
     """Build the grid from ``folders`` (compared with ``baseline_dir`` when given), write
     grid.json/.md/.html into ``out`` and append grid.md to ``step_summary`` (a GitHub job
-    summary file) when given. :meth:`GridReport.check` says whether it passed."""
+    summary file) when given. With ``history_db`` the folders are added to that history
+    and the grid shows it (:mod:`.history`); ``expect`` names the cells that must have
+    results (:mod:`.expect`). :meth:`GridReport.check` says whether it passed."""
     folders = [Path(p) for p in folders]
-    grid_model = build(folders, baseline_dir)
+    read: list[Any] = []
+    grid_model = build(folders, baseline_dir, read)
+    added = with_history(grid_model, read, history_db, expect, window)
     paths = write(grid_model, Path(out))
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(paths["md"].read_text(encoding="utf-8"))
-    return GridReport(grid_model, paths, folders)
+    return GridReport(grid_model, paths, folders, added)

@@ -141,11 +141,15 @@ def _sort_key(col: dict[str, Any]) -> tuple:
             col["profile"] != "default", col["profile"], col["name"])
 
 
-def build(folders: Iterable[Path]) -> dict[str, Any]:
+def build(folders: Iterable[Path], read: list[tuple[Path, CellResults]] | None = None
+          ) -> dict[str, Any]:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
-    many); its ``baseline`` is None (see :func:`accelgrid.report.build`)."""
+    many); its ``baseline`` is None (see :func:`accelgrid.report.build`). ``read``, when
+    given, gets each (folder, cell) read, for the history to add without reading again."""
     paths, notes = discover(folders)
     cells = [read_cell(p) for p in paths]
+    if read is not None:
+        read += zip(paths, cells, strict=True)
     keys: Counter[str] = Counter()
     columns, by_key = [], {}
     for cell in cells:

@@ -10,10 +10,13 @@ from typing import Any
 from markupsafe import Markup
 
 from .. import outcomes
+from ..history import ABSENT
+from ..history import CODE as HISTORY_CODE
 from ..results import dumps
 from . import compare
 from ._common import short, templates
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
+from .history import strip_text
 
 # The HTML uses glyphs every system font has (headless browsers often lack emoji fonts).
 GLYPH = {
@@ -32,7 +35,10 @@ CHANGE_CODE = {
     compare.CHANGED: "c", compare.LOST: "l", compare.NEW: "+",
 }
 # A result with only these fields (and no pinned device, not bad) is a bare glyph.
-_PLAIN_FIELDS = frozenset(("outcome", "duration", "worker", "device"))
+# A strip that passed every time adds nothing to show either.
+_PLAIN_FIELDS = frozenset(("outcome", "duration", "worker", "device", "history"))
+# A history strip's letters (accelgrid.history.CODE) as the outcome classes that colour them.
+STRIP_CLASS = {**{c: o for o, c in HISTORY_CODE.items()}, ABSENT: "absent"}
 LONGREPR_HTML_LIMIT = 8000  # characters of a traceback kept in the HTML page
 MESSAGE_TITLE_LIMIT = 300
 
@@ -75,7 +81,7 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
                 continue
             outcome = rec["outcome"]
             if _PLAIN_FIELDS.issuperset(rec) and outcome not in bad \
-                    and ":" not in rec.get("device", ""):
+                    and ":" not in rec.get("device", "") and not rec.get("history", "P").strip("P"):
                 # Most results: a glyph, no title, no details; the same <td> every time.
                 codes.append(CODE[outcome])
                 changes.append(".")
@@ -99,10 +105,12 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
                 label = issue["id"].rsplit("#", 1)[-1]
                 link = (f' <a href="{_attr(issue["url"])}" target="_blank" rel="noopener" '
                         f'title="{_attr(issue.get("title") or issue["id"])}">#{_attr(label)}</a>')
-            tds.append(f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}</td>')
-            if msg or rec.get("longrepr") or issue or change or outcome in outcomes.BAD:
+            tds.append(f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}{_history_html(rec)}</td>')
+            if msg or rec.get("longrepr") or issue or change or outcome in outcomes.BAD \
+                    or "history" in rec:
                 info = {k: rec[k] for k in ("outcome", "message", "duration", "worker",
-                                            "device", "issue", "change", "expected")
+                                            "device", "issue", "change", "expected", "history",
+                                            "flaky", "failing_since", "last_passed")
                         if k in rec}
                 if rec.get("longrepr"):
                     lr = str(rec["longrepr"])
@@ -119,6 +127,23 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
     return "".join(parts), details
 
 
+def _history_html(rec: dict[str, Any]) -> str:
+    """A result's history strip (oldest first) and flaky badge, when it has them."""
+    out = ""
+    flaky = rec.get("flaky")
+    if flaky:
+        why = ("passed only on a rerun" if flaky.get("reruns") else
+               f"{flaky['flips']} flips in {flaky['pairs']} runs with unchanged inputs")
+        out += f' <span class="flaky" title="flaky: {_attr(why)}">flaky</span>'
+    strip = rec.get("history")
+    if strip and strip.strip("P"):  # passed every run: nothing to draw
+        out += (f'<span class="strip" title="last {len(strip)} runs, oldest first: '
+                f'{_attr(strip_text(strip))}">'
+                + "".join(f'<i class="{STRIP_CLASS.get(c, "absent")}"></i>' for c in strip)
+                + "</span>")
+    return out
+
+
 def _script_json(data: Any) -> Markup:
     """JSON safe inside <script> (no "</script>" or "<!--" can end it early)."""
     text = dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -126,8 +151,9 @@ def _script_json(data: Any) -> Markup:
                   .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def render(model: dict[str, Any]) -> str:
-    """grid.html: one self-contained page (inline CSS and JS, no external resources)."""
+def render(model: dict[str, Any], nav: str | None = None) -> str:
+    """grid.html: one self-contained page (inline CSS and JS, no external resources);
+    ``nav``: HTML links above it (the published site's)."""
     template = templates().get_template("grid.html.j2")
     cols = model["columns"]
     devices = list(dict.fromkeys(c["device"] for c in cols))
@@ -166,4 +192,5 @@ def render(model: dict[str, Any]) -> str:
         code_json=_script_json({v: k for k, v in CODE.items()}),
         bad_codes="".join(CODE[o] for o in outcomes.BAD),
         dev_count=len(devices), why=why, not_run_meaning=outcomes.NOT_RUN_MEANING,
+        nav=Markup(nav) if nav else None,
     )

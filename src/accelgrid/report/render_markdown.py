@@ -9,6 +9,7 @@ from .. import outcomes
 from . import compare
 from ._common import short
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
+from .history import markdown_lines as history_lines
 
 SYMBOL = {
     outcomes.PASSED: "✅", outcomes.FAILED: "❌", outcomes.ERROR: "💥",
@@ -118,6 +119,7 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
            + (" Cells errored: " + ", ".join(c["name"] for c in cols if c["error"]) + "."
               if any(c["error"] for c in cols) else ""), ""]
     out += _md_changes(model)
+    out += history_lines(model, _md)
     with_base = model["baseline"] is not None
     out += ["| cell | torch build | device | " + " | ".join(outcomes.ALL)
             + (" | vs baseline" if with_base else "") + " |",
@@ -127,7 +129,8 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
         if c["device_count"] and c["device_count"] > 1:
             dev += f" ×{c['device_count']}"
         if c["error"]:
-            cells = " | ".join([f"errored: {_md(c['error'])}"] + [""] * (len(outcomes.ALL) - 1))
+            cells = " | ".join([f"{c['status']}: {_md(c['error'])}"]
+                               + [""] * (len(outcomes.ALL) - 1))
         else:
             cells = " | ".join(str(c["counts"].get(o, 0) or "") for o in outcomes.ALL)
         if with_base:

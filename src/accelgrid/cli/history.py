@@ -1,0 +1,112 @@
+"""The history store and the published site: ``accelgrid history add|show``, ``publish``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import AccelgridError
+
+HISTORY_DESCRIPTION = """\
+The history: every cell run's results in one SQLite database (default
+results/history.sqlite, or $ACCELGRID_HISTORY; schema in docs/history.md), so grids can say
+what changed since the previous run, since when a test fails and which tests are flaky.
+
+  accelgrid history add results/*            add runs (idempotent by run id)
+  accelgrid history show                     cells and their runs
+  accelgrid grid results/* --history         add, then a grid with the history
+"""
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from ..history import DEFAULT_DB
+
+    group = sub.add_parser("history", parents=[common], help="the history of runs (SQLite)",
+                           description=HISTORY_DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    db_help = f"the history database (default: $ACCELGRID_HISTORY or {DEFAULT_DB})"
+    p = actions.add_parser("add", parents=[common], help="add cell runs to the history")
+    p.add_argument("results", nargs="+",
+                   help="results/<cell>/ folders, or folders holding them (artifacts)")
+    p.add_argument("--db", help=db_help)
+    p.set_defaults(func=_add)
+    p = actions.add_parser("show", parents=[common], help="the cells and runs it holds")
+    p.add_argument("cell", nargs="?", help="only this cell's runs")
+    p.add_argument("--db", help=db_help)
+    p.add_argument("--json", action="store_true", help="print the runs as JSON")
+    p.set_defaults(func=_show)
+
+    from ..report.site import DESCRIPTION as SITE_DESCRIPTION
+    from .report import add_history_options
+
+    p = sub.add_parser("publish", parents=[common],
+                       help="a static site (GitHub Pages) from results and their history",
+                       description=SITE_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+",
+                   help="results/<cell>/ folders, or folders holding them (artifacts)")
+    p.add_argument("--out", required=True, metavar="SITE", help="the site's folder")
+    p.add_argument("--baseline", metavar="DIR", help="compare with DIR/<cell>.json")
+    add_history_options(p)
+    p.set_defaults(func=_publish)
+
+
+def _add(args: argparse.Namespace) -> int:
+    from ..history import open_store
+
+    with open_store(args.db) as store:
+        done, notes = store.add([Path(p) for p in args.results])
+        total = len(store.cells())
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for a in done:
+        if a.status == "skipped":
+            print(f"{a.cell}: not added: {a.why}", file=sys.stderr)
+        else:
+            print(f"{a.cell}: run {a.run_id}: {a.status} ({a.tests} tests)")
+    print(f"history {store.path}: {total} cells")
+    if not done:
+        raise AccelgridError("no results folders found in " + " ".join(args.results))
+    if all(a.status == "skipped" for a in done):
+        raise AccelgridError("nothing added: every folder was unusable")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from ..history import open_store
+
+    with open_store(args.db, create=False) as store:
+        cells = [args.cell] if args.cell else store.cells()
+        runs = {c: store.runs_of(c) for c in cells}
+    if args.cell and not runs[args.cell]:
+        raise AccelgridError(f"history {store.path}: no runs of {args.cell}")
+    if args.json:
+        print(json.dumps(runs, indent=1))
+        return 0
+    for cell, rs in runs.items():
+        print(f"{cell}: {len(rs)} runs" + (f", latest {rs[-1]['start']}" if rs else ""))
+        if args.cell:
+            for r in rs:
+                print(f"  {r['start']}  {r['run_id']}  commit {str(r['commit_sha'])[:12]}  "
+                      f"torch {r['torch_build']}  {r['total']} tests {r['counts']}")
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from ..errors import InvalidInput
+    from ..report import site
+    from .report import expected_cells
+
+    if args.window < 1:
+        raise InvalidInput("--window must be at least 1")
+
+    made = site.publish([Path(p) for p in args.results], Path(args.out),
+                        history_db=Path(args.history) if args.history else None,
+                        baseline_dir=Path(args.baseline) if args.baseline else None,
+                        expect=expected_cells(args), window=args.window)
+    for line in made.lines():
+        print(line)
+    return 0

@@ -1,0 +1,227 @@
+"""The grid with its history (:mod:`accelgrid.history`): per test the last N runs of each
+cell as a strip, per cell what changed since its previous run, for a failing test the run
+it started failing in and the last run it passed, and flaky tests.
+
+:func:`annotate` fills, on a grid model (docs/grid-schema.md, "history"):
+
+- each result's ``history``: its strip, one letter per run, oldest first (history.CODE;
+  ``.`` where that run lacked the test);
+- a result that is bad now: ``failing_since`` (the first run of its current failing
+  streak: run id, start, commit, torch build) and ``last_passed`` (the run before it that
+  passed, or None when it never passed in the history);
+- a flaky result: ``flaky`` = {flips, pairs, rate, reruns}. A test is flaky when, over the
+  window, its outcome changed between good (passed) and bad at least ``FLAKY_FLIPS``
+  times between two adjacent runs of the cell whose inputs were the same
+  (:func:`accelgrid.history.inputs_digest`), or when it passed only on a rerun in the
+  latest run. One change is not flakiness: it is a new failure or a fix;
+- each column's ``history``: its window (runs) and ``since`` its previous run (new
+  failures, fixed, appeared, vanished);
+- the model's ``history``: the database, the window, the flaky tests.
+
+The regression gate's flaky policy (:func:`gate_flaky`): a regression against the
+baseline on a test the history calls flaky is reported (``FLAKY (not gating)``) and
+does not fail the gate; any other regression still does. Lost cells still fail it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import outcomes
+from ..history import ABSENT, BAD_CODES, CODE, FLAKY, Store, strip_flips
+from ..results import run_of
+
+DEFAULT_WINDOW = 30
+FLAKY_FLIPS = 2
+PASS = CODE[outcomes.PASSED]
+RUN_BRIEF = ("run_id", "start", "commit_sha", "torch_build", "runner", "status", "inputs")
+
+
+def _brief(run: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {k: run.get(k) for k in RUN_BRIEF} if run else None
+
+
+def _previous(runs: list[dict[str, Any]]) -> int | None:
+    """Where the run to compare the window's last with is: the one before it, or for a
+    whole-cell run the last whole-cell run before it (a selected run in between would
+    make every test outside its selection look vanished)."""
+    whole = runs[-1]["selection"] == "[]"
+    for i in range(len(runs) - 2, -1, -1):
+        if not whole or runs[i]["selection"] == "[]":
+            return i
+    return None
+
+
+def _since(strips: dict[str, str], at: int) -> dict[str, list[str]]:
+    """What changed between the run at ``at`` and the last, from a cell's strips."""
+    out: dict[str, list[str]] = {"new_failures": [], "fixed": [], "appeared": [], "vanished": []}
+    for nodeid, strip in strips.items():
+        prev, last = strip[at], strip[-1]
+        if prev == ABSENT and last != ABSENT:
+            out["appeared"].append(nodeid)
+        elif last == ABSENT and prev != ABSENT:
+            out["vanished"].append(nodeid)
+        elif last in BAD_CODES and prev not in BAD_CODES:
+            out["new_failures"].append(nodeid)
+        elif prev in BAD_CODES and last in (PASS, CODE[FLAKY]):
+            out["fixed"].append(nodeid)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    """Fill ``model`` with what ``store`` knows of its cells (the runs of the grid's own
+    columns are expected to be in it: the grid adds them first). Returns the model's
+    ``history`` summary."""
+    columns = [c for c in model["columns"] if c.get("status") != "lost"]
+    run_ids = {c["name"]: run_of(Path(c["path"])).get("run_id") for c in columns}
+    all_runs = {c["cell"]: store.runs_of(c["cell"]) for c in columns}
+    # Several columns of one cell (several runs given): the window ends at the latest of
+    # them, and that column shows it.
+    upto: dict[str, str] = {}
+    for cell, runs in all_runs.items():
+        mine = {run_ids[c["name"]] for c in columns if c["cell"] == cell}
+        latest = [r["run_id"] for r in runs if r["run_id"] in mine]
+        if latest:
+            upto[cell] = latest[-1]
+    win = store.window(list(all_runs), window, upto)
+    rows = model["rows"]
+    flaky: list[dict[str, Any]] = []
+    for col in columns:
+        cell, name = col["cell"], col["name"]
+        runs = win.runs.get(cell) or []
+        strips = win.strips.get(cell) or {}
+        mine = bool(runs) and runs[-1]["run_id"] == upto.get(cell) == run_ids[name]
+        at = _previous(runs) if mine else None
+        col["history"] = {"runs": [_brief(r) for r in runs], "in_history": mine,
+                          "since": _since(strips, at) if at is not None else None,
+                          "previous": _brief(runs[at]) if at is not None else None}
+        if not mine:
+            continue  # this column's run is not the latest of its window: no strips
+        inputs = [r["inputs"] for r in runs]
+        index = {r["run_id"]: i for i, r in enumerate(all_runs[cell])}
+        whole_window: list[str] = []  # bad in every run of the window: look further back
+        for row in rows:
+            entry = row["cells"].get(name)
+            strip = strips.get(row["nodeid"])
+            if entry is None or strip is None:
+                continue
+            entry["history"] = strip
+            if not strip.strip(PASS):
+                continue  # passed every time: most results
+            flips, pairs = strip_flips(strip, inputs)
+            reran = strip[-1] == CODE[FLAKY]
+            if flips >= FLAKY_FLIPS or reran:
+                entry["flaky"] = {"flips": flips, "pairs": pairs,
+                                  "rate": round(flips / pairs, 3) if pairs else None,
+                                  "reruns": reran}
+                flaky.append({"nodeid": row["nodeid"], "cell": name, **entry["flaky"]})
+            if strip[-1] in BAD_CODES:
+                i = len(strip) - 1
+                while i > 0 and strip[i - 1] not in (PASS, CODE[FLAKY]):
+                    i -= 1  # skips, absences and bad runs continue the streak
+                passed_at = i - 1
+                while strip[i] not in BAD_CODES:
+                    i += 1  # the streak starts at its first bad run
+                entry["failing_since"] = _brief(runs[i])
+                entry["last_passed"] = _brief(runs[passed_at]) if passed_at >= 0 else None
+                if passed_at < 0:
+                    whole_window.append(row["nodeid"])
+        if whole_window:
+            # Failing throughout the window: the last pass (and the run after it, where
+            # the streak began) are further back.
+            older = store.last_passed_before(cell, whole_window, runs[0]["start"])
+            by_id = {r["nodeid"]: r for r in rows}
+            for nodeid in whole_window:
+                entry = by_id[nodeid]["cells"][name]
+                passed = older.get(nodeid)
+                entry["last_passed"] = _brief(passed)
+                if passed is not None:
+                    after = all_runs[cell][index[passed["run_id"]] + 1]
+                    entry["failing_since"] = _brief(after)
+                else:
+                    entry["failing_since"] = {**_brief(all_runs[cell][0]), "earliest": True}
+    flaky.sort(key=lambda f: (-(f["rate"] or 0), f["nodeid"], f["cell"]))
+    model["history"] = {"db": str(store.path), "window": window, "flaky": flaky,
+                        "flaky_flips": FLAKY_FLIPS,
+                        "cells": {c: len(r) for c, r in win.runs.items()}}
+    gate_flaky(model)
+    return model["history"]
+
+
+def gate_flaky(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mark the baseline regressions on flaky tests (``flaky`` on the change): the gate
+    reports them and does not fail on them. Returns those changes."""
+    base = model.get("baseline") or {}
+    rows = {r["nodeid"]: r for r in model["rows"]}
+    marked = []
+    for change in base.get("changes", []):
+        if change["change"] != "regression":
+            continue
+        entry = (rows.get(change["nodeid"]) or {}).get("cells", {}).get(change["cell"]) or {}
+        if entry.get("flaky"):
+            change["flaky"] = entry["flaky"]
+            marked.append(change)
+    return marked
+
+
+def strip_text(strip: str) -> str:
+    """A strip as words (for a title): ``P P F`` -> ``passed, passed, failed``."""
+    from ..history import OUTCOME
+
+    return ", ".join(OUTCOME.get(c, "absent") for c in strip)
+
+
+def markdown_lines(model: dict[str, Any], md: Any, cap: int = 50) -> list[str]:
+    """grid.md's part on lost cells and history: lost cells, per cell what changed since
+    its previous run, failing tests with when they started, flaky tests. ``md`` escapes."""
+    out: list[str] = []
+    if model.get("lost"):
+        out += [f"### ❌ Lost cells ({len(model['lost'])}): expected, no results", ""]
+        out += [f"- **{md(lost['cell'])}**: {md(lost['why'])}" for lost in model["lost"]] + [""]
+    hist = model.get("history")
+    if not hist:
+        return out
+    out += [f"### History (last {hist['window']} runs per cell)", ""]
+    since = [(c, c["history"]["since"]) for c in model["columns"]
+             if (c.get("history") or {}).get("since")]
+    if since:
+        out += ["| cell | previous run | new failures | fixed | appeared | vanished |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for col, s in since:
+            prev = col["history"]["previous"] or {}
+            out.append(f"| {md(col['name'])} | {md(prev.get('start'))} "
+                       f"({md(str(prev.get('commit_sha'))[:12])}) | {len(s['new_failures'])} | "
+                       f"{len(s['fixed'])} | {len(s['appeared'])} | {len(s['vanished'])} |")
+        out.append("")
+        new = [(col["name"], n) for col, s in since for n in s["new_failures"]]
+        if new:
+            out += ["<details><summary><b>New failures since the previous run</b></summary>", ""]
+            out += [f"- {md(cell)}: `{md(n)}`" for cell, n in new[:cap]]
+            out += [f"- …and {len(new) - cap} more" if len(new) > cap else "", "</details>", ""]
+    failing = []
+    for row in model["rows"]:
+        for cell, entry in row["cells"].items():
+            if entry.get("failing_since"):
+                failing.append((row["nodeid"], cell, entry))
+    if failing:
+        out += ["<details><summary><b>Failing tests: since when</b></summary>", "",
+                "| test | cell | failing since (commit, torch) | last passed |",
+                "| --- | --- | --- | --- |"]
+        for nodeid, cell, entry in failing[:cap]:
+            first, last = entry["failing_since"], entry.get("last_passed")
+            out.append(f"| `{md(nodeid)}` | {md(cell)} | {md(first.get('start'))} "
+                       f"({md(str(first.get('commit_sha'))[:12])}, {md(first.get('torch_build'))})"
+                       f"{' or earlier' if first.get('earliest') else ''} | "
+                       + (f"{md(last.get('start'))} ({md(str(last.get('commit_sha'))[:12])})"
+                          if last else "never in the history") + " |")
+        if len(failing) > cap:
+            out.append(f"\n_…and {len(failing) - cap} more: grid.json has them all._")
+        out += ["", "</details>", ""]
+    if hist["flaky"]:
+        out += [f"**Flaky** ({len(hist['flaky'])}; flaky regressions do not fail the gate):", ""]
+        out += [f"- {md(f['cell'])}: `{md(f['nodeid'])}` — "
+                + ("passed only on a rerun" if f["reruns"] else
+                   f"{f['flips']} flips in {f['pairs']} (rate {f['rate']})")
+                for f in hist["flaky"][:cap]] + [""]
+    return out

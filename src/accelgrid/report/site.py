@@ -1,0 +1,280 @@
+"""``accelgrid publish``: a static site (GitHub Pages) from the night's results and the
+history, every page linked from every other.
+
+    index.html            the latest grid (grid.html, with its history strips) + grid.json/.md
+    cells/<cell>.html     per cell: provenance, its runs in the window, since the previous
+                          run, its failing tests with since when, its flaky tests
+    tests/<suite>.html    per test of a suite: each cell's strip (oldest first), flaky
+                          badges, since when it fails; tests/index.html lists the suites
+    ops/                  op coverage per cell with captured ops, ops-grid across them, and
+                          ops-predicted (those ops per XPU release), when any cell captured
+
+No page loads anything from outside the site; every page is plain HTML that works from a
+file:// URL as from GitHub Pages.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from .. import ops, xpu_prediction
+from ..errors import AccelgridError
+from ..history import BAD_CODES
+from ..results import discover
+from . import build, history, ops_pages, render_html, render_json, render_markdown, with_history
+from ._common import templates
+
+DESCRIPTION = """\
+Write a static site for GitHub Pages from results folders and the history: the latest grid
+(index.html), a page per cell, per-test history by suite, and the op-coverage and
+predicted-XPU pages when cells captured ops. The results are added to the history first
+(--history, default results/history.sqlite), as `accelgrid grid --history` does.
+
+  accelgrid publish results/* --history history.sqlite --out site
+  accelgrid publish artifacts --history --expect @expected.json --baseline baselines --out site
+
+ci/README.md ("Published grid") says how the nightly workflow keeps the history.
+"""
+STRIP_CLASS = render_html.STRIP_CLASS
+
+
+def _e(text: Any) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def slug(name: str) -> str:
+    """A file name for a cell or suite."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "_"
+
+
+def _strip(strip: str) -> str:
+    return ('<span class="strip" title="oldest first: ' + _e(history.strip_text(strip)) + '">'
+            + "".join(f'<i class="{STRIP_CLASS.get(c, "absent")}"></i>' for c in strip)
+            + "</span>")
+
+
+def _run(run: dict[str, Any] | None) -> str:
+    if not run:
+        return "never (in the history)"
+    return (f"{_e(run.get('start'))} (run <code>{_e(run.get('run_id'))}</code>, commit "
+            f"<code>{_e(str(run.get('commit_sha'))[:12])}</code>, torch "
+            f"{_e(run.get('torch_build'))})" + (" or earlier" if run.get("earliest") else ""))
+
+
+def _page(title: str, nav: str, body: str) -> str:
+    return templates().get_template("site.html.j2").render(
+        title=title, nav=Markup(nav), body=Markup(body)) + "\n"
+
+
+def _nav(prefix: str, ops_here: bool) -> str:
+    links = [("index.html", "latest grid"), ("tests/index.html", "tests by suite")]
+    if ops_here:
+        links += [("ops/ops-grid.html", "op coverage"), ("ops/ops-predicted.html", "predicted XPU")]
+    return " · ".join(f'<a href="{prefix}{href}">{label}</a>' for href, label in links)
+
+
+def _cell_page(col: dict[str, Any], model: dict[str, Any], nav: str, ops_cells: set[str]
+               ) -> str:
+    name = col["name"]
+    parts = [f"<p>status: <b>{_e(col['status'])}</b>"
+             + (f": {_e(col['reason'])}" if col.get("reason") else "") + "</p>", "<dl>"]
+    if col["cell"] in ops_cells:
+        parts.insert(1, f'<p><a href="../ops/{slug(col["cell"])}.html">op coverage of this '
+                        "cell</a></p>")
+    for key in ("torch_build", "torch_git", "device_name", "driver", "host", "python",
+                "commit", "start", "end"):
+        if col.get(key):
+            parts.append(f"<dt>{_e(key)}</dt><dd>{_e(col[key])}</dd>")
+    parts.append("</dl>")
+    parts.append("<p>" + ", ".join(f"{n} {_e(o)}" for o, n in col["counts"].items() if n)
+                 + "</p>")
+    hist = col.get("history") or {}
+    if hist.get("runs"):
+        parts.append(f"<h2>Runs in the window ({len(hist['runs'])})</h2><table><tr><th>start"
+                     "</th><th>run</th><th>commit</th><th>torch</th><th>runner</th></tr>")
+        for r in reversed(hist["runs"]):
+            parts.append(f"<tr><td>{_e(r['start'])}</td><td><code>{_e(r['run_id'])}</code></td>"
+                         f"<td><code>{_e(str(r['commit_sha'])[:12])}</code></td>"
+                         f"<td>{_e(r['torch_build'])}</td><td>{_e(r['runner'])}</td></tr>")
+        parts.append("</table>")
+    since = hist.get("since")
+    if since:
+        parts.append(f"<h2 id=\"since\">Since the previous run ({_run(hist['previous'])})</h2>")
+        for key, label in (("new_failures", "new failures"), ("fixed", "fixed"),
+                           ("appeared", "appeared"), ("vanished", "vanished")):
+            items = since[key]
+            parts.append(f"<h3>{label} ({len(items)})</h3>")
+            if items:
+                parts.append("<ul>" + "".join(f"<li><code>{_e(n)}</code></li>"
+                                              for n in items[:500]) + "</ul>")
+    failing, flaky = [], []
+    for row in model["rows"]:
+        entry = row["cells"].get(name)
+        if not entry:
+            continue
+        if entry.get("failing_since"):
+            failing.append((row, entry))
+        if entry.get("flaky"):
+            flaky.append((row, entry))
+    if failing:
+        parts.append(f"<h2>Failing ({len(failing)})</h2><table><tr><th>test</th><th>history"
+                     "</th><th>failing since</th><th>last passed</th></tr>")
+        for row, entry in failing:
+            parts.append(f"<tr><td><code>{_e(row['nodeid'])}</code></td>"
+                         f"<td>{_strip(entry.get('history') or '')}</td>"
+                         f"<td>{_run(entry['failing_since'])}</td>"
+                         f"<td>{_run(entry.get('last_passed'))}</td></tr>")
+        parts.append("</table>")
+    if flaky:
+        parts.append(f"<h2>Flaky ({len(flaky)})</h2><ul>")
+        for row, entry in flaky:
+            f = entry["flaky"]
+            parts.append(f"<li><span class=\"flaky\">flaky</span> <code>{_e(row['nodeid'])}"
+                         f"</code> {_strip(entry.get('history') or '')} "
+                         + ("passed only on a rerun" if f["reruns"] else
+                            f"{f['flips']} flips in {f['pairs']} (rate {f['rate']})") + "</li>")
+        parts.append("</ul>")
+    return _page(f"accelgrid: {name}", nav, "\n".join(parts))
+
+
+def _suite_page(suite: str, rows: list[dict[str, Any]], cols: list[dict[str, Any]],
+                nav: str) -> str:
+    parts = ["<p>Each test's last runs per cell, oldest first. Cells where it passed every "
+             "run are counted, not drawn.</p>", "<table><tr><th>test</th><th>history</th></tr>"]
+    names = [c["name"] for c in cols]
+    for row in rows:
+        steady, drawn = 0, []
+        for name in names:
+            entry = row["cells"].get(name)
+            if not entry:
+                continue
+            strip = entry.get("history")
+            if strip is not None and not strip.strip("P"):
+                steady += 1
+                continue
+            badge = ' <span class="flaky">flaky</span>' if entry.get("flaky") else ""
+            since = (f" failing since {_run(entry['failing_since'])}"
+                     if entry.get("failing_since") else "")
+            shown = _strip(strip) if strip else _e(entry["outcome"])
+            drawn.append(f'<li><a href="../cells/{slug(name)}.html">{_e(name)}</a> {shown}'
+                         f"{badge}{since}</li>")
+        test_id = "t-" + slug(row["nodeid"])
+        parts.append(f'<tr id="{_e(test_id)}"><td><code>{_e(row["nodeid"])}</code></td><td>'
+                     + (f"<ul>{''.join(drawn)}</ul>" if drawn else "")
+                     + (f"passed every run in {steady} cell(s)" if steady else "")
+                     + "</td></tr>")
+    parts.append("</table>")
+    return _page(f"accelgrid: suite {suite}", nav, "\n".join(parts))
+
+
+@dataclass
+class Site:
+    """What :func:`publish` wrote."""
+
+    out: Path
+    model: dict[str, Any]
+    pages: int
+    notes: list[str] = field(default_factory=list)
+    added: list[Any] | None = None
+
+    def lines(self) -> list[str]:
+        out = [f"note: {n}" for n in self.notes]
+        for a in self.added or []:
+            if a.status == "skipped":
+                out.append(f"note: history: {a.cell} not added: {a.why}")
+        added = [a for a in self.added or [] if a.status in ("added", "replaced")]
+        if self.added is not None:
+            out.append(f"history: {len(added)} run(s) added, "
+                       f"{sum(a.status == 'already' for a in self.added)} already there")
+        lost = self.model.get("lost") or []
+        out += [f"LOST {lost_cell['cell']}: {lost_cell['why']}" for lost_cell in lost]
+        out.append(f"wrote {self.pages} pages to {self.out} (open {self.out / 'index.html'})")
+        return out
+
+
+def publish(folders: list[Path], out: Path, history_db: Path | None = None,
+            baseline_dir: Path | None = None, expect: list[str] | None = None,
+            window: int = history.DEFAULT_WINDOW) -> Site:
+    """Write the site into ``out`` (replacing a site written there before)."""
+    out = Path(out)
+    if out.exists() and not (out / "index.html").is_file() and any(out.iterdir()):
+        raise AccelgridError(f"{out} holds files but no index.html: not replacing what may "
+                             "not be a site; name an empty or new folder")
+    read: list[Any] = []
+    model = build(folders, baseline_dir, read)
+    if not model["columns"] and not expect:
+        raise AccelgridError("no results folders found in " + " ".join(map(str, folders)))
+    added = with_history(model, read, history_db, expect, window)
+    for sub in ("cells", "tests", "ops"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    ops_cells = _ops_pages(folders, out / "ops", notes)
+    ops_here = bool(ops_cells)
+    pages = 0
+    (out / "grid.json").write_text(render_json.render(model), encoding="utf-8")
+    (out / "grid.md").write_text(render_markdown.render(model), encoding="utf-8")
+    top_nav = _nav("", ops_here) + " · cells: " + " ".join(
+        f'<a href="cells/{slug(c["name"])}.html">{_e(c["name"])}</a>' for c in model["columns"])
+    (out / "index.html").write_text(render_html.render(model, nav=top_nav), encoding="utf-8")
+    pages += 1
+    nav = _nav("../", ops_here)
+    (out / "cells").mkdir()
+    for col in model["columns"]:
+        (out / "cells" / f"{slug(col['name'])}.html").write_text(
+            _cell_page(col, model, nav, ops_cells), encoding="utf-8")
+        pages += 1
+    suites: dict[str, list[dict[str, Any]]] = {}
+    for row in model["rows"]:
+        suites.setdefault(row["suite"], []).append(row)
+    (out / "tests").mkdir()
+    index = ["<ul>"]
+    for suite, rows in suites.items():
+        (out / "tests" / f"{slug(suite)}.html").write_text(
+            _suite_page(suite, rows, model["columns"], nav), encoding="utf-8")
+        bad = sum(1 for r in rows for e in r["cells"].values()
+                  if (e.get("history") or "")[-1:] in BAD_CODES or e.get("flaky"))
+        index.append(f'<li><a href="{slug(suite)}.html">{_e(suite)}</a>: {len(rows)} tests, '
+                     f"{bad} failing or flaky results</li>")
+        pages += 1
+    index.append("</ul>")
+    (out / "tests" / "index.html").write_text(
+        _page("accelgrid: tests by suite", nav, "\n".join(index)), encoding="utf-8")
+    pages += 1
+    (out / ".nojekyll").write_text("", encoding="utf-8")  # Pages serves files as they are
+    return Site(out, model, pages, notes, added)
+
+
+def _ops_pages(folders: list[Path], out: Path, notes: list[str]) -> set[str]:
+    """Op coverage per cell that captured ops, across them, and predicted for XPU;
+    returns the cells that have a page."""
+    paths, _ = discover(folders)
+    found = []
+    for path in paths:
+        data = ops.aggregate(path) if path.is_dir() else None
+        if data is None:
+            continue
+        found.append(data)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{slug(data['cell'])}.html").write_text(ops_pages.cell_html(data),
+                                                        encoding="utf-8")
+    if not found:
+        return set()
+    ops_pages.write_cross(ops.cross_cell(found), out)
+    try:
+        captured = ops.merge([ops.load_captured(p) for p in paths
+                              if p.is_dir() and ops.aggregate(p) is not None])
+        chosen, more = xpu_prediction.choose_series(None, None, True)
+        notes += more
+        ops_pages.write_predicted(xpu_prediction.predicted_view(captured, chosen), out)
+    except AccelgridError as exc:
+        notes.append(f"predicted XPU pages not written: {exc}")
+    return {d["cell"] for d in found}
+
