@@ -124,7 +124,8 @@ def test_not_implemented_and_fallback_table() -> None:
             "kind": "fallback",
             "tests": ["suites/hf_tests/transformers/models/detr/t.py::A::test_loss"]},
         "aten::_foreach_norm.Scalar": {
-            "kind": "missing", "tests": ["suites/hf_tests/accelerate/test_optimizer.py::B::test_x"]},
+            "kind": "missing",
+            "tests": ["suites/hf_tests/accelerate/test_optimizer.py::B::test_x"]},
     }
     md = hf_ops.markdown("xpu-2.13", table)
     assert md.index("_foreach_norm") < md.index("nll_loss2d")   # not implemented first
