@@ -218,3 +218,43 @@ def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(tmp_path: Pa
                for r in _run(tmp_path, [spec_test], TRANSFORMERS_TEST_DEVICE_SPEC=str(planted))}
     assert outcome == {"test_spec_hooks_are_the_devices_own": "failed",
                        "test_seeding_through_the_spec_repeats_a_draw": "failed"}
+
+
+def _cell(root: Path, name: str, device: str, recs: dict[str, str]) -> Path:
+    folder = root / name
+    results.write_json(folder / results.ENV, {"cell": name, "device_type": device,
+                                              "status": "finished"})
+    for nodeid, outcome in recs.items():
+        results.append_record(folder / results.TESTS, {"nodeid": nodeid, "outcome": outcome,
+                                                       "cell": name, "message": "boom"})
+    return folder
+
+
+def test_report_puts_the_reference_cells_outcome_beside_each_failure(tmp_path: Path) -> None:
+    from accelgrid.report import hf_tests
+
+    a = "suites/hf_tests/transformers/models/vit/test_modeling_vit.py::ViTModelTest::test_a"
+    b = "suites/hf_tests/accelerate/test_optimizer.py::OptimizerTester::test_b"
+    xpu = _cell(tmp_path, "xpu-2.13", "xpu", {a: "failed", b: "crashed"})
+    _cell(tmp_path, "cpu-2.13", "cpu", {a: "failed", b: "passed"})
+
+    results.write_json(xpu / "hf_ops.json", hf_ops.merged(None, {
+        "aten::_foreach_norm.Scalar": {"kind": "missing", "tests": [b]}}))
+    model = hf_tests.summary([tmp_path])
+    cells = {c["cell"]: c for c in model["cells"]}
+    assert cells["xpu-2.13"]["reference"] == "cpu-2.13"     # no cuda cell: cpu
+    assert [(f["nodeid"], f["outcome"], f["reference"]) for f in
+            cells["xpu-2.13"]["failures"]] == [(b, "crashed", "passed"), (a, "failed", "failed")]
+    assert cells["xpu-2.13"]["files"] == {
+        "accelerate/test_optimizer.py": {"crashed": 1},
+        "transformers/models/vit/test_modeling_vit.py": {"failed": 1}}
+    _cell(tmp_path, "cuda-2.11", "cuda", {a: "passed"})
+    cells = {c["cell"]: c for c in hf_tests.summary([tmp_path])["cells"]}
+    assert cells["xpu-2.13"]["reference"] == "cuda-2.11"    # cuda first
+    assert {f["nodeid"]: f["reference"] for f in cells["xpu-2.13"]["failures"]} == {
+        a: "passed", b: "not in the reference cell"}
+    assert cells["cuda-2.11"]["reference"] == "cpu-2.13"
+    md = hf_tests.markdown(hf_tests.summary([tmp_path]))
+    assert "| `accelerate/test_optimizer.py::OptimizerTester::test_b` | crashed | not in the " \
+        "reference cell | boom |" in md
+    assert "| `aten::_foreach_norm.Scalar` | missing | 1: " in md
