@@ -105,6 +105,20 @@ def test_checkouts_by_version_and_accelerate_dev_tree(tmp_path: Path) -> None:
     assert hf_checkouts.find(str(tmp_path / "t2"), "5.24.0", tf)[0] is None
 
 
+def test_hub_errors_are_told_from_other_failures() -> None:
+    class LocalEntryNotFoundError(Exception):
+        pass
+    try:
+        try:
+            raise LocalEntryNotFoundError("no cached file")
+        except LocalEntryNotFoundError as inner:
+            raise OSError("could not load the config") from inner
+    except OSError as exc:
+        assert suite.needs_hub(exc) == "LocalEntryNotFoundError: no cached file"
+    assert suite.needs_hub(AssertionError("tensors differ")) is None
+    assert suite.needs_hub(None) is None
+
+
 def test_selection_entries_name_files() -> None:
     assert suite.test_file("transformers", "bert") == "tests/models/bert/test_modeling_bert.py"
     assert suite.test_file("transformers", "models/t5/test_modeling_t5.py") == \
@@ -147,6 +161,10 @@ class FineTest(unittest.TestCase):
 
     def test_count(self):
         self.assertEqual(backend_device_count(torch_device), 1)
+
+    def test_hub(self):   # as transformers raises it offline for a missing checkpoint
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files, "
+                      "and couldn't find them in the cached files.")
 '''
 
 
@@ -188,6 +206,10 @@ def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(tmp_path: Pa
         == "passed"
     assert by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_count"]["outcome"] \
         == "passed"
+    hub = by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_hub"]
+    assert hub["outcome"] == "not-run", hub
+    assert hub["message"].startswith("needs the Hugging Face Hub, and the cell runs offline: "
+                                     "OSError: We couldn't connect")
     broken = by_id[f"{base}/broken/test_modeling_broken.py::import"]
     assert broken["outcome"] == "error" and "no_such_module_anywhere" in broken["longrepr"]
     nosuch = by_id["suites/hf_tests/test_transformers_own.py::tests/models/nosuch/"
