@@ -196,11 +196,16 @@ def _run(tmp_path: Path, args: list[str], **env: str) -> list[dict]:
 def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(tmp_path: Path) -> None:
     sessions.prepared_python(ROOT, load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13"))
     co = _fake_transformers(tmp_path / "co" / "v5.24.0")
-    # A broken file is one error record; the other file's tests run (through the spec).
-    recs = _run(tmp_path, ["suites/hf_tests/test_transformers_own.py",
-                           "--hf-transformers", "fine,broken,nosuch"],
-                ACCELGRID_TRANSFORMERS_SRC=str(tmp_path / "co"))
+    # One run: a broken file is one error record and the other file's tests run (through
+    # the generated spec, whose own checks pass); no accelerate checkout: one not-run.
+    recs = _run(tmp_path, ["suites/hf_tests", "--hf-transformers", "fine,broken,nosuch"],
+                ACCELGRID_TRANSFORMERS_SRC=str(tmp_path / "co"), ACCELGRID_ACCELERATE_SRC="")
     by_id = {r["nodeid"]: r for r in recs}
+    assert by_id["suites/hf_tests/test_accelerate_own.py::checkout"]["message"] == (
+        "no accelerate checkout: set ACCELGRID_ACCELERATE_SRC to one at v1.15.0 (or a "
+        "folder of checkouts by version) to run its own tests")
+    spec_test = "suites/hf_tests/test_device_spec.py"
+    assert {r["outcome"] for n, r in by_id.items() if n.startswith(spec_test)} == {"passed"}
     base = "suites/hf_tests/transformers/models"
     assert by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_device"]["outcome"] \
         == "passed"
@@ -224,15 +229,7 @@ def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(tmp_path: Pa
     assert rec["outcome"] == "not-run"
     assert "no transformers checkout at 5.24.0 (the installed version)" in rec["message"]
     assert "(a checkout at 5.17.0)" in rec["message"]
-    # No checkout: not-run saying what to set.
-    recs = _run(tmp_path, ["suites/hf_tests/test_accelerate_own.py"],
-                ACCELGRID_ACCELERATE_SRC="")
-    assert [r["message"] for r in recs] == [
-        "no accelerate checkout: set ACCELGRID_ACCELERATE_SRC to one at v1.15.0 (or a "
-        "folder of checkouts by version) to run its own tests"]
-    # The generated spec passes the seeded test; one whose seed hook does nothing fails it.
-    spec_test = "suites/hf_tests/test_device_spec.py"
-    assert {r["outcome"] for r in _run(tmp_path, [spec_test])} == {"passed"}
+    # A spec whose seed hook does nothing turns the seeded test red.
     planted = tmp_path / "noop_seed_spec.py"
     planted.write_text("import torch\nDEVICE_NAME = 'cpu'\nMANUAL_SEED_FN = lambda seed: None\n"
                        "DEVICE_COUNT_FN = torch.cpu.device_count\n")
