@@ -20,6 +20,6 @@ cell() {  # name, limit, then nox args
   local F=$(python3 -c "from pathlib import Path; from accelgrid import results; print(results.last_run(Path('results/cuda-2.11'))[1])")
   mkdir -p $OUT/$name && cp $F/summary.json $F/env.json $F/tests.jsonl $F/hf_* $OUT/$name/ 2>/dev/null
 }
-ACCELGRID_WORKERS=${WORKERS:-12} cell hf ${LIMIT:-400} -- suites/hf_tests
+ACCELGRID_WORKERS=${WORKERS:-14} cell hf ${LIMIT:-330} -- suites/hf_tests
 printf 'import torch\nDEVICE_NAME = "cuda"\nMANUAL_SEED_FN = lambda seed: None\nDEVICE_COUNT_FN = torch.cuda.device_count\n' > /tmp/noop_seed_spec.py
-TRANSFORMERS_TEST_DEVICE_SPEC=/tmp/noop_seed_spec.py cell planted 120 -- suites/hf_tests/test_device_spec.py --hf-accelerate none
+TRANSFORMERS_TEST_DEVICE_SPEC=/tmp/noop_seed_spec.py cell planted 90 -- suites/hf_tests/test_device_spec.py --hf-accelerate none
