@@ -264,3 +264,25 @@ def test_unchanged_matrix_is_validated_once_and_changes_are_seen(tmp_path: Path)
         load_matrix(path)
     folder.mkdir()
     assert load_matrix(path).cells == changed.cells
+
+
+def test_suite_env_reaches_its_cells_and_an_include_rule_env_overrides_it(tmp_path: Path
+                                                                          ) -> None:
+    """suites.<s>.env (hf_tests' default selection) is in the env of the cells that run the
+    suite only; an include rule's env wins over it for the cells it matches."""
+    text = (TESTS / "base_matrix.yaml").read_text()
+    text = text.replace("  hf: {path: ., needs: [transformers], devices: [xpu]}",
+                        "  hf: {path: ., needs: [transformers], devices: [xpu], "
+                        "env: {ACCELGRID_HF_TRANSFORMERS_TESTS: 'bert,vit'}}")
+    text = text.replace("  suites: [smoke]", "  suites: [smoke, hf]")
+    text = text.replace('    - {device: xpu, torch: "2.13", profile: fallback-debug}',
+                        '    - {device: xpu, torch: "2.13", profile: fallback-debug, '
+                        "env: {ACCELGRID_HF_TRANSFORMERS_TESTS: t5}}")
+    (tmp_path / "m.yaml").write_text(text)
+    cells = {c.name: c for c in load_matrix(tmp_path / "m.yaml").cells}
+    assert cells["xpu-2.13"].env["ACCELGRID_HF_TRANSFORMERS_TESTS"] == "bert,vit"
+    assert cells["xpu-2.13-fallback-debug"].env["ACCELGRID_HF_TRANSFORMERS_TESTS"] == "t5"
+    assert "ACCELGRID_HF_TRANSFORMERS_TESTS" not in cells["cpu-2.13"].env   # no hf suite
+    real = load_matrix(TESTS.parent / "matrix.yaml").cell("cpu-2.13")
+    assert "bert" in real.env["ACCELGRID_HF_TRANSFORMERS_TESTS"].split(",")
+    assert "hf_tests" in real.suites and "parameterized==0.9.0" in real.packages

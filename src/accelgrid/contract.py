@@ -63,6 +63,10 @@ NO_KNOWN_ISSUES = "ACCELGRID_NO_KNOWN_ISSUES"  # "1": raw outcomes, registry off
 # of checkouts named by version (v5.17.0 or 5.17.0), or a path with {version}; a cell uses
 # the one at its installed transformers, and runs no script (not-run) without one.
 TRANSFORMERS_SRC = "ACCELGRID_TRANSFORMERS_SRC"
+# transformers and accelerate checkouts for their own tests (hf_tests), found the same way.
+ACCELERATE_SRC = "ACCELGRID_ACCELERATE_SRC"
+HF_TRANSFORMERS_TESTS = "ACCELGRID_HF_TRANSFORMERS_TESTS"  # the selection: model names or paths
+HF_ACCELERATE_TESTS = "ACCELGRID_HF_ACCELERATE_TESTS"      # under tests/, comma-separated
 CONTAINER_ENGINE = "ACCELGRID_CONTAINER_ENGINE"  # docker | podman | buildah
 CONTAINER_BASE = "ACCELGRID_CONTAINER_BASE"      # base image instead of the matrix's
 SOURCE_COMMIT = "ACCELGRID_SOURCE_COMMIT"  # inside an image: the commit it was built from

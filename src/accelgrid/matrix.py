@@ -146,6 +146,7 @@ class Suite:
     packages: tuple[str, ...] = ()
     devices: tuple[str, ...] | None = None
     description: str = ""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)   # in every cell running it
 
 
 @dataclass(frozen=True)
@@ -514,7 +515,7 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
         name: Suite(name, spec["path"], tuple(spec.get("needs") or ()),
                     tuple(spec.get("packages") or ()),
                     tuple(spec["devices"]) if "devices" in spec else None,
-                    spec.get("description", ""))
+                    spec.get("description", ""), _env(spec.get("env")))
         for name, spec in data["suites"].items()
     }
     axes = data["matrix"]
@@ -743,7 +744,8 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         suites=tuple(suite_names),
         suite_paths=tuple(s.path for s in suites),
         packages=tuple(packages),
-        env={**device.env, **profile.env},
+        env={**device.env, **{k: v for s in suites for k, v in s.env.items()}, **profile.env,
+             **_env(combo.get("env"))},
         index=device.index,
         torch_requirement=torch_req,
         runner_labels=labels,

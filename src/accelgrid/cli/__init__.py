@@ -30,7 +30,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "matrix": ("validate", "cells", "plan", "schema"),
     "run": ("run",),
     "shell": ("env", "shell"),
-    "report": ("grid", "baseline", "ops"),
+    "report": ("grid", "baseline", "ops", "hf-tests"),
     "history": ("history", "publish"),
     "issues": ("repro", "bisect"),
     "ci": ("ci",),
@@ -56,6 +56,7 @@ examples:
   accelgrid shell cpu-2.13 -- python -m pytest suites/smoke -k matmul
                                          one test inside the cell's env (env: its variables)
   accelgrid grid results/*               grids from results folders
+  accelgrid hf-tests results/*           HF's own tests: per file, failures beside cuda/cpu
 
 exit codes: 0 ok, 1 failed run / stale generated files / nothing found,
             2 invalid input, 3 regression against a baseline

@@ -60,6 +60,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=_grid)
     _register_baseline(sub, common)
     _register_ops(sub, common)
+    p = sub.add_parser("hf-tests", parents=[common],
+                       help="HF's own tests (suites/hf_tests): counts per file, failures with "
+                            "the reference cell's outcome (cuda, else cpu), ops tables")
+    p.add_argument("results", nargs="+",
+                   help="results/<cell>/ folders, or folders holding them (artifacts)")
+    p.add_argument("--out", default="results", help="where to write hf-tests.md/.json "
+                                                    "(%(default)s)")
+    p.set_defaults(func=_hf_tests)
 
 
 def _register_baseline(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
@@ -187,6 +195,24 @@ def _grid(args: argparse.Namespace) -> int:
     for line in made.lines():
         print(line)
     made.check()
+    return 0
+
+
+def _hf_tests(args: argparse.Namespace) -> int:
+    from ..report import hf_tests
+    model, paths = hf_tests.write([Path(p) for p in args.results], Path(args.out))
+    for note in model["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    cells = [c for c in model["cells"] if c["files"]]
+    if not cells:
+        raise AccelgridError("no suites/hf_tests records in " + " ".join(args.results))
+    for c in cells:
+        counts = sum((Counter(f) for f in c["files"].values()), Counter())
+        print(f"{c['cell']}: {len(c['files'])} files, " + ", ".join(
+            f"{n} {o}" for o, n in counts.items() if n)
+            + f"; {len(c['failures'])} failures beside {c['reference'] or 'no reference'}"
+            + f"; {len(c['ops'])} ops not implemented / fell back")
+    print(f"wrote {paths['md']}, {paths['json']}")
     return 0
 
 

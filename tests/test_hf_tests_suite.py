@@ -1,0 +1,279 @@
+"""suites/hf_tests: HF's own tests through a device spec generated from accelgrid.backends.
+
+Fast tests: the spec's hooks per device (the device's own function, a hook the device lacks
+left out), the checkout finder's version rules (accelerate's dev tree of the installed
+release), the selection entries, the not-implemented / fallback table parsed from exact
+upstream messages. The slow tests run the suite in the real cpu-2.13 cell env
+(transformers 5.24.0, accelerate 1.15.0) through ``accelgrid shell`` on fake checkouts: a
+file that fails to import is one error record and the rest runs, no checkout / another
+version is one not-run naming what to set, and a spec whose manual-seed hook does nothing
+turns the seeded test red (the generated spec passes it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelgrid import backends, hf_checkouts, hf_spec, results, sessions
+from accelgrid.matrix import load_matrix
+from suites.hf_tests import conftest as suite
+from suites.hf_tests import hf_ops
+
+ROOT = Path(__file__).resolve().parents[1]
+XPU_DEBUG = ("The operator 'aten::nll_loss2d_forward.output on the XPU backend is falling "
+             "back to run on the CPU.")
+XPU_MISSING = ("NotImplementedError: The operator 'aten::_foreach_norm.Scalar' is not "
+               "currently implemented for the XPU device. Please open a feature on ...")
+
+
+def test_spec_hooks_are_each_devices_own_and_lacking_ones_are_left_out() -> None:
+    cpu = hf_spec.hooks("cpu")
+    assert cpu["MANUAL_SEED_FN"]["impl"] == "torch.manual_seed"
+    assert cpu["DEVICE_COUNT_FN"]["impl"] == "torch.cpu.device_count"
+    assert cpu["EMPTY_CACHE_FN"] == {"api": "empty_cache", "impl": None,
+                                     "why": "cpu claims no empty_cache (accelgrid.backends)"}
+    # cuda / xpu without the device: resolve() only needs the attribute to exist.
+    ok = lambda api, dev: None   # noqa: E731
+    for dev in ("cuda", "xpu"):
+        found = hf_spec.hooks(dev, ok)
+        assert {h: e["impl"] for h, e in found.items()} == {
+            "MANUAL_SEED_FN": f"torch.{dev}.manual_seed",
+            "EMPTY_CACHE_FN": f"torch.{dev}.empty_cache",
+            "DEVICE_COUNT_FN": f"torch.{dev}.device_count"}
+    mps = hf_spec.hooks("mps", ok)
+    assert mps["DEVICE_COUNT_FN"]["impl"] == "backends.TABLES['device_count']['mps']"
+    text = hf_spec.spec_text("mps", mps)
+    assert "from accelgrid import backends" in text and "DEVICE_NAME = 'mps'" in text
+    # An API this torch lacks (torch 2.4's xpu memory stats, pytorch/pytorch#127929): left out.
+
+    def lacks_empty_cache(api: str, dev: str) -> None:
+        if api == "empty_cache":
+            raise backends.MissingAPI("torch.xpu.empty_cache is missing in this torch build")
+    found = hf_spec.hooks("xpu", lacks_empty_cache)
+    assert found["EMPTY_CACHE_FN"]["impl"] is None
+    assert "# EMPTY_CACHE_FN left out: torch.xpu.empty_cache is missing" in \
+        hf_spec.spec_text("xpu", found)
+
+
+def test_spec_file_is_written_once_and_recorded(tmp_path: Path) -> None:
+    path, record = hf_spec.write(tmp_path, "cpu")
+    assert path == tmp_path / hf_spec.SPEC_FILE
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    import torch
+    assert namespace["DEVICE_NAME"] == "cpu" and namespace["MANUAL_SEED_FN"] is torch.manual_seed
+    assert "EMPTY_CACHE_FN" not in namespace
+    on_disk = json.loads((tmp_path / hf_spec.SPEC_RECORD).read_text())
+    assert on_disk["sha256"] == record["sha256"] and on_disk["device"] == "cpu"
+    before = path.stat().st_mtime_ns
+    hf_spec.write(tmp_path, "cpu")
+    assert path.stat().st_mtime_ns == before
+
+
+def test_accelerate_env() -> None:
+    assert hf_spec.accelerate_env("cpu") == {"ACCELERATE_TORCH_DEVICE": "cpu",
+                                             "ACCELERATE_USE_CPU": "1"}
+    assert hf_spec.accelerate_env("xpu") == {"ACCELERATE_TORCH_DEVICE": "xpu"}
+
+
+def _tree(path: Path, package: str, version: str) -> Path:
+    (path / "tests").mkdir(parents=True)
+    (path / "src" / package).mkdir(parents=True)
+    (path / "src" / package / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    return path
+
+
+def test_checkouts_by_version_and_accelerate_dev_tree(tmp_path: Path) -> None:
+    tf, acc = suite.PROJECTS["transformers"], suite.PROJECTS["accelerate"]
+    _tree(tmp_path / "t" / "v5.24.0", "transformers", "5.24.0")
+    assert hf_checkouts.find(str(tmp_path / "t"), "5.24.0", tf)[0] == tmp_path / "t" / "v5.24.0"
+    found, why = hf_checkouts.find(str(tmp_path / "t" / "v5.24.0"), "5.17.0", tf)
+    assert found is None and "no transformers checkout at 5.17.0 (the installed version)" \
+        in why and "(a checkout at 5.24.0)" in why
+    _tree(tmp_path / "a", "accelerate", "1.15.0.dev0")
+    found, how = hf_checkouts.find(str(tmp_path / "a"), "1.15.0", acc)
+    assert found == tmp_path / "a" and "a development tree of 1.15.0" in how
+    # ... but not of another release, and not for transformers.
+    assert hf_checkouts.find(str(tmp_path / "a"), "1.14.0", acc)[0] is None
+    _tree(tmp_path / "t2", "transformers", "5.24.0.dev0")
+    assert hf_checkouts.find(str(tmp_path / "t2"), "5.24.0", tf)[0] is None
+
+
+def test_hub_errors_are_told_from_other_failures() -> None:
+    class LocalEntryNotFoundError(Exception):
+        pass
+    try:
+        try:
+            raise LocalEntryNotFoundError("no cached file")
+        except LocalEntryNotFoundError as inner:
+            raise OSError("could not load the config") from inner
+    except OSError as exc:
+        assert suite.needs_hub(exc) == "LocalEntryNotFoundError: no cached file"
+    assert suite.needs_hub(AssertionError("tensors differ")) is None
+    assert suite.needs_hub(None) is None
+
+
+def test_selection_entries_name_files() -> None:
+    assert suite.test_file("transformers", "bert") == "tests/models/bert/test_modeling_bert.py"
+    assert suite.test_file("transformers", "models/t5/test_modeling_t5.py") == \
+        "tests/models/t5/test_modeling_t5.py"
+    assert suite.test_file("accelerate", "test_cpu") == "tests/test_cpu.py"
+    assert suite.test_file("accelerate", "hooks") == "tests/test_hooks.py"
+    assert suite.test_file("accelerate", "tests/fsdp/test_fsdp") == "tests/fsdp/test_fsdp.py"
+
+
+def test_not_implemented_and_fallback_table() -> None:
+    table: dict = {}
+    hf_ops.add(table, "suites/hf_tests/transformers/models/detr/t.py::A::test_loss", XPU_DEBUG)
+    hf_ops.add(table, "suites/hf_tests/accelerate/test_optimizer.py::B::test_x", XPU_MISSING)
+    hf_ops.add(table, "suites/hf_tests/accelerate/test_optimizer.py::B::test_x", XPU_MISSING)
+    assert table == {
+        "aten::nll_loss2d_forward.output": {
+            "kind": "fallback",
+            "tests": ["suites/hf_tests/transformers/models/detr/t.py::A::test_loss"]},
+        "aten::_foreach_norm.Scalar": {
+            "kind": "missing",
+            "tests": ["suites/hf_tests/accelerate/test_optimizer.py::B::test_x"]},
+    }
+    md = hf_ops.markdown("xpu-2.13", table)
+    assert md.index("_foreach_norm") < md.index("nll_loss2d")   # not implemented first
+    assert "| `aten::_foreach_norm.Scalar` | not implemented |" in md
+    assert hf_ops.merged({"ops": {"aten::x": {"kind": "fallback", "tests": ["a"]}}},
+                         {"aten::x": {"kind": "missing", "tests": ["b"]}}) == \
+        {"schema": 1, "ops": {"aten::x": {"kind": "missing", "tests": ["a", "b"]}}}
+    assert "None: no NotImplementedError" in hf_ops.markdown("cpu-2.13", {})
+
+
+# --- in the real cpu-2.13 cell env ----------------------------------------------------
+FINE = '''import unittest
+from transformers.testing_utils import backend_device_count, torch_device
+
+
+class FineTest(unittest.TestCase):
+    def test_device(self):
+        self.assertEqual(torch_device, "cpu")
+
+    def test_count(self):
+        self.assertEqual(backend_device_count(torch_device), 1)
+
+    def test_hub(self):   # as transformers raises it offline for a missing checkpoint
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files, "
+                      "and couldn't find them in the cached files.")
+'''
+
+
+def _fake_transformers(path: Path) -> Path:
+    _tree(path, "transformers", "5.24.0")   # cpu-2.13's transformers
+    for pkg in ("tests", "tests/models", "tests/models/fine", "tests/models/broken"):
+        (path / pkg).mkdir(parents=True, exist_ok=True)
+        (path / pkg / "__init__.py").write_text("")
+    (path / "tests/models/fine/test_modeling_fine.py").write_text(FINE)
+    (path / "tests/models/broken/test_modeling_broken.py").write_text(
+        "import no_such_module_anywhere\n")
+    return path
+
+
+def _run(tmp_path: Path, args: list[str], **env: str) -> list[dict]:
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelgrid", "shell", "cpu-2.13", "--", "python", "-m",
+         "pytest", *args, "-p", "no:cacheprovider", "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "ACCELGRID_RESULTS_DIR": str(out), **env})
+    lines = (out / "cpu-2.13" / ".debug" / results.TESTS).read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    assert recs, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return recs
+
+
+@pytest.mark.slow
+def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(tmp_path: Path) -> None:
+    sessions.prepared_python(ROOT, load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13"))
+    co = _fake_transformers(tmp_path / "co" / "v5.24.0")
+    # One run: a broken file is one error record and the other file's tests run (through
+    # the generated spec, whose own checks pass); no accelerate checkout: one not-run.
+    recs = _run(tmp_path, ["suites/hf_tests", "--hf-transformers", "fine,broken,nosuch"],
+                ACCELGRID_TRANSFORMERS_SRC=str(tmp_path / "co"), ACCELGRID_ACCELERATE_SRC="")
+    by_id = {r["nodeid"]: r for r in recs}
+    assert by_id["suites/hf_tests/test_accelerate_own.py::checkout"]["message"] == (
+        "no accelerate checkout: set ACCELGRID_ACCELERATE_SRC to one at v1.15.0 (or a "
+        "folder of checkouts by version) to run its own tests")
+    spec_test = "suites/hf_tests/test_device_spec.py"
+    assert {r["outcome"] for n, r in by_id.items() if n.startswith(spec_test)} == {"passed"}
+    base = "suites/hf_tests/transformers/models"
+    assert by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_device"]["outcome"] \
+        == "passed"
+    assert by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_count"]["outcome"] \
+        == "passed"
+    hub = by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_hub"]
+    assert hub["outcome"] == "not-run", hub
+    assert hub["message"].startswith("needs the Hugging Face Hub, and the cell runs offline: "
+                                     "OSError: We couldn't connect")
+    broken = by_id[f"{base}/broken/test_modeling_broken.py::import"]
+    assert broken["outcome"] == "error" and "no_such_module_anywhere" in broken["longrepr"]
+    nosuch = by_id["suites/hf_tests/test_transformers_own.py::tests/models/nosuch/"
+                   "test_modeling_nosuch.py"]
+    assert nosuch["outcome"] == "not-run" and "is not in the transformers checkout" \
+        in nosuch["message"]
+    # Another version: one not-run naming both.
+    (co / "src/transformers/__init__.py").write_text('__version__ = "5.17.0"\n')
+    recs = _run(tmp_path, ["suites/hf_tests/test_transformers_own.py"],
+                ACCELGRID_TRANSFORMERS_SRC=str(co))
+    (rec,) = recs
+    assert rec["outcome"] == "not-run"
+    assert "no transformers checkout at 5.24.0 (the installed version)" in rec["message"]
+    assert "(a checkout at 5.17.0)" in rec["message"]
+    # A spec whose seed hook does nothing turns the seeded test red.
+    planted = tmp_path / "noop_seed_spec.py"
+    planted.write_text("import torch\nDEVICE_NAME = 'cpu'\nMANUAL_SEED_FN = lambda seed: None\n"
+                       "DEVICE_COUNT_FN = torch.cpu.device_count\n")
+    outcome = {r["nodeid"].rsplit("::", 1)[1]: r["outcome"]
+               for r in _run(tmp_path, [spec_test], TRANSFORMERS_TEST_DEVICE_SPEC=str(planted))}
+    assert outcome == {"test_spec_hooks_are_the_devices_own": "failed",
+                       "test_seeding_through_the_spec_repeats_a_draw": "failed"}
+
+
+def _cell(root: Path, name: str, device: str, recs: dict[str, str]) -> Path:
+    folder = root / name
+    results.write_json(folder / results.ENV, {"cell": name, "device_type": device,
+                                              "status": "finished"})
+    for nodeid, outcome in recs.items():
+        results.append_record(folder / results.TESTS, {"nodeid": nodeid, "outcome": outcome,
+                                                       "cell": name, "message": "boom"})
+    return folder
+
+
+def test_report_puts_the_reference_cells_outcome_beside_each_failure(tmp_path: Path) -> None:
+    from accelgrid.report import hf_tests
+
+    a = "suites/hf_tests/transformers/models/vit/test_modeling_vit.py::ViTModelTest::test_a"
+    b = "suites/hf_tests/accelerate/test_optimizer.py::OptimizerTester::test_b"
+    xpu = _cell(tmp_path, "xpu-2.13", "xpu", {a: "failed", b: "crashed"})
+    _cell(tmp_path, "cpu-2.13", "cpu", {a: "failed", b: "passed"})
+
+    results.write_json(xpu / "hf_ops.json", hf_ops.merged(None, {
+        "aten::_foreach_norm.Scalar": {"kind": "missing", "tests": [b]}}))
+    model = hf_tests.summary([tmp_path])
+    cells = {c["cell"]: c for c in model["cells"]}
+    assert cells["xpu-2.13"]["reference"] == "cpu-2.13"     # no cuda cell: cpu
+    assert [(f["nodeid"], f["outcome"], f["reference"]) for f in
+            cells["xpu-2.13"]["failures"]] == [(b, "crashed", "passed"), (a, "failed", "failed")]
+    assert cells["xpu-2.13"]["files"] == {
+        "accelerate/test_optimizer.py": {"crashed": 1},
+        "transformers/models/vit/test_modeling_vit.py": {"failed": 1}}
+    _cell(tmp_path, "cuda-2.11", "cuda", {a: "passed"})
+    cells = {c["cell"]: c for c in hf_tests.summary([tmp_path])["cells"]}
+    assert cells["xpu-2.13"]["reference"] == "cuda-2.11"    # cuda first
+    assert {f["nodeid"]: f["reference"] for f in cells["xpu-2.13"]["failures"]} == {
+        a: "passed", b: "not in the reference cell"}
+    assert cells["cuda-2.11"]["reference"] == "cpu-2.13"
+    md = hf_tests.markdown(hf_tests.summary([tmp_path]))
+    assert "| `accelerate/test_optimizer.py::OptimizerTester::test_b` | crashed | not in the " \
+        "reference cell | boom |" in md
+    assert "| `aten::_foreach_norm.Scalar` | missing | 1: " in md
