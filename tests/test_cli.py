@@ -112,7 +112,7 @@ def test_run_container_refuses_a_cell_without_image() -> None:
 def test_every_argument_after_dashes_reaches_pytest(word, monkeypatch) -> None:
     # Before the command tree, `accelgrid run cpu-2.13 -- -k ops` silently dropped `-k ops`.
     calls: list[list[str]] = []
-    monkeypatch.setattr(cli_run, "nox", lambda argv, root: calls.append(argv) or 0)
+    monkeypatch.setattr(cli_run, "nox", lambda argv, root, env=None: calls.append(argv) or 0)
     assert cli.main(["--matrix", str(ROOT / "matrix.yaml"), "run", "cpu-2.13", "--", "-k",
                      word, word, "--", "-x"]) == 0
     (cmd,) = calls
