@@ -127,6 +127,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "devices here)")
     p.add_argument("--repeat", type=int, default=devices_bench.DEFAULT_REPEAT,
                    help="runs per count (default: %(default)s)")
+    p.add_argument("--workers-per-device", default=None, metavar="K,...",
+                   help="a sweep: each count once per number of workers sharing each device "
+                        "(whole numbers or auto, e.g. 1,auto; default: the runner's choice "
+                        "only)")
     p.add_argument("--no-venv", action="store_true",
                    help="run the cell as `nox --no-venv` (this interpreter's packages)")
     p.add_argument("--out", default=devices_bench.DEFAULT_OUT,
@@ -167,7 +171,9 @@ def _devices(args: argparse.Namespace) -> int:
     try:
         report = devices_bench.run(matrix_of(args), args.cell, counts=counts,
                                    repeat=args.repeat, no_venv=args.no_venv,
-                                   pytest_args=args.pytest_args, out=args.out)
+                                   pytest_args=args.pytest_args, out=args.out,
+                                   per_device=devices_bench.parse_per_device(
+                                       args.workers_per_device))
     except Stopped as exc:   # SIGTERM: the shell's code for it
         return 128 + exc.signum
     return 0 if all(r["rc"] == 0 for r in report["runs"]) else 1
