@@ -12,6 +12,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.fixture(autouse=True)
+def one_worker_per_device(monkeypatch) -> None:
+    """Plans and runs that do not depend on this host's cores (the runner shares a device
+    among more workers on a bigger host); tests of that choice set or delete it."""
+    monkeypatch.setenv("ACCELGRID_WORKERS_PER_DEVICE", "1")
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

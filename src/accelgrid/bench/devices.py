@@ -44,7 +44,9 @@ AUTO = "auto"             # --workers-per-device: the runner's choice for this h
 
 
 def parse_per_device(value: str | None) -> list[str] | None:
-    """``--workers-per-device``: comma-separated whole numbers (1..64) or ``auto``."""
+    """``--workers-per-device``: comma-separated whole numbers (1..64) or ``auto``, in the
+    order they run; one given twice runs twice (``1,auto,auto``: one run with a worker,
+    then two more of the runner's choice, each ``--repeat`` times)."""
     if value is None:
         return None
     items = [x.strip() for x in value.split(",") if x.strip()]
@@ -53,7 +55,7 @@ def parse_per_device(value: str | None) -> list[str] | None:
     if not items or wrong:
         raise InvalidInput(f"--workers-per-device {value!r}: whole numbers from 1 to "
                            f"{runner.MAX_WORKERS_PER_DEVICE} or {AUTO}, comma-separated")
-    return list(dict.fromkeys(items))
+    return items
 
 
 def counts_for(available: int, asked: Sequence[int] | None = None) -> list[int]:
@@ -148,13 +150,17 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
                              "counts": (summary or {}).get("counts"), "load": load,
                              "device_facts": _devices_of(env_json or {}),
                              "per_device": k, "failed": _went_wrong(records)}
+                    last = results.last_outcomes(list(records))
+                    entry["messages"] = {x: str(last[x].get("message") or "")[:500]
+                                         for x in entry["failed"]}
                     report["runs"].append(entry)
                     print(f"[{len(report['runs'])}/{total}] {n} device(s)"
                           + (f", {k} worker(s) each" if k else "") + ": "
                           f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
                           + ", ".join(f"{p['name']} {p['wall_s']} s" for p in entry["passes"])
                           + f"; load {load})"
-                          + "".join(f"\n    went wrong: {x}" for x in entry["failed"]),
+                          + "".join(f"\n    went wrong: {x}: {m[:200]}"
+                                    for x, m in entry["messages"].items()),
                           flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
