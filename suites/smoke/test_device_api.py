@@ -354,6 +354,9 @@ def test_fp32_check_catches_a_kernel_off_by_1e_4(
     _fails(check_matmul, device, "fp32 matmul")
 
 
+# Its premise (a copy still in flight when synchronize is called) broke once in five runs
+# with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/).
+@pytest.mark.device_alone
 def test_synchronize_check_catches_a_no_op_synchronize(
     device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
