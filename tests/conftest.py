@@ -1,7 +1,17 @@
-"""Shared fixtures for accelgrid's own tests."""
+"""Shared fixtures for accelgrid's own tests, and how a plain ``pytest`` runs them.
+
+A plain ``pytest`` (the README's test command) runs the quick tests on one xdist worker
+per core (``-n N`` chooses, ``-n 0`` runs them in this process) and leaves out the
+end-to-end set, the tests marked ``slow``: they build real cell envs and run real cells
+(minutes). ``pytest -m slow`` runs that set (``.ci/run`` runs both); any ``-m`` given
+decides alone (``-m "slow or not slow"``: everything). The cell envs they build live
+outside the checkout (:func:`cell_envdir`), reused from one run to the next.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +20,53 @@ from mini_projects import make_project
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
+SLOW = "slow"
+# Where the slow tests' cell envs live: $ACCELGRID_TEST_ENVS, else the user's cache; one
+# folder per checkout (each env links its checkout's src/, so two checkouts never share).
+TEST_ENVS = "ACCELGRID_TEST_ENVS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """A plain ``pytest`` runs on xdist workers (``-n``, ``-p no:xdist`` or an xdist
+    worker itself: as asked)."""
+    if (getattr(config.option, "numprocesses", 0) is None and config.pluginmanager.has_plugin(
+            "xdist") and not os.environ.get("PYTEST_XDIST_WORKER")
+            and not config.option.collectonly and not config.option.tx):
+        config.option.numprocesses = "auto"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``-m``, the end-to-end tests (``slow``) are left out: ``pytest -m slow``."""
+    if config.option.markexpr:
+        return
+    slow = [i for i in items if i.get_closest_marker(SLOW)]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if not i.get_closest_marker(SLOW)]
+
+
+def cell_envdir() -> Path:
+    """The folder the slow tests build this checkout's cell envs in (outside it)."""
+    base = os.environ.get(TEST_ENVS) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "accelgrid",
+        "test-envs")
+    return Path(base) / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+
+
+@pytest.fixture(autouse=True)
+def envs_beside_their_project(monkeypatch) -> None:
+    """Mini projects' envs go in their own .nox, whatever this shell exported."""
+    monkeypatch.delenv("ACCELGRID_ENVDIR", raising=False)
+
+
+@pytest.fixture
+def outside_envdir(monkeypatch) -> Path:
+    """This checkout's cell envs outside it (:func:`cell_envdir`), for this test and the
+    processes it starts."""
+    where = cell_envdir()
+    monkeypatch.setenv("ACCELGRID_ENVDIR", str(where))
+    return where
 
 
 @pytest.fixture(autouse=True)

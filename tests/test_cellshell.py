@@ -215,18 +215,25 @@ def test_shell_with_a_command_that_does_not_exist_says_so(project: Path) -> None
 
 @pytest.fixture(scope="module")
 def cpu_python() -> Path:
-    """cpu-2.13's env, built (or refreshed) by its nox session with --install-only."""
+    """cpu-2.13's env, built (or refreshed) by its nox session with --install-only, outside
+    the checkout (conftest.cell_envdir; the tests using it ask for outside_envdir too)."""
+    from conftest import cell_envdir
+
     cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
-    python = venvs.python_in(venvs.env_dir(ROOT, cell))
-    pth = venvs.site_packages(python) / venvs.PTH if python.exists() else None
-    if pth is not None:
-        pth.unlink(missing_ok=True)   # the build itself must write it
-    assert sessions.prepared_python(ROOT, cell) == str(python)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(contract.ENVDIR, str(cell_envdir()))
+        python = venvs.python_in(venvs.env_dir(ROOT, cell))
+        pth = venvs.site_packages(python) / venvs.PTH if python.exists() else None
+        if pth is not None:
+            pth.unlink(missing_ok=True)   # the build itself must write it
+        assert sessions.prepared_python(ROOT, cell) == str(python)
+    assert python.is_relative_to(cell_envdir())
     return python
 
 
 @pytest.mark.slow
-def test_the_cell_envs_own_python_runs_a_suite(cpu_python: Path, tmp_path: Path) -> None:
+def test_the_cell_envs_own_python_runs_a_suite(cpu_python: Path, tmp_path: Path,
+                                               outside_envdir: Path) -> None:
     proc = subprocess.run([str(cpu_python), "-m", "pytest", "suites/smoke", "-k", "matmul",
                            "-p", "no:cacheprovider", "-q"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env=clean(dict(os.environ)))
@@ -245,8 +252,8 @@ def comparable(env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path,
-                                                           tmp_path: Path) -> None:
+def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path, tmp_path: Path,
+                                                           outside_envdir: Path) -> None:
     out = tmp_path / "results"
     base = {**os.environ, "ACCELGRID_RESULTS_DIR": str(out)}
     run = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s",

@@ -47,6 +47,8 @@ VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 # --- set by the user (or CI) -----------------------------------------------------------
 RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go
 WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
+ENVDIR = "ACCELGRID_ENVDIR"            # where cell envs live (nox's --envdir; else .nox
+                                       # beside the noxfile)
 WORKERS_PER_DEVICE = "ACCELGRID_WORKERS_PER_DEVICE"  # workers sharing each device (else
                                                      # chosen from the host: runner)
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index

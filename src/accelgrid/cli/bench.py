@@ -92,9 +92,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--models", default=offload_bench.DEFAULT_MODELS,
                    help=f"from {','.join(offload_bench.MODELS)} (mlp-gelu: the denormal case)")
-    p.add_argument("--flush-denormals", default="off", choices=tuple(offload_bench.FLUSH),
+    p.add_argument("--flush-denormals", default="auto", choices=tuple(offload_bench.FLUSH),
                    help="flush denormals to zero in the CPU optimizer's threads; both: each "
-                        "offload run without and with")
+                        "offload run without and with; auto (default): both for mlp-gelu, "
+                        "off for the others")
     p.add_argument("--cpu-adamw", action="store_true",
                    help="only fused CPU AdamW over normal and denormal state, each way of "
                         "flushing side by side (no GPU needed; --steps, --warmup, --out)")
