@@ -73,6 +73,7 @@ def _bench(proj: Path, *args: str, devices_env: str = "0,1") -> subprocess.Compl
                           capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_a_real_run_on_a_faked_two_device_host(mini_project, tmp_path: Path) -> None:
     proj = mini_project(noxfile=True)
     (proj / "suites" / "payload" / "test_multi.py").write_text(PAYLOAD)
@@ -101,6 +102,7 @@ def test_a_real_run_on_a_faked_two_device_host(mini_project, tmp_path: Path) -> 
     assert "| tests' own time per suite (s) |" in md and " payload " in md
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_a_sweep_of_workers_per_device_reports_each_against_one_worker(
         mini_project, tmp_path: Path) -> None:
     proj = mini_project(noxfile=True)
@@ -157,6 +159,7 @@ def test_waits():
 '''
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_sigterm_removes_the_temporary_folder_and_the_cell_run(mini_project,
                                                                tmp_path: Path) -> None:
     proj = mini_project(noxfile=True)

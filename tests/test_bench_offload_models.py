@@ -164,6 +164,7 @@ def cpu_stand_ins(monkeypatch: pytest.MonkeyPatch, helpers: Any) -> None:
         "h2d_gbps": 10.0, "d2h_gbps": 10.0, "copy_bytes": nbytes})
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_models_side_by_side_with_and_without_flush(cpu_stand_ins: None, tmp_path: Path) -> None:
     report = offload.run([0.0002], ["fp32"], list(offload.MODES), suite=SUITE, steps=1,
                          warmup=0, width=64, tokens=8, copy_mib=1, out=tmp_path,
