@@ -10,20 +10,16 @@ outside the checkout (:func:`cell_envdir`), reused from one run to the next.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
 
 import pytest
-from mini_projects import make_project
+from mini_projects import cell_envdir, make_project
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 SLOW = "slow"
-# Where the slow tests' cell envs live: $ACCELGRID_TEST_ENVS, else the user's cache; one
-# folder per checkout (each env links its checkout's src/, so two checkouts never share).
-TEST_ENVS = "ACCELGRID_TEST_ENVS"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -44,14 +40,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if not i.get_closest_marker(SLOW)]
-
-
-def cell_envdir() -> Path:
-    """The folder the slow tests build this checkout's cell envs in (outside it)."""
-    base = os.environ.get(TEST_ENVS) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "accelgrid",
-        "test-envs")
-    return Path(base) / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
 
 
 @pytest.fixture(autouse=True)

@@ -217,7 +217,7 @@ def test_shell_with_a_command_that_does_not_exist_says_so(project: Path) -> None
 def cpu_python() -> Path:
     """cpu-2.13's env, built (or refreshed) by its nox session with --install-only, outside
     the checkout (conftest.cell_envdir; the tests using it ask for outside_envdir too)."""
-    from conftest import cell_envdir
+    from mini_projects import cell_envdir
 
     cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
     with pytest.MonkeyPatch.context() as mp:
