@@ -3,7 +3,8 @@
 A plain ``pytest`` (the README's test command) runs the quick tests on one xdist worker
 per core (``-n N`` chooses, ``-n 0`` runs them in this process) and leaves out the
 end-to-end set, the tests marked ``slow``: they build real cell envs and run real cells
-(minutes). ``pytest -m slow`` runs that set (``.ci/run`` runs both); any ``-m`` given
+(minutes). ``pytest -m slow`` runs that set (``.ci/run`` runs both), in one process
+unless ``-n`` says otherwise (its tests build the same cell env); any ``-m`` given
 decides alone (``-m "slow or not slow"``: everything). The cell envs they build live
 outside the checkout (:func:`cell_envdir`), reused from one run to the next.
 """
@@ -24,11 +25,13 @@ SLOW = "slow"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """A plain ``pytest`` runs on xdist workers (``-n``, ``-p no:xdist`` or an xdist
-    worker itself: as asked)."""
+    """A plain ``pytest`` runs on xdist workers (``-n``, ``-m``, ``-p no:xdist`` or an xdist
+    worker itself: as asked; with ``-m`` in one process, since the slow tests two workers
+    would run at once build the same cell env)."""
     if (getattr(config.option, "numprocesses", 0) is None and config.pluginmanager.has_plugin(
             "xdist") and not os.environ.get("PYTEST_XDIST_WORKER")
-            and not config.option.collectonly and not config.option.tx):
+            and not config.option.collectonly and not config.option.tx
+            and not config.option.markexpr):
         config.option.numprocesses = "auto"
 
 
