@@ -27,6 +27,8 @@ from accelgrid.matrix import load_matrix, matrix_path  # noqa: E402
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_venv = "yes"
+if os.environ.get("ACCELGRID_ENVDIR"):  # envs outside the checkout (venvs.env_dir agrees)
+    nox.options.envdir = os.environ["ACCELGRID_ENVDIR"]
 
 try:
     # `accelgrid --matrix F run CELL` names F in ACCELGRID_MATRIX: the sessions are F's cells.

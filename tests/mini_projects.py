@@ -3,6 +3,8 @@ on request, a noxfile (the ``mini_project`` fixture builds one in ``tmp_path``).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -26,6 +28,20 @@ sessions.register(load_matrix(Path(__file__).parent / "matrix.yaml"))
 """
 # What a cell env needs to run the suites (the runner's pytest options).
 TOOLS = ("pytest==9.2.0", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0")
+
+
+# Where the slow tests' cell envs live: $ACCELGRID_TEST_ENVS, else the user's cache; one
+# folder per checkout (each env links its checkout's src/, so two checkouts never share).
+TEST_ENVS = "ACCELGRID_TEST_ENVS"
+
+
+def cell_envdir() -> Path:
+    """The folder the slow tests build this checkout's cell envs in (outside it; .ci/run
+    hands it to its own cell run, which reuses the env)."""
+    base = os.environ.get(TEST_ENVS) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "accelgrid",
+        "test-envs")
+    return Path(base) / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
 
 
 def make_project(proj: Path, test_seconds: int = 60, cell_minutes: int = 10, workers: int = 1,

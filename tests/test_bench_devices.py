@@ -73,6 +73,7 @@ def _bench(proj: Path, *args: str, devices_env: str = "0,1") -> subprocess.Compl
                           capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_a_real_run_on_a_faked_two_device_host(mini_project, tmp_path: Path) -> None:
     proj = mini_project(noxfile=True)
     (proj / "suites" / "payload" / "test_multi.py").write_text(PAYLOAD)
@@ -101,6 +102,41 @@ def test_a_real_run_on_a_faked_two_device_host(mini_project, tmp_path: Path) -> 
     assert "| tests' own time per suite (s) |" in md and " payload " in md
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
+def test_a_sweep_of_workers_per_device_reports_each_against_one_worker(
+        mini_project, tmp_path: Path) -> None:
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_multi.py").write_text(PAYLOAD.replace(
+        "@pytest.mark.multi_device", "def test_fails_when_shared():\n"
+        "    assert os.environ['PYTEST_XDIST_WORKER_COUNT'] == '1'\n\n"
+        "@pytest.mark.multi_device", 1))
+    proc = _bench(proj, "--cell", "xpu-2.13", "--no-venv", "--counts", "1",
+                  "--workers-per-device", "1,2,2", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # a failure
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith(", 1 / 2 / 2 workers per device")
+    assert lines[1].startswith("[1/3] 1 device(s), 1 worker(s) each: ")
+    report = json.loads((tmp_path / "out" / "bench-devices.json").read_text())
+    assert [(r["per_device"], [p["workers"] for p in r["passes"]]) for r in report["runs"]] == [
+        ("1", [1]), ("2", [2]), ("2", [2])]
+    wrong = "suites/payload/test_multi.py::test_fails_when_shared"
+    assert [r["failed"] for r in report["runs"]] == [[], [wrong], [wrong]]
+    one, two = report["sharing"]
+    assert (one["per_device"], one["runs"], one["ratio"], one["aim"]) == ("1", 1, 1.0, None)
+    assert (two["per_device"], two["runs"], two["aim"]) == ("2", 2, 0.33)
+    assert two["runs_with_failures"] == 2 and one["runs_with_failures"] == 0
+    md = (tmp_path / "out" / "bench-devices.md").read_text()
+    assert "| devices | workers per device | runs | median wall | of one worker | aim " in md
+    assert f"|  | went wrong: `{wrong}` |" in md
+
+
+@pytest.mark.parametrize("value", ["0", "x", "", "1,65", "auto,-1"])
+def test_bad_workers_per_device_are_refused(value: str) -> None:
+    with pytest.raises(InvalidInput, match="--workers-per-device"):
+        devices.parse_per_device(value)
+    assert devices.parse_per_device("1,auto,auto") == ["1", "auto", "auto"]
+
+
 def test_a_cell_of_one_device_and_bad_counts_are_refused(mini_project) -> None:
     proj = mini_project(noxfile=True)
     proc = _bench(proj, "--cell", "cpu-2.13")
@@ -123,6 +159,7 @@ def test_waits():
 '''
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_sigterm_removes_the_temporary_folder_and_the_cell_run(mini_project,
                                                                tmp_path: Path) -> None:
     proj = mini_project(noxfile=True)

@@ -13,6 +13,7 @@ from accelgrid.cli import main
 from accelgrid.errors import InvalidInput
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_tiny_run_reports_and_writes_bench_grid_json_and_md(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = bench_grid.run(3, 40, repeat=2, budget=60.0, out=tmp_path / "docs")

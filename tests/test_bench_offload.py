@@ -198,6 +198,7 @@ def cpu_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
         "h2d_gbps": 10.0, "d2h_gbps": 5.0, "copy_bytes": nbytes})
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_whole_run_on_cpu_with_stand_ins(cpu_stand_ins: None, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     report = offload.run([0.0001], ["fp32"], list(offload.MODES), suite=SUITE, steps=2,

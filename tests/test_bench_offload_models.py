@@ -58,15 +58,51 @@ def test_transformer_blocks_have_layernorm_gelu_and_residuals(helpers: Any) -> N
     assert calls == [(3, 256, 1024)] * 2
 
 
-def test_mlp_gelu_is_the_plain_stack_with_gelus(helpers: Any) -> None:
+def test_mlp_gelu_is_a_bias_free_stack_with_gelus(helpers: Any) -> None:
     torch.manual_seed(0)
     plain = helpers.bench_model("mlp", 64, 3, "cpu")
     torch.manual_seed(0)
     gelu = helpers.bench_model("mlp-gelu", 64, 3, "cpu")
     assert [type(m).__name__ for m in gelu] == ["Linear", "GELU", "Linear", "GELU", "Linear"]
-    for a, b in zip(plain, [m for m in gelu if isinstance(m, torch.nn.Linear)], strict=True):
-        assert torch.equal(a.weight, b.weight)
+    linears = [m for m in gelu if isinstance(m, torch.nn.Linear)]
+    assert all(m.bias is None for m in linears)
+    # Linear's own init (about sqrt(3) smaller than the plain stack's std width**-0.5).
+    ratio = (plain[0].weight.std() / linears[0].weight.std()).detach()
+    assert 1.5 < float(ratio) < 2.0
     assert helpers.bench_input("mlp", 8, 64, "cpu").shape == (8, 64)
+    out = torch.full((2, 3), 2.0)
+    assert float(helpers.bench_loss("mlp-gelu", out)) == 4.0   # mean of squares
+    assert float(helpers.bench_loss("mlp", out)) == 12.0       # the others: the sum
+
+
+def test_mlp_gelu_widths_scale_with_the_size(helpers: Any) -> None:
+    """1 B is the measured recipe (15 x Linear(8192), batch 64); narrower sizes take a
+    layer more, the other models keep their width and batch."""
+    shapes = [helpers.bench_shape("mlp-gelu", s, 4096, 1024) for s in (0.1, 0.5, 1.0)]
+    assert shapes == [(2496, 16, 64), (5568, 16, 64), (8192, 15, 64)]
+    for (width, depth, _), size in zip(shapes, (0.1, 0.5, 1.0), strict=True):
+        assert abs(depth * width**2 / (size * 1e9) - 1) < 0.05
+    assert helpers.bench_shape("mlp", 1.0, 4096, 1024) == (4096, 60, 1024)
+    assert [helpers.denormal_depth(w) for w in (16384, 8192, 8191, 1171, 1170, 128)] == [
+        15, 15, 16, 16, 17, 18]
+
+
+@pytest.mark.parametrize("size_b", [0.0002, 0.005])
+def test_mlp_gelu_is_the_denormal_case_at_small_sizes(helpers: Any, size_b: float) -> None:
+    """On the CPU at small sizes, as the bench builds it: its squared gradients are
+    denormal; the plain stack's, and mlp-gelu's under a sum loss, are not."""
+    width, depth, rows = helpers.bench_shape("mlp-gelu", size_b, 4096, 1024)
+
+    def share(kind: str, loss_kind: str) -> float:
+        torch.manual_seed(0)
+        model = helpers.bench_model(kind, width, depth, "cpu")
+        helpers.bench_loss(loss_kind, model(helpers.bench_input(kind, rows, width, "cpu"))
+                           ).backward()
+        return helpers.denormal_fraction([p.grad for p in model.parameters()], squared=True)
+
+    assert share("mlp-gelu", "mlp-gelu") >= helpers.DENORMAL_MIN
+    assert share("mlp", "mlp") < 0.01
+    assert share("mlp-gelu", "mlp") < helpers.DENORMAL_MIN
 
 
 def test_denormal_fraction_counts_bit_patterns(helpers: Any) -> None:
@@ -128,6 +164,7 @@ def cpu_stand_ins(monkeypatch: pytest.MonkeyPatch, helpers: Any) -> None:
         "h2d_gbps": 10.0, "d2h_gbps": 10.0, "copy_bytes": nbytes})
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_models_side_by_side_with_and_without_flush(cpu_stand_ins: None, tmp_path: Path) -> None:
     report = offload.run([0.0002], ["fp32"], list(offload.MODES), suite=SUITE, steps=1,
                          warmup=0, width=64, tokens=8, copy_mib=1, out=tmp_path,
@@ -140,7 +177,9 @@ def test_models_side_by_side_with_and_without_flush(cpu_stand_ins: None, tmp_pat
         ("transformer", "offload", True), ("transformer", "offload_grad", False),
         ("transformer", "offload_grad", True)]
     assert len(rows) == 10 and rows[5]["model"] == "mlp-gelu"
-    assert rows[0]["layers"] == 4 and rows[5]["layers"] == 49  # 0.0002 B / 49984, / 64**2
+    assert rows[0]["layers"] == 4 and rows[5]["layers"] == 18  # 0.0002 B / 49984; 128 wide
+    assert (rows[5]["width"], rows[5]["tokens"]) == (128, 64)
+    assert all(r["grad_sq_denormal"] >= 0.9 for r in rows[5:])  # the bench asserts it
     for r in rows:
         assert 0.0 <= r["grad_sq_denormal"] <= 1.0 and 0.0 <= r["state_denormal"] <= 1.0
         assert ("flush" in r) == r["flush_denormals"]
@@ -151,6 +190,27 @@ def test_models_side_by_side_with_and_without_flush(cpu_stand_ins: None, tmp_pat
     assert "| transformer | 0.000" in md and "| offload | on |" in md
     assert json.loads((tmp_path / "bench_offload.json").read_text())["meta"]["models"] == [
         "transformer", "mlp-gelu"]
+
+
+def test_a_denormal_model_that_is_not_denormal_fails_the_run(
+        cpu_stand_ins: None, tmp_path: Path, helpers: Any, monkeypatch) -> None:
+    """The planted fault: mlp-gelu under a sum loss (gradients far from denormal). The
+    default flush (auto) runs mlp-gelu's offload modes without and with, the others off."""
+    report = offload.run([0.0002], ["fp32"], ["none", "offload"], suite=SUITE, steps=1,
+                         warmup=0, width=64, tokens=8, copy_mib=1, out=tmp_path,
+                         plot_png=False, models=["mlp", "mlp-gelu"])
+    assert not offload.failed(report)
+    assert [(r["model"], r["mode"], r["flush_denormals"]) for r in report["results"]] == [
+        ("mlp", "none", False), ("mlp", "offload", False), ("mlp-gelu", "none", False),
+        ("mlp-gelu", "offload", False), ("mlp-gelu", "offload", True)]
+    monkeypatch.setattr(helpers, "bench_loss", lambda kind, out: out.sum())
+    monkeypatch.setattr(offload, "suite_helpers", lambda folder: helpers)
+    report = offload.run([0.0002], ["fp32"], ["none"], suite=SUITE, steps=1, warmup=0,
+                         width=64, tokens=8, copy_mib=1, out=tmp_path, plot_png=False,
+                         models=["mlp-gelu"])
+    assert offload.failed(report)
+    assert report["results"][0]["error"].startswith(
+        "mlp-gelu is not the denormal case here: ")
 
 
 def test_cpu_adamw_side_by_side(tmp_path: Path, helpers: Any) -> None:

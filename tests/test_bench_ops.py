@@ -28,6 +28,7 @@ def test_tiny_mlp():
 '''
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_tiny_run_with_and_without_capture(mini_project, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:

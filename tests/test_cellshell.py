@@ -215,7 +215,8 @@ def test_shell_with_a_command_that_does_not_exist_says_so(project: Path) -> None
 
 @pytest.fixture(scope="module")
 def cpu_python() -> Path:
-    """cpu-2.13's env, built (or refreshed) by its nox session with --install-only; its
+    """cpu-2.13's env, built (or refreshed) by its nox session with --install-only, outside
+    the checkout (conftest.cell_envdir; the tests using it ask for outside_envdir too); its
     link to this checkout (venvs.PTH) is there after that.
 
     The env is shared: under xdist other workers run it at the same time (test_nox, test_cli,
@@ -224,16 +225,22 @@ def cpu_python() -> Path:
     then could not import accelgrid). A clean checkout, as CI has, builds the env from
     nothing, which is when the build must write the link; the session rewrites it only when
     it names something else, so a warm env is never touched."""
+    from mini_projects import cell_envdir
+
     cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
-    python = venvs.python_in(venvs.env_dir(ROOT, cell))
-    assert sessions.prepared_python(ROOT, cell) == str(python)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(contract.ENVDIR, str(cell_envdir()))
+        python = venvs.python_in(venvs.env_dir(ROOT, cell))
+        assert sessions.prepared_python(ROOT, cell) == str(python)
+    assert python.is_relative_to(cell_envdir())
     pth = venvs.site_packages(python) / venvs.PTH
     assert pth.read_text(encoding="utf-8").strip() == str((ROOT / "src").absolute())
     return python
 
 
 @pytest.mark.slow
-def test_the_cell_envs_own_python_runs_a_suite(cpu_python: Path, tmp_path: Path) -> None:
+def test_the_cell_envs_own_python_runs_a_suite(cpu_python: Path, tmp_path: Path,
+                                               outside_envdir: Path) -> None:
     proc = subprocess.run([str(cpu_python), "-m", "pytest", "suites/smoke", "-k", "matmul",
                            "-p", "no:cacheprovider", "-q"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env=clean(dict(os.environ)))
@@ -252,8 +259,8 @@ def comparable(env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path,
-                                                           tmp_path: Path) -> None:
+def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path, tmp_path: Path,
+                                                           outside_envdir: Path) -> None:
     out = tmp_path / "results"
     base = {**os.environ, "ACCELGRID_RESULTS_DIR": str(out)}
     run = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s",

@@ -619,6 +619,7 @@ def test_tox_selects_what_the_readme_says(tmp_path, row: str) -> None:
     assert _default_envs(proc.stdout) == expected
 
 
+@pytest.mark.slow  # end to end: a whole bench or cell run
 def test_tox_empty_dispatch_inputs_run_instead_of_failing(tmp_path) -> None:
     # An empty workflow_dispatch input reaches tox as DEVICE= (set, empty): no filter,
     # as the README says, where it used to exit 254.

@@ -84,7 +84,8 @@ def test_checkout_version_reads_the_source_not_the_folder_name(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_the_fixture_in_a_real_cell_makes_a_mismatch_not_run(tmp_path: Path) -> None:
+def test_the_fixture_in_a_real_cell_makes_a_mismatch_not_run(tmp_path: Path,
+                                                             outside_envdir: Path) -> None:
     """In cpu-2.13's real env (transformers 5.24.0): no checkout, a checkout at 5.17.0 or a folder
     without 5.24.0 make test_example_script not-run (it failed before); a folder with a
     5.24.0 checkout is used (the script is missing from the fake: not-run, saying so)."""

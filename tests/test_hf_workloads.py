@@ -300,7 +300,8 @@ SEED_OPS_BY_VARIANT = {
 
 
 @pytest.mark.slow
-def test_cpu_op_capture_cell_captures_every_seed_op(tmp_path: Path) -> None:
+def test_cpu_op_capture_cell_captures_every_seed_op(tmp_path: Path,
+                                                    outside_envdir: Path) -> None:
     """The workload tests in the real cpu-2.13-op-capture cell (its own env, built by
     nox with uv on first use), then the seed-coverage report over its ops-raw."""
     out = tmp_path / "results"

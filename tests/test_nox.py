@@ -68,7 +68,7 @@ def test_no_venv_refuses_other_torch(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_real_cpu_cell_end_to_end(tmp_path: Path) -> None:
+def test_real_cpu_cell_end_to_end(tmp_path: Path, outside_envdir: Path) -> None:
     out = tmp_path / "results"
     proc = nox("-s", "cpu-2.13", "--", "suites/smoke", env={"ACCELGRID_RESULTS_DIR": str(out)},
                timeout=1500)
@@ -78,7 +78,8 @@ def test_real_cpu_cell_end_to_end(tmp_path: Path) -> None:
     env = json.loads((folder / "env.json").read_text())
     assert env["selection"] == ["suites/smoke"]
     assert env["torch"]["version"].startswith("2.13.0")
-    assert env["python"]["executable"].startswith(str(ROOT / ".nox"))  # the cell's own env
+    assert env["python"]["executable"].startswith(str(outside_envdir))  # the cell's own env
+    assert not (ROOT / ".nox" / "cpu-2-13").exists() or outside_envdir == ROOT / ".nox"
     assert env["packages"]["transformers"] == "5.24.0"
     lines = [json.loads(x) for x in (folder / "tests.jsonl").read_text().splitlines()]
     outcomes = {r["nodeid"].split("::")[-1]: r["outcome"] for r in lines}

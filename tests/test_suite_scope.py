@@ -223,7 +223,8 @@ def test_the_runner_gives_pytest_the_narrowed_suites() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("expr", ["smoke", "not smoke", "offload and not bf16",
                                   "smoke or distributed", "hf_examples"])
-def test_the_cells_suites_select_the_same_tests_narrowed(expr: str) -> None:
+def test_the_cells_suites_select_the_same_tests_narrowed(expr: str,
+                                                        outside_envdir: Path) -> None:
     """The real suites in the cpu-2.13 cell's env (built if missing: minutes)."""
     from accelgrid import sessions
 

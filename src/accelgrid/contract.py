@@ -36,6 +36,9 @@ PASS_ALL_DEVICES = "all-devices"
 # A cpu cell's tests see no accelerator (detect.HIDE_ACCELERATORS); the ones marked
 # sees_accelerators run after them in this pass, which sees the host's.
 PASS_HOST_ACCELERATORS = "host-accelerators"
+# Where several workers share a device, the tests marked device_alone run after them in
+# this pass: one worker per device, nothing else on it (timing premises, peak memory).
+PASS_DEVICE_ALONE = "device-alone"
 
 # How a process is pinned to some of the host's devices: set before torch is imported
 # (the runner pins xdist workers; suites read it to size a world).
@@ -47,6 +50,10 @@ MATRIX = "ACCELGRID_MATRIX"            # the matrix file a run uses instead of <
                                        # (`accelgrid --matrix F run` sets it for nox, so the
                                        # noxfile and the registry read the same file)
 WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
+ENVDIR = "ACCELGRID_ENVDIR"            # where cell envs live (nox's --envdir; else .nox
+                                       # beside the noxfile)
+WORKERS_PER_DEVICE = "ACCELGRID_WORKERS_PER_DEVICE"  # workers sharing each device (else
+                                                     # chosen from the host: runner)
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected
 SKIP_RUNTIME_CHECK = "ACCELGRID_SKIP_RUNTIME_CHECK"  # "1": run without the runtime bundle check

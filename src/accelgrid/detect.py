@@ -353,6 +353,25 @@ def xpu_inventory(root: str | Path | None = None, tools: bool = True) -> dict[st
 DEVICE_IDS = {"cuda": _nvidia_ids, "xpu": _xpu_ids, "default": lambda: []}
 
 
+def _nvidia_memory_gib() -> list[float]:
+    lines = _tool_lines(["nvidia-smi", "--query-gpu=memory.total",
+                         "--format=csv,noheader,nounits"])
+    try:
+        return [round(float(x) / 1024, 1) for x in lines]  # MiB
+    except ValueError:
+        return []
+
+
+# device -> each device's memory in GiB, in device_ids' order, read without importing
+# torch; [] where the host cannot say (then the runner shares a device less widely).
+DEVICE_MEMORY = {"cuda": _nvidia_memory_gib, "default": lambda: []}
+
+
+def device_memory_gib(device: str) -> list[float]:
+    """The memory of each of ``device``'s devices on this host, in GiB ([] if unknown)."""
+    return DEVICE_MEMORY.get(device, DEVICE_MEMORY["default"])()
+
+
 def device_ids(device: str, env: dict[str, str] | None = None) -> list[str]:
     """The ids of ``device``'s devices usable here, in the numbering its visibility
     variable uses. ``ACCELGRID_DEVICES=0,2`` picks a subset; an already-set

@@ -330,16 +330,16 @@ class WorkerMarker:
                            provenance.worker_torch_report(self.device))
 
     # pass -> (the marker its -m deselects, the file listing those tests for a later pass)
-    LEFT_BEHIND = {contract.PASS_PINNED: ("multi_device", results.MULTI_DEVICE),
-                   contract.PASS_SINGLE: ("sees_accelerators", results.HOST_ACCELERATORS)}
+    LEFT_BEHIND = {contract.PASS_PINNED: (("multi_device", results.MULTI_DEVICE),
+                                          ("device_alone", results.DEVICE_ALONE)),
+                   contract.PASS_SINGLE: (("sees_accelerators", results.HOST_ACCELERATORS),
+                                          ("device_alone", results.DEVICE_ALONE))}
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        kind = self.LEFT_BEHIND.get(self.pass_name)
-        if kind is None:
-            return
-        mark, name = kind
-        left = [i.nodeid for i in items if i.get_closest_marker(mark)]
+        for mark, name in self.LEFT_BEHIND.get(self.pass_name, ()):
+            self._leave(name, [i.nodeid for i in items if i.get_closest_marker(mark)])
 
+    def _leave(self, name: str, left: list[str]) -> None:
         # Several deselections (-m, -k, --upstream) add up; every worker collects the same
         # items and adds them to one list, under the folder's lock.
         def add(known: Any) -> list[str]:
@@ -419,6 +419,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
+    config.addinivalue_line("markers", "device_alone: needs its device to itself (a timing "
+                            "premise, a peak-memory measurement, an overlap trace): where "
+                            "several workers share a device, runs after them, one worker "
+                            "per device")
     config.addinivalue_line("markers", "sees_accelerators: in a cpu cell, runs in a later pass "
                             "that sees the host's accelerators (the cell's other tests see "
                             "none: CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")

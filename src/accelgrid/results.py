@@ -61,6 +61,7 @@ SUMMARY = "summary.json"
 PYTEST_LOG = "pytest.log"            # pytest's whole output, every pass (-rA: captured output)
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
 HOST_ACCELERATORS = "host_accelerators.json"  # tests a cpu cell left for the host-accelerators pass
+DEVICE_ALONE = "device_alone.json"   # tests the shared pass left for the device-alone pass
 RUNS = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection
 LAST_RUN = "last-run.json"           # results/<cell>/last-run.json: the latest run's folder
 LOCK = ".lock"                       # results/<cell>/.lock: flock of the run in progress

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import contract, detect, known_issues, lifetime, ops, progress, results, suite_scope
-from .errors import AccelgridError
+from .errors import AccelgridError, InvalidInput
 from .matrix import Cell
 from .versions import version_key
 
@@ -137,10 +137,23 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
 
 MULTI_DEVICE_MARK = "multi_device"
 SEES_ACCELERATORS_MARK = "sees_accelerators"   # in a cpu cell: run where accelerators show
+DEVICE_ALONE_MARK = "device_alone"   # needs its device to itself: after the shared workers
 # Passes that run only what an earlier pass left them (a file in the results folder),
 # unless they run beside it: then they collect their tests themselves.
 LEFT_FOR = {contract.PASS_ALL_DEVICES: results.MULTI_DEVICE,
-            contract.PASS_HOST_ACCELERATORS: results.HOST_ACCELERATORS}
+            contract.PASS_HOST_ACCELERATORS: results.HOST_ACCELERATORS,
+            contract.PASS_DEVICE_ALONE: results.DEVICE_ALONE}
+# Several workers per device where processes can share it: the cell's tests are mostly
+# host-bound (Python, small kernels), so one worker leaves the GPU and most cores idle.
+# Each shared worker gets at least CORES_PER_WORKER cores and WORKER_GIB of the device's
+# memory; at most MAX_PER_DEVICE (the gain flattens, contention grows; measured in
+# docs/h200-2026-12-01/workers-per-device/); where the device's memory is unknown, at most
+# UNKNOWN_MEMORY_PER_DEVICE.
+CORES_PER_WORKER = 2
+WORKER_GIB = 12.0
+MAX_PER_DEVICE = 8
+UNKNOWN_MEMORY_PER_DEVICE = 2
+MAX_WORKERS_PER_DEVICE = 64   # ACCELGRID_WORKERS_PER_DEVICE's bound
 # Whether processes may use one device of this type at the same time: then the pass that
 # sees every device runs beside the pinned workers (its ranks share their GPUs) instead of
 # after them. CUDA and XPU GPUs are time-shared between processes; a CUDA GPU set to an
@@ -177,36 +190,98 @@ class Pass:
         return max(1, self.xdist.count("--tx"))
 
 
+def workers_per_device(cell: Cell, devices: int, serial: bool = False,
+                       env: dict[str, str] | None = None,
+                       memory_gib: Sequence[float] | None = None) -> int:
+    """How many xdist workers share each of ``devices`` devices: 1 where the device type
+    cannot be shared by processes (:data:`SHARED_BY_PROCESSES`) or the run is ``serial``;
+    else ``ACCELGRID_WORKERS_PER_DEVICE``, else the cell's own ``workers`` when the matrix
+    sets more than one, else what the host affords: :data:`CORES_PER_WORKER` cores and
+    :data:`WORKER_GIB` of the smallest device's memory per worker, at most
+    :data:`MAX_PER_DEVICE` (:data:`UNKNOWN_MEMORY_PER_DEVICE` where the memory is unknown)."""
+    env = dict(os.environ if env is None else env)
+    if serial or not SHARED_BY_PROCESSES.get(cell.device, False) or devices < 1:
+        return 1
+    text = env.get(contract.WORKERS_PER_DEVICE, "").strip()
+    if text:
+        if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS_PER_DEVICE:
+            raise InvalidInput(f"{contract.WORKERS_PER_DEVICE}={text[:40]!r}: expected a "
+                               f"whole number from 1 to {MAX_WORKERS_PER_DEVICE}")
+        return int(text)
+    if cell.workers > 1:
+        return cell.workers
+    by_cores = (os.cpu_count() or 1) // (devices * CORES_PER_WORKER)
+    memory = list(detect.device_memory_gib(cell.device) if memory_gib is None
+                  else memory_gib)
+    cap = int(min(memory) // WORKER_GIB) if memory else UNKNOWN_MEMORY_PER_DEVICE
+    return max(1, min(by_cores, cap, MAX_PER_DEVICE))
+
+
+def _thread_share(workers: int) -> tuple[tuple[str, str], ...]:
+    """Each of ``workers`` workers' share of the CPU as OMP_NUM_THREADS (unless the user
+    chose): N workers each running torch's one-thread-per-core pools oversubscribe the
+    host."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return ()
+    return (("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers))),)
+
+
+def _device_alone(cell: Cell, var: str, device_ids: Sequence[str]) -> Pass:
+    """The pass after the shared workers: the ``device_alone`` tests, one worker pinned to
+    each device, so nothing else runs on it meanwhile."""
+    specs: list[str] = ["--dist", "worksteal"] if len(device_ids) > 1 else ["-n", "1"]
+    env: tuple[tuple[str, str], ...] = ()
+    if len(device_ids) > 1:
+        share = "".join(f"//env:{k}={v}" for k, v in _thread_share(len(device_ids)))
+        specs += [x for dev in device_ids for x in (
+            "--tx", f"popen//env:{var}={dev}//env:{contract.DEVICE_INDEX}={dev}{share}")]
+    else:
+        env = ((var, device_ids[0]), (contract.DEVICE_INDEX, device_ids[0]))
+    return Pass(contract.PASS_DEVICE_ALONE, tuple(specs), ("-m", DEVICE_ALONE_MARK),
+                junit="junit-device-alone.xml", empty_ok=True, env=env,
+                title=f"the tests that need the device to itself ({DEVICE_ALONE_MARK})")
+
+
 def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (),
            serial: bool = False) -> list[Pass]:
-    """How the cell's tests are spread. With several devices: one xdist worker pinned to
+    """How the cell's tests are spread. With several devices: xdist workers pinned to
     each device (per-device ``--tx`` specs, so a replacement worker keeps its device),
     and a pass with one worker that sees every device of the run for ``multi_device``
     tests: the visibility variable lists them, so a chosen subset (``ACCELGRID_DEVICES``)
     holds there too. That pass runs beside the pinned one where the device can be shared
-    by processes (:data:`SHARED_BY_PROCESSES`), unless ``serial``; else after it."""
+    by processes (:data:`SHARED_BY_PROCESSES`), unless ``serial``; else after it. Where
+    several workers share a device (:func:`workers_per_device`), the ``device_alone``
+    tests run afterwards, one worker per device."""
     var = detect.VISIBILITY_VAR.get(cell.device)
+    per_device = (workers_per_device(cell, len(device_ids), serial)
+                  if var and device_ids and workers is None else 1)
+    alone = [_device_alone(cell, var, device_ids)] if var and per_device > 1 else []
     if var and len(device_ids) == 1 and workers is None:
         # One device (or a one-device subset): pin it, so nothing else on the host is seen
         # (the HF Trainer, for one, switches to DataParallel when it sees several GPUs).
-        return [Pass(contract.PASS_SINGLE, ("-n", str(cell.workers)),
-                     env=((var, device_ids[0]), (contract.DEVICE_INDEX, device_ids[0])),
-                     title=f"the cell's tests on {cell.device} device {device_ids[0]}")]
+        pin = ((var, device_ids[0]), (contract.DEVICE_INDEX, device_ids[0]))
+        if per_device == 1:
+            return [Pass(contract.PASS_SINGLE, ("-n", str(cell.workers)), env=pin,
+                         title=f"the cell's tests on {cell.device} device {device_ids[0]}")]
+        return [Pass(contract.PASS_SINGLE, ("-n", str(per_device), "--dist", "worksteal"),
+                     ("-m", f"not {DEVICE_ALONE_MARK}"), env=(*pin, *_thread_share(per_device)),
+                     title=f"the cell's tests on {cell.device} device {device_ids[0]}, "
+                           f"{per_device} workers sharing it"), *alone]
     if var and len(device_ids) > 1 and workers is None:
         # worksteal: durations are very uneven (a 20 s test beside 0.1 s ones).
         specs: list[str] = ["--dist", "worksteal"]  # --tx specs are ignored without --dist
-        # Each worker gets its share of the CPU (unless the user chose): N workers each
-        # running torch's one-thread-per-core pools oversubscribe the host.
-        share = () if os.environ.get("OMP_NUM_THREADS") else (
-            ("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(device_ids)))),)
+        share = _thread_share(len(device_ids) * per_device)
         threads = "".join(f"//env:{k}={v}" for k, v in share)
-        for dev in device_ids:
+        for dev in device_ids:  # k workers per device: its spec k times
             specs += ["--tx", f"popen//env:{var}={dev}//env:{contract.DEVICE_INDEX}={dev}"
-                              + threads]
+                              + threads] * per_device
         beside = not serial and SHARED_BY_PROCESSES.get(cell.device, False)
+        pinned_select = (f"not {MULTI_DEVICE_MARK}" if not alone
+                         else f"not {MULTI_DEVICE_MARK} and not {DEVICE_ALONE_MARK}")
+        each = "one worker" if per_device == 1 else f"{per_device} workers"
         return [
-            Pass(contract.PASS_PINNED, tuple(specs), ("-m", f"not {MULTI_DEVICE_MARK}"),
-                 title="the cell's tests, one worker pinned to each device"),
+            Pass(contract.PASS_PINNED, tuple(specs), ("-m", pinned_select),
+                 title=f"the cell's tests, {each} pinned to each device"),
             Pass(contract.PASS_ALL_DEVICES, ("-n", "1"), ("-m", MULTI_DEVICE_MARK),
                  junit="junit-all-devices.xml", empty_ok=True,
                  # Beside the pinned workers: no more than a worker's share of the CPU.
@@ -215,6 +290,7 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
                       *(share if beside else ())),
                  title=f"the tests that use every device at once ({MULTI_DEVICE_MARK})",
                  beside=beside),
+            *alone,
         ]
     if cell.device == "cpu":
         return cpu_passes(cell, workers)
@@ -448,7 +524,8 @@ def _pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[s
     left, err = results.read_json(folder / LEFT_FOR[run_pass.name])
     if err or not isinstance(left, list):
         # No list: host-accelerators had no test asking for them; all-devices collects.
-        return None if run_pass.name == contract.PASS_HOST_ACCELERATORS else list(pytest_args)
+        return None if run_pass.name in (contract.PASS_HOST_ACCELERATORS,
+                                         contract.PASS_DEVICE_ALONE) else list(pytest_args)
     if not left:
         return None
     # The user's arguments without their test paths (the list replaces those); an option's
@@ -469,8 +546,9 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     plan = passes(cell, workers, ids, serial=serial is not None)
     if plan[0].name == contract.PASS_PINNED:
         beside = any(p.beside for p in plan)
+        each = plan[0].workers // len(ids)
         print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices ({', '.join(ids)}): "
-              "one pinned worker each, "
+              + ("one pinned worker each, " if each == 1 else f"{each} pinned workers each, ")
               + ("multi-device tests beside them" if beside else
                  "then multi-device tests" + (f" ({serial})" if serial else "")), flush=True)
     stop_reason: list[str] = []

@@ -22,6 +22,7 @@ from pathlib import Path
 # shebang line, so the rule is not restated here.
 from nox.sessions import _normalize_path
 
+from . import contract
 from .errors import AccelgridError
 from .matrix import Cell
 
@@ -34,13 +35,15 @@ class NotBuilt(AccelgridError):
 
 
 def env_dir(root: Path, cell: Cell) -> Path:
-    """Where ``nox -s CELL`` builds ``cell``'s env (``.nox/cpu-2-13``)."""
+    """Where ``nox -s CELL`` builds ``cell``'s env (``.nox/cpu-2-13``; under
+    ``$ACCELGRID_ENVDIR`` when set, which the noxfile hands nox as its envdir)."""
+    base = os.environ.get(contract.ENVDIR) or str(root / ENVDIR)
     # nox logs a hashed name as a warning; outside nox nothing configures its logger, so
     # Python's last-resort handler would print it to stderr on every call.
     log = logging.getLogger("nox")
     disabled, log.disabled = log.disabled, True
     try:
-        return Path(_normalize_path(str(root / ENVDIR), cell.name))
+        return Path(_normalize_path(base, cell.name))
     finally:
         log.disabled = disabled
 

@@ -156,15 +156,17 @@ def bench_mlp(
     activations neither vanish nor blow up through a deep linear stack (Linear's default
     init shrinks them by about sqrt(3) per layer).
 
-    ``gelu``: a GELU between the layers (``mlp-gelu``). Nothing renormalises the stream, so
-    activations and gradients shrink layer after layer until nearly every squared gradient
-    is a denormal float: the case that makes the CPU optimizer step slow (see
-    :func:`flush_denormals`)."""
+    ``gelu``: the denormal case (``mlp-gelu``): Linear's default init (each layer shrinks
+    the stream about sqrt(3)-fold) and a GELU between the layers (about half again), with
+    nothing renormalising it, so activations and gradients shrink layer after layer; with
+    :data:`DENORMAL_DEPTH` layers, :data:`DENORMAL_BATCH` rows and :func:`bench_loss`'s
+    mean of squares nearly every squared gradient is a denormal float: the case that makes
+    the CPU optimizer step slow (see :func:`flush_denormals`)."""
     model = mlp(width, depth, device, dtype)
-    with torch.no_grad():
-        for layer in model:
-            layer.weight.normal_(0.0, width**-0.5)
     if not gelu:
+        with torch.no_grad():
+            for layer in model:
+                layer.weight.normal_(0.0, width**-0.5)
         return model
     layers: list[nn.Module] = []
     for i, layer in enumerate(model):
@@ -199,12 +201,49 @@ class TransformerBlock(nn.Module):
 
 
 BENCH_MODELS = ("transformer", "mlp", "mlp-gelu")
+# mlp-gelu at every size: bias-free layers, 64 rows, loss out.pow(2).mean(), the width
+# scaled to the size. On an H200 (torch 2.11) 15 x Linear(8192) so gave 99.7 % denormal
+# squared gradients and a 6.4x slower offloaded step (issue #28). Narrower layers give
+# larger gradients (about 2.3x per halving of the width, measured on the CPU, while each
+# layer more shrinks them about 11x: 2048 wide, 15 layers 31 %, 16 layers 99.5 %), so
+# narrower stacks get a layer more per 7x narrower than DENORMAL_WIDTH. The bench fails a
+# run whose share is below DENORMAL_MIN: the model stopped being the denormal case.
+DENORMAL_DEPTH = 15
+DENORMAL_WIDTH = 8192
+DENORMAL_BATCH = 64
+DENORMAL_MIN = 0.9
+
+
+def denormal_depth(width: int) -> int:
+    """Layers of an ``mlp-gelu`` ``width`` wide: :data:`DENORMAL_DEPTH` from
+    :data:`DENORMAL_WIDTH` on, one more per factor of 7 narrower."""
+    if width >= DENORMAL_WIDTH:
+        return DENORMAL_DEPTH
+    return DENORMAL_DEPTH + math.ceil(math.log(DENORMAL_WIDTH / width) / math.log(7))
 BENCH_SEQ = 256  # tokens per sequence of the transformer's batch
 
 
 def bench_params_per_layer(kind: str, width: int) -> int:
     """Parameters of one layer (transformer: one block) of a bench model."""
     return 12 * width * width + 13 * width if kind == "transformer" else width * width
+
+
+def bench_shape(kind: str, size_b: float, width: int, tokens: int) -> tuple[int, int, int]:
+    """``(width, depth, rows of input)`` of a bench model of ``size_b`` billion parameters:
+    ``mlp-gelu`` takes :data:`DENORMAL_BATCH` rows at every size and scales its width (a
+    multiple of 64), with :func:`denormal_depth` layers; the others keep ``width`` and
+    ``tokens`` and take as many layers as the size needs."""
+    if kind == "mlp-gelu":
+        wide = max(64, round((size_b * 1e9 / DENORMAL_DEPTH) ** 0.5 / 64) * 64)
+        wide = max(64, round((size_b * 1e9 / denormal_depth(wide)) ** 0.5 / 64) * 64)
+        return wide, denormal_depth(wide), DENORMAL_BATCH
+    return width, max(1, round(size_b * 1e9 / bench_params_per_layer(kind, width))), tokens
+
+
+def bench_loss(kind: str, out: torch.Tensor) -> torch.Tensor:
+    """The loss a bench step backpropagates: ``mlp-gelu``'s mean of squares (its gradient
+    shrinks with the output, which is what keeps it denormal), else the sum."""
+    return out.pow(2).mean() if kind == "mlp-gelu" else out.sum()
 
 
 def bench_model(

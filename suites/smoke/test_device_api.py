@@ -77,10 +77,16 @@ def busy_work(device: str, seconds: float = 0.05) -> None:
     x = torch.randn(2048, 2048, device=device)
     x @ x  # warm-up: library handles, kernel selection
     sync()
-    t0 = time.perf_counter()
-    x @ x
-    sync()
-    for _ in range(max(1, math.ceil(seconds / max(time.perf_counter() - t0, 1e-6)))):
+    # The fastest of a few: in a fresh process the first timed matmul can be many times
+    # slower (clocks still ramping up), and sized by it the queue drained before the host
+    # looked (an H200's device-alone pass, docs/h200-2026-12-01/workers-per-device/).
+    one = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        x @ x
+        sync()
+        one = min(one, time.perf_counter() - t0)
+    for _ in range(max(1, math.ceil(seconds / max(one, 1e-6)))):
         x = (x @ x) * 1e-3  # keeps values finite
 
 
@@ -354,6 +360,9 @@ def test_fp32_check_catches_a_kernel_off_by_1e_4(
     _fails(check_matmul, device, "fp32 matmul")
 
 
+# Its premise (a copy still in flight when synchronize is called) broke once in five runs
+# with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/).
+@pytest.mark.device_alone
 def test_synchronize_check_catches_a_no_op_synchronize(
     device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,11 @@ contend) and the outcomes; the report puts each count's median wall time beside 
 device's (aims: at most 0.6 of it on 2 devices, 0.4 on 4) with the devices' names, the
 driver and the host. Each run is printed as it ends. Writes bench-devices.{json,md} to
 ``--out`` (``results/bench-devices``; a ``docs/`` folder for committed figures).
+
+``--workers-per-device 1,8`` (a sweep) runs each count once per number of workers sharing
+each device (``ACCELGRID_WORKERS_PER_DEVICE``; ``auto``: the runner's own choice for this
+host) and reports each one's median against one device with one worker (aim: at most
+0.33 of it with several workers on one device), with each run's failures by name.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import contract, detect, lifetime, progress, results, runner
+from .. import contract, detect, lifetime, outcomes, progress, results, runner
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
 from ..provenance import now
@@ -34,6 +39,23 @@ from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
 DEFAULT_OUT = "results/bench-devices"
 DEFAULT_REPEAT = 1
 AIMS = {2: 0.6, 4: 0.4}   # whole-cell wall time on N devices / on one, median
+SHARED_AIM = 0.33         # one device, several workers sharing it / one worker, median
+AUTO = "auto"             # --workers-per-device: the runner's choice for this host
+
+
+def parse_per_device(value: str | None) -> list[str] | None:
+    """``--workers-per-device``: comma-separated whole numbers (1..64) or ``auto``, in the
+    order they run; one given twice runs twice (``1,auto,auto``: one run with a worker,
+    then two more of the runner's choice, each ``--repeat`` times)."""
+    if value is None:
+        return None
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    wrong = [x for x in items if x != AUTO and not (x.isdigit() and
+                                                   1 <= int(x) <= runner.MAX_WORKERS_PER_DEVICE)]
+    if not items or wrong:
+        raise InvalidInput(f"--workers-per-device {value!r}: whole numbers from 1 to "
+                           f"{runner.MAX_WORKERS_PER_DEVICE} or {AUTO}, comma-separated")
+    return items
 
 
 def counts_for(available: int, asked: Sequence[int] | None = None) -> list[int]:
@@ -70,8 +92,8 @@ def _devices_of(env: dict[str, Any]) -> dict[str, Any]:
 
 def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
         repeat: int = DEFAULT_REPEAT, no_venv: bool = False,
-        pytest_args: Sequence[str] = (), out: str | Path | None = DEFAULT_OUT
-        ) -> dict[str, Any]:
+        pytest_args: Sequence[str] = (), out: str | Path | None = DEFAULT_OUT,
+        per_device: Sequence[str] | None = None) -> dict[str, Any]:
     """Run ``cell_name`` on 1, 2, 4, ... of this host's devices and report the scaling
     (see the module's docstring); InvalidInput for a cell whose device cannot be split."""
     cell = matrix.cell(cell_name)
@@ -86,8 +108,10 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
     commit, dirty = runner.project_commit(root)
     command = ["accelgrid", "bench", "devices", "--cell", cell.name, "--repeat", str(repeat),
                *(["--counts", ",".join(map(str, counts))] if counts else []),
+               *(["--workers-per-device", ",".join(per_device)] if per_device else []),
                *(["--no-venv"] if no_venv else []),
                *(["--", *pytest_args] if pytest_args else [])]
+    sweep: list[str | None] = list(per_device) if per_device else [None]
     report: dict[str, Any] = {
         "cell": cell.name, "command": shlex.join(command), "date": now(), "commit": commit,
         "dirty": dirty, "machine": machine(), "device_ids": ids, "aims": AIMS, "runs": []}
@@ -96,14 +120,21 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
            *(["--", *pytest_args] if pytest_args else [])]
     tmp = Path(tempfile.mkdtemp(prefix="accelgrid-bench-devices-"))
     print(f"{cell.name}: {len(ids)} {cell.device} device(s) here ({','.join(ids)}); runs "
-          f"with {', '.join(map(str, plan))} of them, {repeat} each", flush=True)
+          f"with {', '.join(map(str, plan))} of them, {repeat} each"
+          + (f", {' / '.join(map(str, sweep))} workers per device" if per_device else ""),
+          flush=True)
+    total = len(plan) * len(sweep) * repeat
     try:
         with stoppable():   # SIGTERM cleans up as Ctrl-C does
-            for n in plan:
-                for rep in range(repeat):
-                    where = tmp / f"{n}-{rep}"
+            for n, k, rep in ((n, k, rep) for n in plan for k in sweep
+                              for rep in range(repeat)):
+                    where = tmp / f"{n}-{k}-{rep}"
                     env = {**os.environ, **matrix.nox_env, "ACCELGRID_RESULTS_DIR": str(where),
                            contract.DEVICES: ",".join(ids[:n])}
+                    if k == AUTO:
+                        env.pop(contract.WORKERS_PER_DEVICE, None)
+                    elif k is not None:
+                        env[contract.WORKERS_PER_DEVICE] = k
                     load = load_average()
                     start = time.perf_counter()
                     proc = lifetime.run_group(nox, cwd=root, env=env, grace=STOP_GRACE_S)
@@ -117,20 +148,37 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
                              "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
                              "passes": _pass_facts(summary or {}),
                              "counts": (summary or {}).get("counts"), "load": load,
-                             "device_facts": _devices_of(env_json or {})}
+                             "device_facts": _devices_of(env_json or {}),
+                             "per_device": k, "failed": _went_wrong(records)}
+                    last = results.last_outcomes(list(records))
+                    entry["messages"] = {x: str(last[x].get("message") or "")[:500]
+                                         for x in entry["failed"]}
                     report["runs"].append(entry)
-                    print(f"[{len(report['runs'])}/{len(plan) * repeat}] {n} device(s): "
+                    print(f"[{len(report['runs'])}/{total}] {n} device(s)"
+                          + (f", {k} worker(s) each" if k else "") + ": "
                           f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
                           + ", ".join(f"{p['name']} {p['wall_s']} s" for p in entry["passes"])
-                          + f"; load {load})", flush=True)
+                          + f"; load {load})"
+                          + "".join(f"\n    went wrong: {x}: {m[:200]}"
+                                    for x, m in entry["messages"].items()),
+                          flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report["load_end"] = load_average()
     report["scaling"] = scaling(report["runs"])
+    if per_device:
+        report["sharing"] = sharing(report["runs"])
     if out:
         where = write_outputs(out, "bench-devices", report, markdown(report))
         print(f"wrote {where / 'bench-devices.json'} and {where / 'bench-devices.md'}")
     return report
+
+
+def _went_wrong(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The node ids of a run's tests whose last outcome went wrong (failed, error,
+    crashed, xpassed): which tests cannot share a device shows here."""
+    return sorted(nid for nid, r in results.last_outcomes(list(records)).items()
+                  if r.get("outcome") in outcomes.BAD)
 
 
 def _run_folder(cell_results: Path, proc: Any) -> Path:
@@ -168,6 +216,27 @@ def scaling(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def sharing(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (devices, workers per device): the median wall, its ratio to one device with one
+    worker, the aim on one shared device, and how many runs had a test go wrong."""
+    by: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        by.setdefault((r["devices"], str(r.get("per_device"))), []).append(r)
+    base = by.get((1, "1"))
+    one = statistics.median(r["wall_s"] for r in base) if base else None
+    rows = []
+    for (n, k), group in sorted(by.items(), key=lambda x: (x[0][0], x[0][1] != "1", x[0][1])):
+        median = statistics.median(r["wall_s"] for r in group)
+        ratio = round(median / one, 3) if one else None
+        aim = SHARED_AIM if n == 1 and k != "1" else None
+        rows.append({"devices": n, "per_device": k, "runs": len(group),
+                     "median_s": round(median, 2), "ratio": ratio, "aim": aim,
+                     "met": None if aim is None or ratio is None else ratio <= aim,
+                     "runs_with_failures": sum(1 for r in group if r.get("failed")
+                                               or r.get("rc"))})
+    return rows
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     facts = next((r["device_facts"] for r in report["runs"] if r["device_facts"]["names"]),
@@ -187,6 +256,18 @@ def markdown(report: dict[str, Any]) -> str:
             f"<= {row['aim']}: {'met' if row['met'] else 'missed'}")
         ratio = "" if row["ratio"] is None else f"**{row['ratio']:.2f}**"
         lines.append(f"| {row['devices']} | {row['median_s']:.1f} s | {ratio} | {aim} |")
+    if report.get("sharing"):
+        lines += ["", "Workers sharing each device (`ACCELGRID_WORKERS_PER_DEVICE`; auto: the "
+                  "runner's choice), against one device with one worker:", "",
+                  "| devices | workers per device | runs | median wall | of one worker | aim "
+                  "| runs with a failure |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for row in report["sharing"]:
+            aim = "" if row["aim"] is None else (
+                f"<= {row['aim']}: {'met' if row['met'] else 'missed'}")
+            ratio = "" if row["ratio"] is None else f"**{row['ratio']:.2f}**"
+            lines.append(f"| {row['devices']} | {row['per_device']} | {row['runs']} | "
+                         f"{row['median_s']:.1f} s | {ratio} | {aim} | "
+                         f"{row['runs_with_failures']} |")
     lines += ["", "| run | devices | wall | passes | first test (s) | tests' own time per "
               "suite (s) | outcomes | load |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for i, r in enumerate(report["runs"], 1):
@@ -197,8 +278,10 @@ def markdown(report: dict[str, Any]) -> str:
         first = ", ".join(f"{p['name']} {p['first_test_s']}" for p in r["passes"])
         counts = progress.count_text(r["counts"] or {})
         own = ", ".join(f"{k} {v}" for k, v in (r.get("test_seconds") or {}).items())
-        lines.append(f"| {i} | {r['devices']} | {r['wall_s']:.1f} s | {passes} | {first} | "
-                     f"{own} | {counts} | {r['load']} |")
+        shared = f" × {r['per_device']}" if r.get("per_device") else ""
+        lines.append(f"| {i} | {r['devices']}{shared} | {r['wall_s']:.1f} s | {passes} | "
+                     f"{first} | {own} | {counts} | {r['load']} |")
+        lines += [f"|  | went wrong: `{x}` | | | | | | |" for x in r.get("failed") or []]
     if len(report["device_ids"]) == 1:
         lines += ["", "One device on this host: nothing to scale, one device's figure only."]
     return "\n".join(lines) + "\n"

@@ -2,9 +2,12 @@
 
 For models of about the requested sizes (billions of parameters) — ``transformer``
 (pre-LayerNorm blocks: attention, a GELU MLP, residuals), ``mlp`` (a plain stack of
-bias-free square Linear layers) and, on request, ``mlp-gelu`` (the same stack with a GELU
-between the layers: nothing renormalises it, so its gradients shrink into denormal
-floats) — each dtype and each mode — ``none`` (plain fused AdamW on the device),
+bias-free square Linear layers) and, on request, ``mlp-gelu`` (the denormal case: a
+bias-free stack with a GELU between the layers, batch 64, a mean-of-squares loss, its
+width scaled to the size, :func:`offload_helpers.bench_shape`; nothing renormalises it, so
+its gradients shrink into denormal floats; a run where under 90 % of its squared gradients
+are denormal fails, and its offload modes run without and with the flush by default) —
+each dtype and each mode — ``none`` (plain fused AdamW on the device),
 ``offload`` (CPUOffloadOptimizer) and ``offload_grad`` (``offload_gradients=True``) — it
 measures peak device memory and the median step time, sets the step time against the
 floor given by the bytes the offload moves per step (gradients device->host, parameters
@@ -60,7 +63,15 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 DEVICES = ("auto", "cuda", "xpu")
 MODELS = ("transformer", "mlp", "mlp-gelu")  # offload_helpers.BENCH_MODELS
 DEFAULT_MODELS = "transformer,mlp"
-FLUSH = {"off": (False,), "on": (True,), "both": (False, True)}
+FLUSH = {"off": (False,), "on": (True,), "both": (False, True),
+         "auto": ()}  # auto: both for mlp-gelu (the denormal case), else off
+
+
+def flushes(flush: str, model_kind: str) -> tuple[bool, ...]:
+    """The flush settings each offload run of ``model_kind`` is measured with."""
+    if flush == "auto":
+        return FLUSH["both"] if model_kind == "mlp-gelu" else FLUSH["off"]
+    return FLUSH[flush]
 GiB = 2**30
 DEFAULT_SIZES = "0.1,0.5,1"
 CPU_ADAMW_NUMEL = 2**26  # elements per case of --cpu-adamw (4 tensors; 1 GiB per fp32 copy)
@@ -210,9 +221,10 @@ def run_one(
     """One (model, size, dtype, mode, flush) measurement; errors (e.g. out of memory) are
     recorded in the row."""
     dtype = getattr(torch, DTYPES[dtype_name])
-    depth = max(1, round(size_b * 1e9 / helpers.bench_params_per_layer(model_kind, width)))
+    width, depth, tokens = helpers.bench_shape(model_kind, size_b, width, tokens)
     row: dict[str, Any] = {"model": model_kind, "size_b": size_b, "dtype": dtype_name,
-                           "mode": mode, "flush_denormals": flush, "layers": depth}
+                           "mode": mode, "flush_denormals": flush, "layers": depth,
+                           "width": width, "tokens": tokens}
     _free(torch, device)
     base = dispatch("memory_allocated", device)
     model = optimizer = x = None
@@ -247,7 +259,7 @@ def run_one(
         for i in range(warmup + steps):
             dispatch("synchronize", device)
             t0 = time.perf_counter()
-            model(x).sum().backward()
+            helpers.bench_loss(model_kind, model(x)).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             dispatch("synchronize", device)
@@ -265,7 +277,13 @@ def run_one(
         )
         if flush:
             helpers.flush_denormals(False)
-        row.update(denormals(torch, helpers, model, optimizer, x, device))
+        row.update(denormals(torch, helpers, model, optimizer, x, device, model_kind))
+        share = row.get("grad_sq_denormal")
+        if model_kind == "mlp-gelu" and not (share is not None and share >= helpers.DENORMAL_MIN):
+            # The denormal case is the point of this model: a run where it is not fails.
+            row["error"] = (f"mlp-gelu is not the denormal case here: {_pct(share)} of squared "
+                            f"gradients denormal (the bench needs >= "
+                            f"{helpers.DENORMAL_MIN:.0%})")
     except Exception as exc:  # keep going: one OOM should not lose the other rows
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     finally:
@@ -277,14 +295,15 @@ def run_one(
 
 
 def denormals(
-    torch: Any, helpers: ModuleType, model: Any, optimizer: Any, x: Any, device: str
+    torch: Any, helpers: ModuleType, model: Any, optimizer: Any, x: Any, device: str,
+    model_kind: str = "mlp",
 ) -> dict[str, float | None]:
     """After the timed steps, one more backward (no step): ``grad_sq_denormal``, the share
     of gradient elements whose square is a denormal float (device gradients, or the
     offloaded host copies where the device ones were freed), and ``state_denormal``, the
     share of Adam's second moment (``exp_avg_sq``; on the host for offloaded params) that
     is denormal; None where the optimizer does not expose them."""
-    model(x).sum().backward()
+    helpers.bench_loss(model_kind, model(x)).backward()
     dispatch("synchronize", device)  # every stream: the offload's gradient copies too
     host = getattr(optimizer, "param_d2h_map", None) or {}
     grads = []
@@ -418,7 +437,7 @@ def run(
     out: str | Path = DEFAULT_OUT,
     plot_png: bool = True,
     models: Sequence[str] = ("transformer", "mlp"),
-    flush: str = "off",
+    flush: str = "auto",
 ) -> dict[str, Any]:
     """Run the benchmark; write ``bench_offload.{json,md,png}`` to ``out`` and return the
     report (``meta``, ``bandwidth``, ``results``: one row per run, with ``error`` where a
@@ -469,7 +488,7 @@ def run(
 
     rows = []
     plan = [(k, s, d, m, f) for k in models for d in dtypes for s in sorted(sizes) for m in modes
-            for f in FLUSH[flush] if not (f and m == "none")]
+            for f in flushes(flush, k) if not (f and m == "none")]
     started = time.perf_counter()
     for n, (kind, size_b, dtype_name, mode, flushed) in enumerate(plan, 1):
         row = run_one(

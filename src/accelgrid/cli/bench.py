@@ -93,9 +93,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--models", default=offload_bench.DEFAULT_MODELS,
                    help=f"from {','.join(offload_bench.MODELS)} (mlp-gelu: the denormal case)")
-    p.add_argument("--flush-denormals", default="off", choices=tuple(offload_bench.FLUSH),
+    p.add_argument("--flush-denormals", default="auto", choices=tuple(offload_bench.FLUSH),
                    help="flush denormals to zero in the CPU optimizer's threads; both: each "
-                        "offload run without and with")
+                        "offload run without and with; auto (default): both for mlp-gelu, "
+                        "off for the others")
     p.add_argument("--cpu-adamw", action="store_true",
                    help="only fused CPU AdamW over normal and denormal state, each way of "
                         "flushing side by side (no GPU needed; --steps, --warmup, --out)")
@@ -143,6 +144,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "devices here)")
     p.add_argument("--repeat", type=int, default=devices_bench.DEFAULT_REPEAT,
                    help="runs per count (default: %(default)s)")
+    p.add_argument("--workers-per-device", default=None, metavar="K,...",
+                   help="a sweep: each count once per number of workers sharing each device "
+                        "(whole numbers or auto, e.g. 1,auto; default: the runner's choice "
+                        "only)")
     p.add_argument("--no-venv", action="store_true",
                    help="run the cell as `nox --no-venv` (this interpreter's packages)")
     p.add_argument("--out", default=devices_bench.DEFAULT_OUT,
@@ -183,7 +188,9 @@ def _devices(args: argparse.Namespace) -> int:
     try:
         report = devices_bench.run(matrix_of(args), args.cell, counts=counts,
                                    repeat=args.repeat, no_venv=args.no_venv,
-                                   pytest_args=args.pytest_args, out=args.out)
+                                   pytest_args=args.pytest_args, out=args.out,
+                                   per_device=devices_bench.parse_per_device(
+                                       args.workers_per_device))
     except Stopped as exc:   # SIGTERM / SIGINT: the shell's code for it
         return 128 + exc.signum
     return 0 if all(r["rc"] == 0 for r in report["runs"]) else 1

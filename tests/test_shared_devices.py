@@ -1,0 +1,151 @@
+"""Several xdist workers sharing a device: how many (runner.workers_per_device), the plan
+that pins k workers to each device, and the device_alone tests that run after them, one
+worker per device, on real pytest runs of generated payload tests (a faked xpu host)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from accelgrid import contract, results, runner
+from accelgrid.errors import InvalidInput
+from accelgrid.matrix import load_matrix
+
+
+def _cell(proj: Path, name: str = "xpu-2.13"):
+    return load_matrix(proj / "matrix.yaml").cell(name)
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """A host of ``cores`` cores, no user choice of workers or threads."""
+    monkeypatch.delenv(contract.WORKERS_PER_DEVICE, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def make(cores: int) -> None:
+        monkeypatch.setattr(runner.os, "cpu_count", lambda: cores)
+
+    return make
+
+
+def test_workers_per_device_come_from_the_host(mini_project, host, monkeypatch) -> None:
+    cell = _cell(mini_project())
+    host(16)
+    # 16 cores, one 141 GiB device: 2 cores and 12 GiB a worker, at most 8.
+    assert runner.workers_per_device(cell, 1, memory_gib=[141.0]) == 8
+    assert runner.workers_per_device(cell, 2, memory_gib=[141.0, 141.0]) == 4  # the cores
+    assert runner.workers_per_device(cell, 1, memory_gib=[16.0, 141.0]) == 1   # the smallest
+    assert runner.workers_per_device(cell, 1, memory_gib=[48.0]) == 4          # the memory
+    assert runner.workers_per_device(cell, 1, memory_gib=[]) == 2     # unknown: cautious
+    host(64)
+    assert runner.workers_per_device(cell, 1, memory_gib=[1000.0]) == runner.MAX_PER_DEVICE
+    host(2)  # this kind of box: one worker
+    assert runner.workers_per_device(cell, 1, memory_gib=[141.0]) == 1
+    host(16)
+    # The run's own settings: serial passes, a device type processes cannot share...
+    assert runner.workers_per_device(cell, 1, serial=True, memory_gib=[141.0]) == 1
+    monkeypatch.setitem(runner.SHARED_BY_PROCESSES, "xpu", False)
+    assert runner.workers_per_device(cell, 1, memory_gib=[141.0]) == 1
+    monkeypatch.setitem(runner.SHARED_BY_PROCESSES, "xpu", True)
+    # ... the cell's own workers when the matrix sets more than one, the user's variable.
+    assert runner.workers_per_device(dataclasses.replace(cell, workers=3), 1,
+                                     memory_gib=[141.0]) == 3
+    env = {contract.WORKERS_PER_DEVICE: "5"}
+    assert runner.workers_per_device(cell, 1, env=env, memory_gib=[16.0]) == 5
+    for bad in ("0", "x", "65", "-1"):
+        with pytest.raises(InvalidInput, match=f"{contract.WORKERS_PER_DEVICE}="):
+            runner.workers_per_device(cell, 1, env={contract.WORKERS_PER_DEVICE: bad})
+
+
+def test_one_shared_device_runs_its_device_alone_tests_afterwards(mini_project, host,
+                                                                   monkeypatch) -> None:
+    cell = _cell(mini_project())
+    host(16)
+    monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "4")
+    shared, alone = runner.passes(cell, device_ids=["3"])
+    assert (shared.name, alone.name) == ("single", "device-alone")
+    assert shared.xdist == ("-n", "4", "--dist", "worksteal") and shared.workers == 4
+    assert shared.select == ("-m", "not device_alone")
+    assert dict(shared.env) == {"ZE_AFFINITY_MASK": "3", "ACCELGRID_DEVICE_INDEX": "3",
+                                "OMP_NUM_THREADS": "4"}   # each worker's share of 16 cores
+    assert alone.xdist == ("-n", "1") and alone.select == ("-m", "device_alone")
+    assert dict(alone.env) == {"ZE_AFFINITY_MASK": "3", "ACCELGRID_DEVICE_INDEX": "3"}
+    assert not alone.beside and alone.empty_ok
+    # One worker per device: the plan as before, no pass of its own for device_alone.
+    monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "1")
+    assert [p.name for p in runner.passes(cell, device_ids=["3"])] == ["single"]
+    # ACCELGRID_WORKERS (the user's worker count) keeps its meaning: -n N, nothing pinned.
+    assert [(p.name, p.xdist) for p in runner.passes(cell, 6, ["3"])] == [("single",
+                                                                           ("-n", "6"))]
+
+
+def test_k_workers_are_pinned_to_each_of_several_devices(mini_project, host,
+                                                         monkeypatch) -> None:
+    cell = _cell(mini_project())
+    host(16)
+    monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "2")
+    pinned, every, alone = runner.passes(cell, device_ids=["0", "1"])
+    assert (pinned.name, every.name, alone.name) == ("pinned", "all-devices", "device-alone")
+    spec = "popen//env:ZE_AFFINITY_MASK={0}//env:ACCELGRID_DEVICE_INDEX={0}//env:OMP_NUM_THREADS=4"
+    assert pinned.xdist == ("--dist", "worksteal", "--tx", spec.format(0), "--tx",
+                            spec.format(0), "--tx", spec.format(1), "--tx", spec.format(1))
+    assert pinned.workers == 4
+    assert pinned.select == ("-m", "not multi_device and not device_alone")
+    assert every.beside and not alone.beside   # device-alone waits for both
+    one = "popen//env:ZE_AFFINITY_MASK={0}//env:ACCELGRID_DEVICE_INDEX={0}//env:OMP_NUM_THREADS=8"
+    assert alone.xdist == ("--dist", "worksteal", "--tx", one.format(0), "--tx", one.format(1))
+
+
+SHARED = '''
+import os, pytest
+
+@pytest.mark.parametrize("i", range(6))
+def test_shared(i):
+    assert os.environ["ACCELGRID_PASS"] in ("single", "pinned")
+    assert os.environ["ZE_AFFINITY_MASK"] == os.environ["ACCELGRID_DEVICE_INDEX"]
+
+@pytest.mark.device_alone
+def test_needs_the_device_alone():
+    assert os.environ["ACCELGRID_PASS"] == "device-alone"
+    assert os.environ["ZE_AFFINITY_MASK"] in ("1", "2")
+
+@pytest.mark.multi_device
+def test_sees_every_device():
+    assert os.environ["ZE_AFFINITY_MASK"] in ("1", "1,2")
+'''
+
+
+@pytest.mark.parametrize("devices", ["1", "1,2"])
+def test_a_shared_run_records_every_test_once(mini_project, python, monkeypatch,
+                                              devices) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_shared.py").write_text(SHARED)
+    monkeypatch.setenv("ACCELGRID_DEVICES", devices)
+    monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "2")
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+    folder = proj / "results" / "xpu-2.13"
+    recs, problems = results.read_records(folder / results.TESTS)
+    assert not problems
+    by_test = {r["nodeid"].split("::")[-1]: r for r in recs}
+    assert len(recs) == len(by_test) == 8
+    assert all(r["outcome"] == "passed" for r in recs)
+    assert json.loads((folder / results.DEVICE_ALONE).read_text()) == [
+        "suites/payload/test_shared.py::test_needs_the_device_alone"]
+    summary = json.loads((folder / results.SUMMARY).read_text())
+    timed = {p["name"]: p for p in summary["passes"]}
+    first = "single" if devices == "1" else "pinned"
+    assert timed[first]["workers"] == 2 * len(devices.split(","))
+    assert timed["device-alone"]["workers"] == len(devices.split(","))
+    # The device-alone pass started when every other pass had ended.
+    ends = [_epoch(p["start"]) + p["wall_s"] for n, p in timed.items() if n != "device-alone"]
+    assert _epoch(timed["device-alone"]["start"]) >= max(ends) - 0.01
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
