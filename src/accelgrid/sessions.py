@@ -95,18 +95,15 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
         envdir = Path(session.bin).parent
-        plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX),
-                            uv_env=install.uv_env(envdir))
-        pins = install.pins(plan, envdir)
-        current = install.env_holds(envdir, pins)
-        problem = None if current else (install.local_wheel(cell)[1]
-                                        or install.index_problem(plan.index))
-        if problem:
-            _fail(session, f"{cell.name}: {problem}")
+        plan, pins, current = _install_plan(session, cell, envdir)
         session.env.update(plan.env)
         if not current:
             install.forget(envdir)
         if build_env(session, cell, plan, holds_pins=current):
+            gpu = install.cuda_build(envdir) if cell.device == install.CPU_DEVICE else None
+            if gpu:   # never a cpu cell on a CUDA build without saying so: no stamp, stop
+                _fail(session, f"{cell.name}: {gpu}: a cpu cell takes torch's CPU build "
+                      f"({cell.index}, or set {contract.TORCH_INDEX} to an index with it)")
             install.write_stamp(envdir, pins)
         # Its python imports accelgrid from this checkout by itself (venvs.PTH).
         venvs.link_project(python, matrix.root)
@@ -118,6 +115,31 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     if rc != 0:
         folder = results.last_run(out / cell.name)[1]
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
+
+
+def _install_plan(session: nox.Session, cell: Cell, envdir: Path
+                  ) -> tuple[install.InstallPlan, dict, bool]:
+    """The plan the env is built with, its stamp and whether the env holds it already.
+    A cpu cell whose CPU index cannot be reached takes torch's CPU build from pip's
+    configuration, saying so in one line; a warm env asks no index."""
+    torch_index = os.environ.get(contract.TORCH_INDEX)
+    uv_env = install.uv_env(envdir)
+    plans = [install.plan(cell, torch_index=torch_index, uv_env=uv_env)]
+    if install.can_fall_back(cell, torch_index):
+        plans.append(install.plan(cell, torch_index=torch_index, uv_env=uv_env,
+                                  cpu_fallback=True))
+    for plan in plans:
+        pins = install.pins(plan, envdir)
+        if install.env_holds(envdir, pins):
+            return plan, pins, True
+    plan = plans[0]
+    problem = install.local_wheel(cell)[1] or install.index_problem(plan.index)
+    if problem and len(plans) > 1:
+        session.warn(f"{cell.name}: {problem}: {install.CPU_FALLBACK}")
+        plan, problem = plans[1], None
+    if problem:
+        _fail(session, f"{cell.name}: {problem}")
+    return plan, install.pins(plan, envdir), False
 
 
 # When nox last had nothing of ours to do (the noxfile loaded, a cell session ended): a
