@@ -35,10 +35,10 @@ _FROM_ENV = (
     ("cell", contract.CELL), ("device", contract.DEVICE), ("torch_series", contract.TORCH),
     ("profile", contract.PROFILE), ("hardware", contract.HARDWARE),
     ("driver", contract.DRIVER), ("commit", contract.COMMIT), ("run_id", contract.RUN_ID),
-    ("pass", contract.PASS),
+    ("pass", contract.PASS), ("shard", contract.SHARD),
 )
 PROPERTIES = ("cell", "device", "torch", "torch_series", "profile", "hardware", "driver",
-              "commit", "run_id", "pass")
+              "commit", "run_id", "pass", "shard")
 NOT_KNOWN = "unknown"      # a property the run did not record (a cpu host has no family)
 
 _ELEMENT = {

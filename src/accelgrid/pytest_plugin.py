@@ -26,7 +26,16 @@ from typing import Any
 
 import pytest
 
-from . import contract, junit, known_issues_runtime, lifetime, outcomes, provenance, results
+from . import (
+    contract,
+    junit,
+    known_issues_runtime,
+    lifetime,
+    outcomes,
+    provenance,
+    results,
+    shards,
+)
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -421,6 +430,21 @@ class JUnitProperties:
         for name, value in junit.suite_properties(torch=torch if isinstance(torch, str)
                                                   else None):
             xml.add_global_property(name, value)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A shard run (ACCELGRID_SHARD=K/N) keeps shard K's tests of the whole collection
+    (before marker selection, so every pass of every shard splits the same set)."""
+    if not os.environ.get(contract.SHARD):
+        return
+    try:
+        mine, others = shards.keep(items)
+    except shards.ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if others:
+        config.hook.pytest_deselected(items=others)
+        items[:] = mine
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -32,6 +32,7 @@ from . import (
     progress,
     results,
     runner,
+    shards,
     venvs,
 )
 from .errors import AccelgridError, InvalidInput
@@ -76,7 +77,24 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         _IDLE_SINCE = time.time()
 
 
+def _shard_results(out: Path, cell: Cell) -> Path:
+    """Where the run writes: ``out``, or a shard run's ``out/shard-K-of-N`` (so the shards
+    of a cell never share a folder, here or in a CI artifacts download). A shard run
+    balances by the durations of the cell's last full run here unless
+    ACCELGRID_SHARD_DURATIONS names others (every shard must get the same)."""
+    try:
+        shard = shards.selected()
+    except shards.ShardError as exc:
+        raise InvalidInput(f"{contract.SHARD}: {exc}") from None
+    if shard is None:
+        return out
+    if not os.environ.get(contract.SHARD_DURATIONS) and (out / cell.name).is_dir():
+        os.environ[contract.SHARD_DURATIONS] = str(out / cell.name)
+    return out / shards.folder_name(*shard)
+
+
 def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
+    out = _shard_results(results.results_root(matrix.root), cell)
     device = matrix.devices[cell.device]
     reason = detect.absent_reason(cell.device, device.detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
@@ -110,7 +128,6 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     # session.run returns None under --install-only: the env is ready, run nothing.
     if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
         return
-    out = results.results_root(matrix.root)
     rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
     if rc != 0:
         folder = results.last_run(out / cell.name)[1]

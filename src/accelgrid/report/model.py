@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import ops, outcomes, reasons
+from .. import ops, outcomes, reasons, shards
 from ..provenance import now
 from ..results import CellResults, discover, read_cell, suite_of
 from ..versions import version_key
@@ -145,7 +145,7 @@ def build(folders: Iterable[Path]) -> dict[str, Any]:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
     many); its ``baseline`` is None (see :func:`accelgrid.report.build`)."""
     paths, notes = discover(folders)
-    cells = [read_cell(p) for p in paths]
+    cells = shards.merge([read_cell(p) for p in paths])   # a cell's shards: one column
     keys: Counter[str] = Counter()
     columns, by_key = [], {}
     for cell in cells:
