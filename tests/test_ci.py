@@ -192,7 +192,7 @@ def test_every_cell_runs_once_on_its_devices_runner_with_its_timeout() -> None:
         upload = job["steps"][-1]
         assert upload["uses"].startswith("actions/upload-artifact@")
         assert upload["if"] == "always()"
-        assert upload["with"]["name"] == "results-${{ matrix.cell }}"
+        assert upload["with"]["name"] == "results-${{ matrix.id }}"   # a shard: its own
 
 
 def test_no_pull_request_starts_a_workflow_with_a_self_hosted_job() -> None:

@@ -130,11 +130,20 @@ def job_minutes(cell: Cell) -> int:
     return INSTALL_MINUTES + cell.cell_minutes + MARGIN_MINUTES
 
 
+def _shard_jobs(cell: Cell) -> list[tuple[str, str]]:
+    """(job id, ACCELGRID_SHARD) per job of ``cell``: one, or one per shard."""
+    if cell.shards <= 1:
+        return [(cell.name, "")]
+    return [(f"{cell.name}-shard-{k}-of-{cell.shards}", f"{k}/{cell.shards}")
+            for k in range(1, cell.shards + 1)]
+
+
 def _plan_cells(groups: Sequence[JobGroup]) -> list[str]:
     return [
-        dumps({"cell": c.name, "job": g.id, "device": c.device, "torch": c.torch,
-               "profile": c.profile, "hosted": c.hosted, "timeout": job_minutes(c)})
-        for g in groups for c in g.cells
+        dumps({"cell": c.name, "id": job, "shard": shard, "job": g.id, "device": c.device,
+               "torch": c.torch, "profile": c.profile, "hosted": c.hosted,
+               "timeout": job_minutes(c)})
+        for g in groups for c in g.cells for job, shard in _shard_jobs(c)
     ]
 
 
@@ -170,6 +179,11 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
                       f"{MARGIN_MINUTES}), over GitHub-hosted runners' {HOSTED_JOB_MINUTES}: "
                       "lower its timeout.cell_minutes")
     groups = job_groups(matrix.cells, limit)
+    for g in groups:
+        jobs = sum(len(_shard_jobs(c)) for c in g.cells)
+        if jobs > limit:
+            raise CIError(f"job {g.id} would have {jobs} jobs with its cells' shards, over "
+                          f"GitHub's {limit} per matrix: lower their shards")
     source = _matrix_label(matrix)
     # The workflow is full of GitHub's own ${{ }}: give jinja other delimiters there.
     workflow_env = _environment(variable_start_string="[[", variable_end_string="]]",
@@ -182,7 +196,8 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
             source=source,
             pr=pr,
             groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
-                     "runs_on": _runs_on(g.runner_labels), "count": len(g.cells)}
+                     "runs_on": _runs_on(g.runner_labels), "count": len(g.cells),
+                     "jobs": sum(len(_shard_jobs(c)) for c in g.cells)}
                     for g in picked],
             plan_cells=_plan_cells(picked),
             actions={k: {"uses": f"{repo}@{sha}", "version": version}

@@ -24,6 +24,7 @@ from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
 from . import (
+    actions,
     contract,
     detect,
     environment,
@@ -203,6 +204,10 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
                       f"{time.monotonic() - start:.1f} s:\n" + "\n".join(tail))
             out.seek(0)
             text = out.read()
+        # In GitHub Actions: uv's own output, folded away under the step's line.
+        with actions.group(f"{cell.name}: [{number}/{total}] uv's output"):
+            if actions.active():
+                sys.stdout.write(environment.redact_text(text).rstrip("\n") + "\n")
         installed = installed and bool(text.strip())
         did = (install.uv_changes(text, wanted.split()) if text.strip()
                else "skipped: nox reuses the env without installing (-R / --no-install)")
