@@ -192,3 +192,84 @@ def test_an_arc_scale_set_name_is_the_jobs_only_label(tmp_path: Path) -> None:
                            str(tmp_path / "al.yaml"), str(tmp_path / "wf.yml")],
                           capture_output=True, text=True, timeout=120)
     assert lint.returncode == 0, lint.stdout
+
+
+# --- GPU cells for a pull request: a maintainer's dispatch of a labelled PR -------------
+
+def _serve(pulls: dict[str, dict]):
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = pulls.get(self.path)
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write(json.dumps(body or {"message": "Not Found"}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _dispatch(tmp_path: Path, api: str, number: str) -> tuple[subprocess.CompletedProcess,
+                                                               dict[str, str]]:
+    workflow = yaml.safe_load((ROOT / ci.WORKFLOW).read_text())
+    step = workflow["jobs"]["plan"]["steps"][0]
+    assert step["env"]["PR_LABEL"] == ci.PR_LABEL
+    assert step["env"]["PULL_REQUEST"] == "${{ inputs.pull_request }}"
+    output = tmp_path / "out"
+    output.write_text("")
+    env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output),
+           "EVENT": "workflow_dispatch", "CELLS": step["env"]["CELLS"],
+           "JOBS": step["env"]["JOBS"], "PULL_REQUEST": number, "PR_LABEL": ci.PR_LABEL,
+           "REPOSITORY": "acme/accelgrid", "GH_TOKEN": "t", "GITHUB_API_URL": api}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                           step["run"]], env=env, capture_output=True, text=True, timeout=60)
+    return proc, dict(line.split("=", 1) for line in output.read_text().splitlines())
+
+
+def test_gpu_cells_run_a_pull_requests_head_only_when_labelled(tmp_path: Path) -> None:
+    sha = "a" * 40
+    server = _serve({
+        "/repos/acme/accelgrid/pulls/7": {"state": "open", "head": {"sha": sha},
+                                          "labels": [{"name": ci.PR_LABEL}]},
+        "/repos/acme/accelgrid/pulls/8": {"state": "open", "head": {"sha": "b" * 40},
+                                          "labels": [{"name": "bug"}]},
+        "/repos/acme/accelgrid/pulls/9": {"state": "closed", "head": {"sha": "c" * 40},
+                                          "labels": [{"name": ci.PR_LABEL}]},
+    })
+    api = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        proc, out = _dispatch(tmp_path, api, "7")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert out["ref"] == sha and json.loads(out["any"]) is True
+        for number in ("8", "9"):
+            proc, out = _dispatch(tmp_path, api, number)
+            assert proc.returncode == 1 and "ref" not in out
+            assert f"::error::pull request #{number} is not open with the label " \
+                   f"{ci.PR_LABEL}" in proc.stdout
+        proc, out = _dispatch(tmp_path, api, "7; rm -rf /")
+        assert proc.returncode == 1 and "is not a number" in proc.stdout
+        proc, out = _dispatch(tmp_path, api, "")
+        assert proc.returncode == 0 and out["ref"] == ""
+    finally:
+        server.shutdown()
+    workflow = yaml.safe_load((ROOT / ci.WORKFLOW).read_text())
+    for job_id, job in workflow["jobs"].items():
+        if job_id.startswith("cells-"):
+            checkout = job["steps"][0]
+            assert checkout["with"]["ref"] == "${{ needs.plan.outputs.ref }}"
+            assert checkout["with"]["persist-credentials"] is False
+    # The fork-proof guard holds: no pull request event starts this workflow, and the
+    # pull-request workflow neither reads a pull request nor checks one out by ref.
+    triggers = workflow.get("on", workflow.get(True))
+    assert set(triggers) == {"schedule", "workflow_dispatch"}
+    pr_text = (ROOT / ci.PR_WORKFLOW).read_text()
+    pr_plan = yaml.safe_load(pr_text)["jobs"]["plan"]
+    assert pr_plan["permissions"] == {}
+    assert not {"PULL_REQUEST", "GH_TOKEN"} & set(pr_plan["steps"][0]["env"])
+    assert "inputs.pull_request" not in pr_text and "needs.plan.outputs.ref" not in pr_text

@@ -53,6 +53,9 @@ ACTIONS = {
 MAX_MATRIX_JOBS = 256             # GitHub: one job matrix generates at most 256 jobs
 MAX_WORKFLOW_BYTES = 500 * 1024   # GitHub: a workflow file over 500 KB starts no runs
 HOSTED_RUNNER = "ubuntu-24.04"    # the plan and grid jobs (no device needed)
+# The label on a pull request that lets a maintainer's dispatch run every cell, GPU
+# runners included, on its head commit (ci/README.md, "GPU cells for a pull request").
+PR_LABEL = "ciflow/gpu"
 
 # Labels actionlint already knows for self-hosted runners; only the others need declaring.
 _ACTIONLINT_KNOWN = {"self-hosted", "linux", "macos", "windows", "x64", "x86", "arm", "arm64"}
@@ -204,6 +207,7 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
                      for k, (repo, sha, version) in ACTIONS.items()},
             python=matrix.default_python,
             runner=HOSTED_RUNNER,
+            pr_label=PR_LABEL,
             devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
             series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
             profiles=sorted({c.profile for c in matrix.cells},
