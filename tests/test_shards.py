@@ -116,6 +116,14 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
         md = {i for i in ids if "test_md_" in i}
         assert md in (set(), {f"suites/payload/test_s.py::test_md_{n}" for n in (1, 2)})
     assert len(ran) == 11
+    # A baseline from the shards is the baseline of one run; one shard alone is refused.
+    from accelgrid.report import compare
+
+    (whole_base,), _ = compare.update([whole], proj / "b1")
+    (shard_base,), _ = compare.update([parts], proj / "b2")
+    assert shard_base.tests == whole_base.tests and not shard_base.refused
+    (alone,), _ = compare.update([parts / shards.folder_name(1, 2)], proj / "b3")
+    assert alone.refused and "missing shard 2/2" in alone.refused
     # A missing shard: the column is partial and names it.
     import shutil
 
