@@ -64,7 +64,7 @@ def test_report_grid_is_what_nox_calls(tmp_path: Path) -> None:
     summary = tmp_path / "summary.md"
     made = report.grid(folders, tmp_path / "out", baseline_dir=base, step_summary=summary)
     assert made.paths["md"].read_text() == summary.read_text()
-    assert set(made.paths) == {"json", "md", "html"} and all(
+    assert set(made.paths) == {"json", "md", "html", "junit"} and all(
         p.is_file() for p in made.paths.values())
     lines = made.lines()
     assert "xpu-2.13: errored: no tests.jsonl: the cell did not run or its results were lost" \

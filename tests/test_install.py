@@ -27,17 +27,75 @@ def test_xpu_plan_takes_torch_from_its_index_then_pins_it(matrix) -> None:
     assert {"torchao==0.11.0", "transformers==4.57.5", "accelerate==1.12.0"} <= set(second.args)
 
 
-def test_cpu_plan_uses_only_the_default_index(matrix) -> None:
-    plan = install.plan(matrix.cell("cpu-2.13"), uv_env={})
-    assert plan.index == "default"
-    assert all("--extra-index-url" not in s.args and "--index-url" not in s.args
-               for s in plan.steps)
+def test_cpu_plan_takes_the_cpu_build_from_pytorchs_cpu_index(matrix) -> None:
+    plan = install.plan(matrix.cell("cpu-2.4"), uv_env={})
+    tag = install.cpu_build_tag()
+    want = "torch==2.4.1" + (f"+{tag}" if tag else "")
+    assert plan.index == "https://download.pytorch.org/whl/cpu"
+    assert plan.steps[0].args == ("--extra-index-url", plan.index, want)
+    assert plan.steps[1].args[0] == want and "--extra-index-url" not in plan.steps[1].args
+    # Unreachable: from pip's configuration alone, still the CPU build.
+    offline = install.plan(matrix.cell("cpu-2.4"), uv_env={}, cpu_fallback=True)
+    assert offline.index == "default" and offline.steps[0].args == (want,)
+    assert "cannot be reached" in offline.steps[0].description
+
+
+def test_the_cpu_build_tag_per_platform(matrix) -> None:
+    assert install.cpu_build_tag("Linux", "x86_64") == "cpu"
+    assert install.cpu_build_tag("Windows", "AMD64") == "cpu"
+    assert install.cpu_build_tag("Darwin", "arm64") is None
+    assert install.cpu_build_tag("Linux", "aarch64") is None
+    cell = matrix.cell("cpu-2.13")
+    assert install.torch_requirement(cell, tag="cpu") == "torch==2.13.0+cpu"
+    assert install.torch_requirement(cell, tag="") == "torch==2.13.0"
+    # Other devices keep their own requirement.
+    assert install.torch_requirement(matrix.cell("xpu-2.5"), tag="cpu") == "torch==2.5.1+xpu"
+    assert install.torch_requirement(matrix.cell("cuda-2.11"), tag="cpu") == "torch==2.11.0"
 
 
 def test_torch_index_override(matrix) -> None:
-    plan = install.plan(matrix.cell("cpu-2.13"), torch_index="https://download.pytorch.org/whl/cpu",
+    plan = install.plan(matrix.cell("cpu-2.13"), torch_index="https://example.org/whl/cpu",
                         uv_env={})
-    assert plan.steps[0].args[:2] == ("--extra-index-url", "https://download.pytorch.org/whl/cpu")
+    assert plan.steps[0].args[:2] == ("--extra-index-url", "https://example.org/whl/cpu")
+    # default: pip's configuration alone; a named index never falls back.
+    assert install.plan(matrix.cell("cpu-2.13"), torch_index="default", uv_env={}).index \
+        == "default"
+    assert install.can_fall_back(matrix.cell("cpu-2.13"))
+    assert not install.can_fall_back(matrix.cell("cpu-2.13"), "https://example.org/whl/cpu")
+    assert not install.can_fall_back(matrix.cell("xpu-2.13"))
+    fallback = install.plan(matrix.cell("cpu-2.13"), torch_index="https://example.org/whl/cpu",
+                            uv_env={}, cpu_fallback=True)
+    assert fallback.index == "https://example.org/whl/cpu"
+
+
+def test_a_gpu_build_of_torch_is_told_from_a_cpu_build(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    meta = site / "torch-2.4.1.dist-info" / "METADATA"
+    meta.parent.mkdir(parents=True)
+    assert install.cuda_build(tmp_path) is None          # no torch at all
+    meta.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1\n"
+                    "Requires-Dist: filelock\nRequires-Dist: nvidia-cublas-cu12==12.1.3.1 ; "
+                    "platform_system == \"Linux\"\n")
+    assert install.cuda_build(tmp_path) == ("torch 2.4.1 is a GPU build (requires "
+                                            "nvidia-cublas-cu12), not a CPU build")
+    meta.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1+cu121\n")
+    assert "tagged +cu121" in install.cuda_build(tmp_path)
+    meta.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1+cpu\n"
+                    "Requires-Dist: filelock\n")
+    assert install.cuda_build(tmp_path) is None
+
+
+def test_plan_names_the_download_size_of_a_local_wheel(matrix, tmp_path: Path) -> None:
+    cell = matrix.cell("cpu-2.4")
+    wheel = tmp_path / "torch-2.4.1+cpu-py3-none-any.whl"
+    wheel.write_bytes(b"x" * 2_500_000)
+    (tmp_path / "torch-2.4.1+cpu-cp39-cp39-win32.whl").write_bytes(b"x" * 9_000_000)
+    (tmp_path / "torch-2.5.1+cpu-py3-none-any.whl").write_bytes(b"x" * 9_000_000)
+    plan = install.plan(cell, uv_env={"UV_FIND_LINKS": str(tmp_path)}, cpu_fallback=True)
+    assert install.expected_download(plan, "torch==2.4.1+cpu", "3.11") == f"2 MB ({wheel})"
+    assert install.expected_download(plan, "torch==2.6.0+cpu", "3.11") is None
+    assert install.expected_download(install.plan(cell, uv_env={}), "torch==2.4.1+cpu",
+                                     "3.11") is None
 
 
 def test_unreachable_index_is_one_line() -> None:
@@ -122,7 +180,8 @@ def test_a_warm_env_installs_nothing_until_its_pins_change(mini_project) -> None
     stamp = envdir / install.STAMP
 
     first = _installs(_nox(proj))
-    assert first[0] == "torch==2.13.0" and len(first) == 2 and stamp.is_file()
+    assert first[0] == install.torch_requirement(load_matrix(proj / "matrix.yaml").cell(
+        "cpu-2.13")) and len(first) == 2 and stamp.is_file()
     second = _nox(proj)
     assert _installs(second) == []
     assert f"skipped, the env holds the cell's pins ({install.STAMP} matches)" in second

@@ -53,6 +53,9 @@ ACTIONS = {
 MAX_MATRIX_JOBS = 256             # GitHub: one job matrix generates at most 256 jobs
 MAX_WORKFLOW_BYTES = 500 * 1024   # GitHub: a workflow file over 500 KB starts no runs
 HOSTED_RUNNER = "ubuntu-24.04"    # the plan and grid jobs (no device needed)
+# The label on a pull request that lets a maintainer's dispatch run every cell, GPU
+# runners included, on its head commit (ci/README.md, "GPU cells for a pull request").
+PR_LABEL = "ciflow/gpu"
 
 # Labels actionlint already knows for self-hosted runners; only the others need declaring.
 _ACTIONLINT_KNOWN = {"self-hosted", "linux", "macos", "windows", "x64", "x86", "arm", "arm64"}
@@ -130,11 +133,20 @@ def job_minutes(cell: Cell) -> int:
     return INSTALL_MINUTES + cell.cell_minutes + MARGIN_MINUTES
 
 
+def _shard_jobs(cell: Cell) -> list[tuple[str, str]]:
+    """(job id, ACCELGRID_SHARD) per job of ``cell``: one, or one per shard."""
+    if cell.shards <= 1:
+        return [(cell.name, "")]
+    return [(f"{cell.name}-shard-{k}-of-{cell.shards}", f"{k}/{cell.shards}")
+            for k in range(1, cell.shards + 1)]
+
+
 def _plan_cells(groups: Sequence[JobGroup]) -> list[str]:
     return [
-        dumps({"cell": c.name, "job": g.id, "device": c.device, "torch": c.torch,
-               "profile": c.profile, "hosted": c.hosted, "timeout": job_minutes(c)})
-        for g in groups for c in g.cells
+        dumps({"cell": c.name, "id": job, "shard": shard, "job": g.id, "device": c.device,
+               "torch": c.torch, "profile": c.profile, "hosted": c.hosted,
+               "timeout": job_minutes(c)})
+        for g in groups for c in g.cells for job, shard in _shard_jobs(c)
     ]
 
 
@@ -170,6 +182,11 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
                       f"{MARGIN_MINUTES}), over GitHub-hosted runners' {HOSTED_JOB_MINUTES}: "
                       "lower its timeout.cell_minutes")
     groups = job_groups(matrix.cells, limit)
+    for g in groups:
+        jobs = sum(len(_shard_jobs(c)) for c in g.cells)
+        if jobs > limit:
+            raise CIError(f"job {g.id} would have {jobs} jobs with its cells' shards, over "
+                          f"GitHub's {limit} per matrix: lower their shards")
     source = _matrix_label(matrix)
     # The workflow is full of GitHub's own ${{ }}: give jinja other delimiters there.
     workflow_env = _environment(variable_start_string="[[", variable_end_string="]]",
@@ -182,13 +199,15 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
             source=source,
             pr=pr,
             groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
-                     "runs_on": _runs_on(g.runner_labels), "count": len(g.cells)}
+                     "runs_on": _runs_on(g.runner_labels), "count": len(g.cells),
+                     "jobs": sum(len(_shard_jobs(c)) for c in g.cells)}
                     for g in picked],
             plan_cells=_plan_cells(picked),
             actions={k: {"uses": f"{repo}@{sha}", "version": version}
                      for k, (repo, sha, version) in ACTIONS.items()},
             python=matrix.default_python,
             runner=HOSTED_RUNNER,
+            pr_label=PR_LABEL,
             devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
             series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
             profiles=sorted({c.profile for c in matrix.cells},

@@ -136,7 +136,7 @@ def resolve_base(cell: Cell, base: str | None = None) -> str:
 
 
 def render(matrix: Matrix, cell: Cell, *, base: str | None = None, input_hash: str = "",
-           torch_index: str | None = None) -> str:
+           torch_index: str | None = None, cpu_fallback: bool = False) -> str:
     """The cell's Containerfile (``input_hash`` goes into its label)."""
     family = cell.container_family
     if family is None:
@@ -146,7 +146,7 @@ def render(matrix: Matrix, cell: Cell, *, base: str | None = None, input_hash: s
     if torch_index and environment.url_credentials(torch_index):
         raise ContainerError(f"{contract.TORCH_INDEX} carries credentials, which a build would "
                              "write into the image: use a pip config (--build-arg) instead")
-    plan = install.plan(cell, torch_index=torch_index, uv_env={})
+    plan = install.plan(cell, torch_index=torch_index, uv_env={}, cpu_fallback=cpu_fallback)
     runtime = [r for r in runtime if r not in plan.steps[1].args]   # the cell pins them too
     template = _jinja(matrix.root).get_template(f"{family}.Containerfile.j2")
     return template.render(
@@ -296,13 +296,19 @@ def spec(matrix: Matrix, cell: Cell, *, base: str | None = None,
     """Everything about the cell's image short of building it."""
     base = resolve_base(cell, base)
     torch_index = os.environ.get(contract.TORCH_INDEX)
-    unlabelled = render(matrix, cell, base=base, torch_index=torch_index)
+    # A cpu cell's CPU index out of reach (a host with only a PyPI mirror): the image takes
+    # torch's CPU build from the pip configuration passed to the build, as the nox session.
+    fallback = (install.can_fall_back(cell, torch_index)
+                and install.index_problem(cell.index) is not None)
+    unlabelled = render(matrix, cell, base=base, torch_index=torch_index,
+                        cpu_fallback=fallback)
     files = project_files(matrix)
     if settings is None:
         settings = environment.pip_settings()
     pip = pip_passthrough(settings, can_mount=can_mount)
     digest = input_hash(unlabelled, files, cell, pip)
-    final = render(matrix, cell, base=base, input_hash=digest, torch_index=torch_index)
+    final = render(matrix, cell, base=base, input_hash=digest, torch_index=torch_index,
+                   cpu_fallback=fallback)
     return ImageSpec(cell, base, final, files, pip, digest)
 
 

@@ -55,6 +55,8 @@ ENVDIR = "ACCELGRID_ENVDIR"            # where cell envs live (nox's --envdir; e
 WORKERS_PER_DEVICE = "ACCELGRID_WORKERS_PER_DEVICE"  # workers sharing each device (else
                                                      # chosen from the host: runner)
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
+SHARD = "ACCELGRID_SHARD"              # K/N: run only shard K of the cell's N (accelgrid.shards)
+SHARD_DURATIONS = "ACCELGRID_SHARD_DURATIONS"  # a results folder or {nodeid: s} JSON to balance by
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected
 SKIP_RUNTIME_CHECK = "ACCELGRID_SKIP_RUNTIME_CHECK"  # "1": run without the runtime bundle check
 DEVICES = "ACCELGRID_DEVICES"          # a subset of the host's devices, e.g. "0,2"

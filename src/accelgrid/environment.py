@@ -238,7 +238,8 @@ def uv_env_from_pip(settings: Mapping[str, str], env: Mapping[str, str] | None =
     for key, uv_name in _PIP_TO_UV.items():
         value = settings.get(key)
         if value and uv_name not in env:
-            out[uv_name] = " ".join(value.split())
+            # uv splits UV_FIND_LINKS at commas (its index lists at spaces, as pip does).
+            out[uv_name] = ("," if uv_name == "UV_FIND_LINKS" else " ").join(value.split())
     if ("extra-index-url" in settings or "find-links" in settings) and (
         "UV_INDEX_STRATEGY" not in env
     ):

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import json
 import os
+import platform
 import re
 import sys
 import urllib.error
@@ -62,10 +63,71 @@ class InstallPlan:
                           for s in self.steps]}
 
 
-def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] | None = None
-         ) -> InstallPlan:
+# --- cpu cells: torch's CPU build ----------------------------------------------------------
+# PyPI's Linux x86-64 torch wheels are CUDA builds (torch 2.4.1: 2.7 GB of NVIDIA libraries
+# beside it); PyTorch's CPU index has the CPU builds, tagged +cpu on Linux and Windows x86-64.
+CPU_DEVICE = "cpu"
+CPU_BUILD_TAG = "cpu"
+CPU_FALLBACK = ("taking torch's CPU build from pip's configuration instead (its find-links "
+                "and indexes)")
+
+
+def cpu_build_tag(system: str | None = None, machine: str | None = None) -> str | None:
+    """The local version PyTorch's CPU wheels carry on this platform (``cpu`` on Linux and
+    Windows x86-64), or None where they carry none (macOS, arm64): there only the check
+    after the install (:func:`cuda_build`) tells a CUDA build."""
+    system = system or platform.system()
+    machine = (machine or platform.machine()).lower()
+    return CPU_BUILD_TAG if system in ("Linux", "Windows") and machine in (
+        "x86_64", "amd64") else None
+
+
+def torch_requirement(cell: Cell, *, tag: str | None = None) -> str:
+    """The requirement both install steps pin torch with: a cpu cell's names the CPU build
+    where its wheels are tagged (``torch==2.4.1+cpu``), so no index can hand it a CUDA
+    build of the same version."""
+    if cell.device != CPU_DEVICE or "+" in cell.torch_requirement:
+        return cell.torch_requirement
+    tag = cpu_build_tag() if tag is None else tag
+    return f"{cell.torch_requirement}+{tag}" if tag else cell.torch_requirement
+
+
+def can_fall_back(cell: Cell, torch_index: str | None = None) -> bool:
+    """Whether an unreachable torch index lets ``cell`` take torch from pip's configuration
+    (a cpu cell on its device's CPU index, not an index the user named: that one must
+    answer)."""
+    return (cell.device == CPU_DEVICE and cell.torch_wheel is None
+            and not (torch_index or "").strip() and cell.index != "default")
+
+
+def cuda_build(envdir: Path) -> str | None:
+    """Whether the torch installed in ``envdir`` is a CUDA (or ROCm) build, as one line
+    naming its version and what gives it away (a ``+cuXXX`` tag, NVIDIA packages it
+    requires), or None (a CPU build, or no torch)."""
+    for meta in sorted(envdir.glob("lib/python*/site-packages/torch-*.dist-info/METADATA")) + \
+            sorted(envdir.glob("Lib/site-packages/torch-*.dist-info/METADATA")):
+        try:
+            text = meta.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        version = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
+                        if ln.startswith("Version:")), "?")
+        nvidia = sorted({m.group(1) for m in re.finditer(
+            r"^Requires-Dist:\s*(nvidia-[A-Za-z0-9_.-]+)", text, re.M)})
+        local = version.partition("+")[2]
+        if nvidia or local.startswith(("cu", "rocm")):
+            why = (f"requires {', '.join(nvidia[:3])}" + (", ..." if len(nvidia) > 3 else "")
+                   if nvidia else f"tagged +{local}")
+            return f"torch {version} is a GPU build ({why}), not a CPU build"
+    return None
+
+
+def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] | None = None,
+         cpu_fallback: bool = False) -> InstallPlan:
     """The install plan for ``cell``. ``torch_index`` overrides the device's index (it
-    comes from $ACCELGRID_TORCH_INDEX: InvalidInput when it is no index URL)."""
+    comes from $ACCELGRID_TORCH_INDEX: InvalidInput when it is no index URL; ``default``:
+    pip's configuration alone). ``cpu_fallback``: the cpu cell's CPU index cannot be
+    reached, torch's CPU build comes from pip's configuration (:func:`can_fall_back`)."""
     if torch_index is not None and torch_index.strip():
         why = environment.index_url_problem(torch_index.strip(), allow_credentials=True)
         if why:
@@ -73,8 +135,15 @@ def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] |
     index = (torch_index or "").strip() or cell.index
     if uv_env is None:
         uv_env = environment.uv_env_from_pip(environment.pip_settings())
+    requirement = torch_requirement(cell)
+    if cpu_fallback and can_fall_back(cell, torch_index):
+        return InstallPlan(cell.name, "default", (
+            Step(f"torch's CPU build from pip's configuration ({cell.index} cannot be "
+                 "reached)", (requirement,)),
+            Step("test tooling and suite packages", (requirement, *cell.packages)),
+        ), dict(uv_env))
     pin = cell.torch_requirement
-    torch_args: tuple[str, ...] = (cell.torch_requirement,)
+    torch_args: tuple[str, ...] = (requirement,)
     torch_env: dict[str, str] = {}
     if cell.torch_wheel is not None:
         wheel, _ = local_wheel(cell)
@@ -90,13 +159,62 @@ def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] |
                                      or os.environ.get("UV_EXTRA_INDEX_URL")) if v)
         torch_env = {"UV_EXTRA_INDEX_URL": extra, "PIP_EXTRA_INDEX_URL": extra}
     elif index != "default":
-        torch_args = ("--extra-index-url", index, cell.torch_requirement)
+        torch_args = ("--extra-index-url", index, requirement)
     shown = "the default index" if index == "default" else environment.redact_url(index)
     steps = (
         Step(f"torch from {shown}", torch_args, torch_env),
-        Step("test tooling and suite packages", (cell.torch_requirement, *cell.packages)),
+        Step("test tooling and suite packages", (requirement, *cell.packages)),
     )
     return InstallPlan(cell.name, index, steps, dict(uv_env))
+
+
+def expected_download(plan: InstallPlan, requirement: str, python: str) -> str | None:
+    """The size of the torch wheel ``plan``'s first step would take, where a local source
+    holds it (the local wheel, a find-links folder, a file:// index: the largest wheel
+    matching ``requirement`` for ``python`` on this platform, in one phrase), else None:
+    a remote index's sizes are known only once uv resolves it."""
+    from packaging.requirements import Requirement
+    from packaging.tags import sys_tags
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    first = plan.steps[0].args
+    if first and first[-1].endswith(".whl"):
+        st = _stat(first[-1])
+        return None if st is None else f"{_mb(st.st_size)} (the local wheel {first[-1]})"
+    req = Requirement(requirement)
+    folders = [u.removeprefix("file://")
+               for u in plan.env.get("UV_FIND_LINKS", "").replace(",", " ").split()
+               if "://" not in u or u.startswith("file://")]
+    indexes = [u.removeprefix("file://") for key in ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL")
+               for u in plan.env.get(key, "").split() if u.startswith("file://")]
+    if plan.index.startswith("file://"):
+        indexes.append(plan.index.removeprefix("file://"))
+    folders += [str(Path(i) / req.name) for i in indexes]
+    platforms = {t.platform for t in sys_tags()}
+    interpreters = {f"cp{python.replace('.', '')}", "py3", f"py{python.split('.')[0]}"}
+    best: tuple[int, str] | None = None
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                dist, version, _, tags = parse_wheel_filename(name)
+            except InvalidWheelFilename:
+                continue
+            if dist != req.name or not req.specifier.contains(version, prereleases=True) or \
+                    not any(t.interpreter in interpreters and t.platform in platforms
+                            for t in tags):
+                continue
+            st = _stat(str(Path(folder) / name))
+            if st is not None and (best is None or st.st_size > best[0]):
+                best = (st.st_size, str(Path(folder) / name))
+    return None if best is None else f"{_mb(best[0])} ({best[1]})"
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size} bytes"
 
 
 def local_wheel(cell: Cell) -> tuple[str | None, str | None]:

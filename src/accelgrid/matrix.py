@@ -115,6 +115,7 @@ class Device:
     container_family: str | None = None
     container_base: str | None = None
     workers: int | None = None
+    shards: int | None = None
     runtime: tuple[Runtime, ...] = ()
     hardware: dict[str, Hardware] = dataclasses.field(default_factory=dict)
     drivers: dict[str, Hardware] = dataclasses.field(default_factory=dict)
@@ -183,6 +184,7 @@ class Cell:
     # holding one, e.g. an XPU source build of torch 2.4), absolute. Such a cell is run on
     # request only: not by a plain `nox`, `nox -t DEVICE`, CI or `accelgrid repro ID`.
     torch_wheel: str | None = None
+    shards: int = 1     # runners its tests are split across in CI (accelgrid.shards)
 
     @property
     def manual(self) -> bool:
@@ -203,7 +205,7 @@ class Cell:
             "tags": list(self.tags),
             "runtime": self.runtime.as_dict() if self.runtime else None,
             "hardware": self.hardware, "driver": self.driver,
-            "torch_wheel": self.torch_wheel, "manual": self.manual,
+            "torch_wheel": self.torch_wheel, "manual": self.manual, "shards": self.shards,
         }
 
 
@@ -496,6 +498,7 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             container_family=container.get("family"),
             container_base=container.get("base"),
             workers=spec.get("workers"),
+            shards=spec.get("shards"),
             runtime=tuple(_runtime(r) for r in spec.get("runtime") or ()),
             hardware=_hardware(spec.get("hardware")),
             drivers=_hardware(spec.get("drivers")),
@@ -763,4 +766,5 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         hardware_env={k: dict(v.env) for k, v in device.hardware.items()},
         driver_env={k: dict(v.env) for k, v in device.drivers.items()},
         torch_wheel=wheel,
+        shards=combo.get("shards", device.shards or 1),
     ), None

@@ -26,7 +26,16 @@ from typing import Any
 
 import pytest
 
-from . import contract, known_issues_runtime, lifetime, outcomes, provenance, results
+from . import (
+    contract,
+    junit,
+    known_issues_runtime,
+    lifetime,
+    outcomes,
+    provenance,
+    results,
+    shards,
+)
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -415,6 +424,44 @@ class OpCaptureHook:
             "nodeid": item.nodeid, "workload": workload_of(item.nodeid), **capture.report()})
 
 
+class JUnitProperties:
+    """On the controller: pytest's JUnit file of the pass carries the run's testsuite
+    properties (:func:`accelgrid.junit.suite_properties`), added before pytest writes it."""
+
+    def __init__(self, config: pytest.Config, folder: Path):
+        self.config = config
+        self.folder = folder
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        try:
+            from _pytest.junitxml import xml_key  # what record_testsuite_property uses
+        except ImportError:  # another pytest: its JUnit file goes without them
+            return
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None:   # no --junitxml
+            return
+        torch = results.merged_torch(self.folder).get("version")
+        for name, value in junit.suite_properties(torch=torch if isinstance(torch, str)
+                                                  else None):
+            xml.add_global_property(name, value)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A shard run (ACCELGRID_SHARD=K/N) keeps shard K's tests of the whole collection
+    (before marker selection, so every pass of every shard splits the same set)."""
+    if not os.environ.get(contract.SHARD):
+        return
+    try:
+        mine, others = shards.keep(items)
+    except shards.ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if others:
+        config.hook.pytest_deselected(items=others)
+        items[:] = mine
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
@@ -443,6 +490,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(OpCaptureHook(config, path), "accelgrid-op-capture")
     if _worker_id(config) is None:
         config.pluginmanager.register(Recorder(config, path), "accelgrid-recorder")
+        config.pluginmanager.register(JUnitProperties(config, path), "accelgrid-junit")
 
 
 @pytest.fixture(scope="session")

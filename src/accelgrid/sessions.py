@@ -24,6 +24,7 @@ from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
 from . import (
+    actions,
     contract,
     detect,
     environment,
@@ -32,6 +33,7 @@ from . import (
     progress,
     results,
     runner,
+    shards,
     venvs,
 )
 from .errors import AccelgridError, InvalidInput
@@ -76,7 +78,24 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         _IDLE_SINCE = time.time()
 
 
+def _shard_results(out: Path, cell: Cell) -> Path:
+    """Where the run writes: ``out``, or a shard run's ``out/shard-K-of-N`` (so the shards
+    of a cell never share a folder, here or in a CI artifacts download). A shard run
+    balances by the durations of the cell's last full run here unless
+    ACCELGRID_SHARD_DURATIONS names others (every shard must get the same)."""
+    try:
+        shard = shards.selected()
+    except shards.ShardError as exc:
+        raise InvalidInput(f"{contract.SHARD}: {exc}") from None
+    if shard is None:
+        return out
+    if not os.environ.get(contract.SHARD_DURATIONS) and (out / cell.name).is_dir():
+        os.environ[contract.SHARD_DURATIONS] = str(out / cell.name)
+    return out / shards.folder_name(*shard)
+
+
 def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
+    out = _shard_results(results.results_root(matrix.root), cell)
     device = matrix.devices[cell.device]
     reason = detect.absent_reason(cell.device, device.detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
@@ -95,29 +114,50 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
         envdir = Path(session.bin).parent
-        plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX),
-                            uv_env=install.uv_env(envdir))
-        pins = install.pins(plan, envdir)
-        current = install.env_holds(envdir, pins)
-        problem = None if current else (install.local_wheel(cell)[1]
-                                        or install.index_problem(plan.index))
-        if problem:
-            _fail(session, f"{cell.name}: {problem}")
+        plan, pins, current = _install_plan(session, cell, envdir)
         session.env.update(plan.env)
         if not current:
             install.forget(envdir)
         if build_env(session, cell, plan, holds_pins=current):
+            gpu = install.cuda_build(envdir) if cell.device == install.CPU_DEVICE else None
+            if gpu:   # never a cpu cell on a CUDA build without saying so: no stamp, stop
+                _fail(session, f"{cell.name}: {gpu}: a cpu cell takes torch's CPU build "
+                      f"({cell.index}, or set {contract.TORCH_INDEX} to an index with it)")
             install.write_stamp(envdir, pins)
         # Its python imports accelgrid from this checkout by itself (venvs.PTH).
         venvs.link_project(python, matrix.root)
     # session.run returns None under --install-only: the env is ready, run nothing.
     if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
         return
-    out = results.results_root(matrix.root)
     rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
     if rc != 0:
         folder = results.last_run(out / cell.name)[1]
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
+
+
+def _install_plan(session: nox.Session, cell: Cell, envdir: Path
+                  ) -> tuple[install.InstallPlan, dict, bool]:
+    """The plan the env is built with, its stamp and whether the env holds it already.
+    A cpu cell whose CPU index cannot be reached takes torch's CPU build from pip's
+    configuration, saying so in one line; a warm env asks no index."""
+    torch_index = os.environ.get(contract.TORCH_INDEX)
+    uv_env = install.uv_env(envdir)
+    plans = [install.plan(cell, torch_index=torch_index, uv_env=uv_env)]
+    if install.can_fall_back(cell, torch_index):
+        plans.append(install.plan(cell, torch_index=torch_index, uv_env=uv_env,
+                                  cpu_fallback=True))
+    for plan in plans:
+        pins = install.pins(plan, envdir)
+        if install.env_holds(envdir, pins):
+            return plan, pins, True
+    plan = plans[0]
+    problem = install.local_wheel(cell)[1] or install.index_problem(plan.index)
+    if problem and len(plans) > 1:
+        session.warn(f"{cell.name}: {problem}: {install.CPU_FALLBACK}")
+        plan, problem = plans[1], None
+    if problem:
+        _fail(session, f"{cell.name}: {problem}")
+    return plan, install.pins(plan, envdir), False
 
 
 # When nox last had nothing of ours to do (the noxfile loaded, a cell session ended): a
@@ -164,6 +204,10 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
                       f"{time.monotonic() - start:.1f} s:\n" + "\n".join(tail))
             out.seek(0)
             text = out.read()
+        # In GitHub Actions: uv's own output, folded away under the step's line.
+        with actions.group(f"{cell.name}: [{number}/{total}] uv's output"):
+            if actions.active():
+                sys.stdout.write(environment.redact_text(text).rstrip("\n") + "\n")
         installed = installed and bool(text.strip())
         did = (install.uv_changes(text, wanted.split()) if text.strip()
                else "skipped: nox reuses the env without installing (-R / --no-install)")

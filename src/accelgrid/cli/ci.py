@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import ci
+from ..actions import MAX_ANNOTATIONS
 from ..errors import StaleFiles
 from ._common import matrix_of
 
@@ -25,6 +26,17 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = actions.add_parser("check", parents=[common],
                            help="exit 1 with a diff when the files differ from the matrix")
     p.set_defaults(func=_check)
+    p = actions.add_parser(
+        "summary", parents=[common],
+        help="a cell job's step summary and ::error annotations (GitHub Actions)",
+        description="Append each cell's step summary (counts, what went wrong, why tests "
+                    "did not run) to $GITHUB_STEP_SUMMARY and print an ::error annotation "
+                    f"per test that went wrong (at most {MAX_ANNOTATIONS} per cell) when "
+                    "GITHUB_ACTIONS=true; elsewhere the summary goes to stdout. Exit 0: "
+                    "the cell's own step says whether it failed.")
+    p.add_argument("results", nargs="+", type=Path,
+                   help="results/<cell>/ folders, or folders holding them")
+    p.set_defaults(func=_summary)
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -48,3 +60,10 @@ def _check(args: argparse.Namespace) -> int:
         sys.stdout.write(diff)
     raise StaleFiles(f"{', '.join(diffs)} out of date with {args.matrix}; "
                      "run `accelgrid ci render`")
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from .. import actions
+
+    actions.report(args.results)
+    return 0

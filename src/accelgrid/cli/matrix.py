@@ -72,6 +72,10 @@ def _plan(args: argparse.Namespace) -> int:
     plan = install.plan(cell, torch_index=os.environ.get(contract.TORCH_INDEX))
     records = ops.records(cell.env)
     data = {**cell.as_dict(), "install": plan.as_dict(), "records": records}
+    if not cell.torch_wheel:
+        data["install"]["torch_requirement"] = install.torch_requirement(cell)
+    data["install"]["torch_download"] = install.expected_download(
+        plan, data["install"].get("torch_requirement", cell.torch_requirement), cell.python)
     if args.json:
         print(dumps(data, indent=2))
         return 0
@@ -87,8 +91,14 @@ def _plan(args: argparse.Namespace) -> int:
               f"{wheel or problem} (run on request only: not by nox, nox -t, CI or "
               "accelgrid repro ID without --cell)")
     else:
-        print(f"torch       {cell.torch_requirement} from "
+        requirement = install.torch_requirement(cell)
+        print(f"torch       {requirement} from "
               f"{'the default index' if plan.index == 'default' else plan.shown_index}")
+        if install.can_fall_back(cell, os.environ.get(contract.TORCH_INDEX)):
+            print("            (where that index cannot be reached: torch's CPU build from "
+                  "pip's configuration, else the cell stops with one line)")
+        size = install.expected_download(plan, requirement, cell.python)
+        print(f"download    torch: {size or 'size known once uv resolves it (remote index)'}")
     if cell.runtime:
         print(f"runtime     {cell.runtime.describe()}")
     for n, step in enumerate(plan.steps, 1):

@@ -24,11 +24,24 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="use the current interpreter and its installed torch; install nothing")
     p.add_argument("--container", action="store_true",
                    help="run the cell inside its container image (accelgrid container run)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="run shard K of N of the cell's tests (balanced by recorded "
+                        "durations; results in results/shard-K-of-N/<cell>/, merged by the "
+                        "grid); the same as ACCELGRID_SHARD=K/N nox -s CELL")
     p.set_defaults(func=_run, passthrough="pytest_args")
 
 
 def _run(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
+    if args.shard is not None:
+        from .. import contract, shards
+        from ..errors import InvalidInput
+
+        try:
+            shards.parse(args.shard)
+        except shards.ShardError as exc:
+            raise InvalidInput(f"--shard: {exc}") from None
+        os.environ[contract.SHARD] = args.shard.strip()
     if args.container:
         from .. import containers
 

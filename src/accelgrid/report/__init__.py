@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes
+from .. import junit, outcomes
 from ..errors import AccelgridError, Regression
 from . import compare, history, model, render_html, render_json, render_markdown
 from . import expect as lost_cells
@@ -163,15 +163,18 @@ def grid(folders: Iterable[Path], out: Path, baseline_dir: Path | None = None,
          step_summary: Path | str | None = None, history_db: Path | None = None,
          expect: list[str] | None = None, window: int = history.DEFAULT_WINDOW) -> GridReport:
     """Build the grid from ``folders`` (compared with ``baseline_dir`` when given), write
-    grid.json/.md/.html into ``out`` and append grid.md to ``step_summary`` (a GitHub job
-    summary file) when given. With ``history_db`` the folders are added to that history
-    and the grid shows it (:mod:`.history`); ``expect`` names the cells that must have
-    results (:mod:`.expect`). :meth:`GridReport.check` says whether it passed."""
+    grid.json/.md/.html and the merged JUnit (junit.xml) into ``out`` and append grid.md
+    to ``step_summary`` (a GitHub job summary file) when given. With ``history_db`` the
+    folders are added to that history and the grid shows it (:mod:`.history`); ``expect``
+    names the cells that must have results (:mod:`.expect`). :meth:`GridReport.check`
+    says whether it passed."""
     folders = [Path(p) for p in folders]
     read: list[Any] = []
     grid_model = build(folders, baseline_dir, read)
     added = with_history(grid_model, read, history_db, expect, window)
     paths = write(grid_model, Path(out))
+    # The same results as one JUnit file for other tools (the grid job uploads it).
+    paths["junit"] = junit.write_merged(folders, Path(out) / junit.MERGED)[0]
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(paths["md"].read_text(encoding="utf-8"))

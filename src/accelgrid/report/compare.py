@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes
+from .. import outcomes, shards
 from ..errors import InvalidInput, UnknownName
 from ..provenance import now
 from ..results import CellResults, discover, dumps, fill_cell_name, load_cell, read_json
@@ -214,9 +214,13 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
     wanted = set(cells or ())
     folders, notes = discover([Path(p) for p in results])
     done: list[CellUpdate] = []
+    loaded = []
     for found in folders:
         cell = load_cell(found)
         fill_cell_name(cell)
+        loaded.append(cell)
+    # A cell's shards are one cell here too (one of them alone is partial: refused).
+    for cell in shards.merge(loaded):
         if wanted and cell.name not in wanted:
             continue
         path = path_for(folder, cell.name)

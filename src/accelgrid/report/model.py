@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import ops, outcomes, reasons
+from .. import ops, outcomes, reasons, shards
 from ..provenance import now
 from ..results import CellResults, discover, read_cell, suite_of
 from ..versions import version_key
@@ -150,6 +150,7 @@ def build(folders: Iterable[Path], read: list[tuple[Path, CellResults]] | None =
     cells = [read_cell(p) for p in paths]
     if read is not None:
         read += zip(paths, cells, strict=True)
+    cells = shards.merge(cells)   # a cell's shards: one column
     keys: Counter[str] = Counter()
     columns, by_key = [], {}
     for cell in cells:

@@ -1,0 +1,199 @@
+"""JUnit XML that other tools read: testsuite properties naming the cell run, accelgrid's
+outcomes mapped onto JUnit's elements, and one merged file per run.
+
+Two writers share the vocabulary here:
+
+- inside the cell, the pytest plugin adds :func:`suite_properties` to the JUnit file pytest
+  writes for each pass (``junit.xml``, ``junit-all-devices.xml``, ...);
+- outside it, :func:`merged` builds one ``<testsuites>`` document from cells' records
+  (``tests.jsonl``: accelgrid's own outcomes, with their detail) and env.json, one
+  ``<testsuite>`` per cell and pass, for dashboards (publish-unit-test-result-action and
+  the like) and the grid job's upload. Records survive a crash that loses pytest's file.
+
+Outcomes onto JUnit (the ``type`` attribute keeps accelgrid's word, the ``message`` its
+detail, the text the traceback): failed and xpassed -> ``<failure>``; error, timeout and
+crashed -> ``<error>``; skipped, not-run and xfailed -> ``<skipped>``, an xfail of a known
+issue with ``type="known-issue"`` and the issue's link. Each testcase also carries its
+accelgrid outcome (and issue) as properties.
+
+Standard library only: the pytest plugin imports it inside the cell.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import contract, outcomes, results
+
+MERGED = "junit.xml"      # results/junit.xml: every cell of the run (the grid job's upload)
+# testsuite property -> the variable the runner sets in the cell (contract)
+_FROM_ENV = (
+    ("cell", contract.CELL), ("device", contract.DEVICE), ("torch_series", contract.TORCH),
+    ("profile", contract.PROFILE), ("hardware", contract.HARDWARE),
+    ("driver", contract.DRIVER), ("commit", contract.COMMIT), ("run_id", contract.RUN_ID),
+    ("pass", contract.PASS), ("shard", contract.SHARD),
+)
+PROPERTIES = ("cell", "device", "torch", "torch_series", "profile", "hardware", "driver",
+              "commit", "run_id", "pass", "shard")
+NOT_KNOWN = "unknown"      # a property the run did not record (a cpu host has no family)
+
+_ELEMENT = {
+    outcomes.FAILED: "failure", outcomes.XPASSED: "failure",
+    outcomes.ERROR: "error", outcomes.TIMEOUT: "error", outcomes.CRASHED: "error",
+    outcomes.SKIPPED: "skipped", outcomes.NOT_RUN: "skipped", outcomes.XFAILED: "skipped",
+}
+KNOWN_ISSUE = "known-issue"
+
+
+def suite_properties(env: Mapping[str, str] | None = None, torch: str | None = None,
+                     ) -> list[tuple[str, str]]:
+    """A pass's testsuite properties from the variables the runner set (``env``, default
+    os.environ) and the torch build its test processes ran (``torch``, e.g. 2.13.0+cpu)."""
+    env = os.environ if env is None else env
+    props = dict((name, env.get(var) or "") for name, var in _FROM_ENV)
+    props["torch"] = torch or ""
+    if env.get(contract.DIRTY) == "1" and props["commit"]:
+        props["commit"] += "-dirty"
+    return [(name, props.get(name) or NOT_KNOWN) for name in PROPERTIES]
+
+
+def _torch_build(env_json: Mapping[str, Any]) -> str | None:
+    torch = env_json.get("torch")
+    if isinstance(torch, dict) and isinstance(torch.get("version"), str):
+        return torch["version"]
+    packages = env_json.get("packages")
+    return packages.get("torch") if isinstance(packages, dict) else None
+
+
+def cell_properties(cell: results.CellResults, pass_name: str) -> list[tuple[str, str]]:
+    """:func:`suite_properties` of one pass of a cell read back (env.json's record of the
+    variables, its torch build)."""
+    env = dict(cell.env.get("env") or {}) if isinstance(cell.env.get("env"), dict) else {}
+    env.setdefault(contract.CELL, cell.name)
+    project = cell.env.get("project") if isinstance(cell.env.get("project"), dict) else {}
+    if project.get("commit"):
+        env[contract.COMMIT] = str(project["commit"])
+        env[contract.DIRTY] = "1" if project.get("dirty") else ""
+    if cell.env.get("run_id"):
+        env[contract.RUN_ID] = str(cell.env["run_id"])
+    if cell.env.get("device_type"):
+        env.setdefault(contract.DEVICE, str(cell.env["device_type"]))
+    env[contract.PASS] = pass_name
+    return suite_properties(env, _torch_build(cell.env))
+
+
+def _add_properties(parent: ET.Element, props: Iterable[tuple[str, str]]) -> None:
+    box = ET.SubElement(parent, "properties")
+    for name, value in props:
+        ET.SubElement(box, "property", name=name, value=results.safe_text(str(value)))
+
+
+def _clean(text: Any) -> str:
+    """Text XML 1.0 can hold (control characters other than tab and newlines go)."""
+    text = results.safe_text(str(text or ""))
+    return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 32)
+
+
+def testcase(rec: Mapping[str, Any]) -> ET.Element:
+    """One record as a ``<testcase>`` (classname and name as pytest's JUnit has them)."""
+    nodeid = str(rec.get("nodeid", ""))
+    path, _, name = nodeid.partition("::")
+    classname = path.removesuffix(".py").replace("/", ".")
+    if "::" in name:  # a test in a class: pytest puts the class in classname
+        klass, _, name = name.rpartition("::")
+        classname += "." + klass.replace("::", ".")
+    duration = rec.get("duration")
+    case = ET.Element("testcase", classname=_clean(classname), name=_clean(name or nodeid),
+                      time=f"{float(duration):.3f}" if isinstance(duration, int | float)
+                      and duration == duration else "0.000")
+    outcome = str(rec.get("outcome") or outcomes.ERROR)
+    issue = rec.get("issue") if isinstance(rec.get("issue"), dict) else None
+    props = [("outcome", outcome)]
+    if issue:
+        props += [("known_issue", str(issue.get("id", ""))), ("known_issue_url",
+                                                                str(issue.get("url", "")))]
+    props += [(k, str(rec[k])) for k in ("pass", "device", "worker") if rec.get(k)]
+    _add_properties(case, props)
+    element = _ELEMENT.get(outcome)
+    if element is None:
+        return case
+    kind = KNOWN_ISSUE if issue and outcome in (outcomes.XFAILED,) else outcome
+    message = str(rec.get("message") or "")
+    if outcome == outcomes.NOT_RUN:
+        message = outcomes.NOT_RUN_PREFIX + message
+    if issue:
+        message = f"{issue.get('id')}: {issue.get('title', '')} ({issue.get('url')}); {message}"
+    sub = ET.SubElement(case, element, type=kind, message=_clean(message)[:2000])
+    sub.text = _clean(rec.get("longrepr") or message)
+    return case
+
+
+def cell_suites(cell: results.CellResults, prefix: str = "") -> list[ET.Element]:
+    """One ``<testsuite>`` per pass of ``cell``'s run, with its properties; tests that
+    never ran (in collected.json, no record) are not-run in the first pass's suite; a cell
+    whose results cannot be read is one suite with one error saying why."""
+    by_pass: dict[str, list[dict[str, Any]]] = {}
+    for rec in cell.tests.values():
+        by_pass.setdefault(str(rec.get("pass") or contract.PASS_SINGLE), []).append(rec)
+    if not by_pass:
+        by_pass[contract.PASS_SINGLE] = [{
+            "nodeid": f"{cell.name}::results", "outcome": outcomes.ERROR,
+            "message": cell.error or "no test records", "pass": contract.PASS_SINGLE}]
+    suites = []
+    for pass_name, recs in by_pass.items():
+        suite = ET.Element("testsuite", name=_clean(f"{prefix}{cell.name}"
+                                                    + ("" if pass_name == contract.PASS_SINGLE
+                                                       else f" [{pass_name}]")))
+        _add_properties(suite, cell_properties(cell, pass_name))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        total = 0.0
+        for rec in sorted(recs, key=lambda r: str(r.get("nodeid"))):
+            suite.append(testcase(rec))
+            counts["tests"] += 1
+            element = _ELEMENT.get(str(rec.get("outcome")))
+            if element == "failure":
+                counts["failures"] += 1
+            elif element == "error":
+                counts["errors"] += 1
+            elif element == "skipped":
+                counts["skipped"] += 1
+            d = rec.get("duration")
+            total += float(d) if isinstance(d, int | float) and d == d else 0.0
+        for key, value in counts.items():
+            suite.set(key, str(value))
+        suite.set("time", f"{total:.3f}")
+        if cell.env.get("start"):
+            suite.set("timestamp", str(cell.env["start"]))
+        suites.append(suite)
+    return suites
+
+
+def merged(paths: Iterable[Path]) -> tuple[ET.ElementTree, list[str]]:
+    """One JUnit document of every cell found under ``paths`` (:func:`results.discover`),
+    and the notes of what was ignored."""
+    folders, notes = results.discover(paths)
+    root = ET.Element("testsuites", name="accelgrid")
+    for folder in sorted(folders, key=str):
+        cell = results.read_cell(folder)
+        notes += [f"{cell.name}: {p}" for p in cell.problems]
+        for suite in cell_suites(cell):
+            root.append(suite)
+    for key in ("tests", "failures", "errors", "skipped"):
+        root.set(key, str(sum(int(s.get(key, "0")) for s in root)))
+    root.set("time", f"{sum(float(s.get('time', '0')) for s in root):.3f}")
+    ET.indent(root)
+    return ET.ElementTree(root), notes
+
+
+def write_merged(paths: Iterable[Path], out: Path) -> tuple[Path, list[str]]:
+    """:func:`merged` written to ``out`` (atomically); returns it and the notes."""
+    tree, notes = merged(paths)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tree.write(tmp, encoding="utf-8", xml_declaration=True)
+    os.replace(tmp, out)
+    return out, notes

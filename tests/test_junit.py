@@ -1,0 +1,141 @@
+"""JUnit XML for other tools (accelgrid.junit): testsuite properties in every pass's file,
+accelgrid's outcomes mapped onto JUnit's elements, one merged file per run; read back
+with junitparser, as dashboards read it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import junitparser
+import pytest
+
+from accelgrid import junit, outcomes, report, results, runner
+from accelgrid.matrix import load_matrix
+
+ISSUE = {"id": "acme/widgets#1", "url": "https://github.com/acme/widgets/issues/1",
+         "title": "widgets drop frames"}
+
+
+def _cell_folder(folder: Path, records: list[dict], env: dict | None = None) -> Path:
+    folder.mkdir(parents=True)
+    env = env or {
+        "cell": "cpu-2.13", "device_type": "cpu", "run_id": "r1", "start": "2026-12-01T10:00:00",
+        "end": "2026-12-01T10:01:00", "status": "finished",
+        "torch": {"version": "2.13.0+cpu"},
+        "env": {"ACCELGRID_CELL": "cpu-2.13", "ACCELGRID_DEVICE": "cpu",
+                "ACCELGRID_TORCH": "2.13", "ACCELGRID_PROFILE": "default",
+                "ACCELGRID_HARDWARE": "ats-m", "ACCELGRID_DRIVER": "lts"},
+        "project": {"commit": "abc123", "dirty": False},
+    }
+    results.write_json(folder / results.ENV, env)
+    for rec in records:
+        results.append_record(folder / results.TESTS, {"run_id": "r1", "cell": "cpu-2.13",
+                                                       "duration": 0.5, **rec})
+    return folder
+
+
+def _props(suite: junitparser.TestSuite) -> dict[str, str]:
+    return {p.name: p.value for p in suite.properties()}
+
+
+def test_outcomes_map_onto_junit_with_their_detail(tmp_path: Path) -> None:
+    t = "suites/smoke/test_a.py::"
+    _cell_folder(tmp_path / "results" / "cpu-2.13", [
+        {"nodeid": t + "test_ok", "outcome": outcomes.PASSED},
+        {"nodeid": t + "test_bad", "outcome": outcomes.FAILED, "message": "assert 1 == 2",
+         "longrepr": "E   assert 1 == 2\nsuites/smoke/test_a.py:7: AssertionError"},
+        {"nodeid": t + "test_err", "outcome": outcomes.ERROR, "message": "fixture boom"},
+        {"nodeid": t + "test_hang", "outcome": outcomes.TIMEOUT, "message": "timed out"},
+        {"nodeid": t + "test_segv", "outcome": outcomes.CRASHED,
+         "message": "the test process died while running this test (signal 11)"},
+        {"nodeid": t + "test_skip", "outcome": outcomes.SKIPPED, "message": "needs a GPU"},
+        {"nodeid": t + "test_nr", "outcome": outcomes.NOT_RUN,
+         "message": "transformers checkout missing"},
+        {"nodeid": t + "test_known", "outcome": outcomes.XFAILED, "issue": ISSUE,
+         "message": "strict xfail"},
+        {"nodeid": t + "TestK::test_fixed", "outcome": outcomes.XPASSED, "issue": ISSUE,
+         "message": "XPASS(strict)", "pass": "host-accelerators"},
+    ])
+    out, _ = junit.write_merged([tmp_path / "results"], tmp_path / "merged.xml")
+    xml = junitparser.JUnitXml.fromfile(str(out))
+    suites = list(xml)
+    assert [s.name for s in suites] == ["cpu-2.13", "cpu-2.13 [host-accelerators]"]
+    props = _props(suites[0])
+    assert props == {"cell": "cpu-2.13", "device": "cpu", "torch": "2.13.0+cpu",
+                     "torch_series": "2.13", "profile": "default", "hardware": "ats-m",
+                     "driver": "lts", "commit": "abc123", "run_id": "r1", "pass": "single",
+                     "shard": "unknown"}
+    assert _props(suites[1])["pass"] == "host-accelerators"
+    cases = {c.name: c for s in suites for c in s}
+    kinds = {name: [(type(r).__name__, r.type) for r in c.result] for name, c in cases.items()}
+    assert kinds == {
+        "test_ok": [], "test_bad": [("Failure", "failed")], "test_err": [("Error", "error")],
+        "test_hang": [("Error", "timeout")], "test_segv": [("Error", "crashed")],
+        "test_skip": [("Skipped", "skipped")], "test_nr": [("Skipped", "not-run")],
+        "test_known": [("Skipped", "known-issue")], "test_fixed": [("Failure", "xpassed")],
+    }
+    bad = cases["test_bad"].result[0]
+    assert bad.message == "assert 1 == 2" and "test_a.py:7: AssertionError" in bad.text
+    assert cases["test_nr"].result[0].message == "not-run: transformers checkout missing"
+    known = cases["test_known"].result[0].message
+    assert known.startswith("acme/widgets#1: widgets drop frames "
+                            "(https://github.com/acme/widgets/issues/1)")
+    assert cases["test_fixed"].classname == "suites.smoke.test_a.TestK"
+    assert cases["test_ok"].classname == "suites.smoke.test_a"
+    assert cases["test_ok"].time == pytest.approx(0.5)
+    assert (suites[0].tests, suites[0].failures, suites[0].errors, suites[0].skipped) \
+        == (8, 1, 3, 3)
+    assert (xml.tests, xml.failures, xml.errors, xml.skipped) == (9, 2, 3, 3)
+
+
+def test_every_cell_of_a_run_in_one_file_and_an_unreadable_one_says_why(tmp_path: Path
+                                                                         ) -> None:
+    _cell_folder(tmp_path / "a" / "cpu-2.13", [
+        {"nodeid": "suites/smoke/test_a.py::test_ok", "outcome": outcomes.PASSED}])
+    broken = tmp_path / "b" / "cuda-2.11"
+    broken.mkdir(parents=True)
+    (broken / results.ENV).write_text(json.dumps({"cell": "cuda-2.11"}))
+    out, _ = junit.write_merged([tmp_path / "a", tmp_path / "b"], tmp_path / "m.xml")
+    xml = junitparser.JUnitXml.fromfile(str(out))
+    assert sorted(s.name for s in xml) == ["cpu-2.13", "cuda-2.11"]
+    (bad,) = [s for s in xml if s.name == "cuda-2.11"]
+    (case,) = list(bad)
+    assert case.result[0].type == "error" and "no tests.jsonl" in case.result[0].message
+    # Text XML cannot hold never breaks the file.
+    _cell_folder(tmp_path / "c" / "cpu-2.13", [
+        {"nodeid": "suites/smoke/test_a.py::test_x", "outcome": outcomes.FAILED,
+         "message": "bad \x00\x1b[31m byte \udcff"}])
+    out, _ = junit.write_merged([tmp_path / "c"], tmp_path / "c.xml")
+    (case,) = list(next(iter(junitparser.JUnitXml.fromfile(str(out)))))
+    assert case.result[0].message == "bad [31m byte \\xff"
+
+
+def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, python: str,
+                                                               tmp_path: Path) -> None:
+    """A real cell run (pytest on this interpreter): pytest's own JUnit file of the pass
+    carries the properties, and the grid writes the merged file beside grid.md."""
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_p.py").write_text(
+        "import pytest\n"
+        "from accelgrid import outcomes\n"
+        "def test_ok():\n    pass\n"
+        "def test_bad():\n    assert 1 == 2\n"
+        "def test_nr():\n    outcomes.not_run('no checkout')\n")
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    runner.run_cell(cell, python, proj, proj / "results")
+    folder = proj / "results" / "cpu-2.13"
+    own = junitparser.JUnitXml.fromfile(str(folder / results.JUNIT))
+    suite = next(iter(own)) if isinstance(own, junitparser.JUnitXml) else own
+    props = _props(suite)
+    assert props["cell"] == "cpu-2.13" and props["device"] == "cpu"
+    assert props["pass"] == "single" and len(props["run_id"]) == 32
+    assert props["torch"].startswith("2.13.0") and props["profile"] == "default"
+    made = report.grid([folder], tmp_path / "grid")
+    assert made.paths["junit"] == tmp_path / "grid" / junit.MERGED
+    merged = junitparser.JUnitXml.fromfile(str(made.paths["junit"]))
+    first = next(iter(merged))
+    assert _props(first)["run_id"] == props["run_id"]
+    assert _props(first)["torch"] == props["torch"]
+    kinds = {c.name: [r.type for r in c.result] for s in merged for c in s}
+    assert kinds == {"test_ok": [], "test_bad": ["failed"], "test_nr": ["not-run"]}

@@ -1,0 +1,159 @@
+"""Shards (accelgrid.shards): the split, and a cell run as shards merging back into the
+column of one run."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from accelgrid import contract, results, runner, shards
+from accelgrid.matrix import load_matrix
+from accelgrid.report import model
+
+
+def test_shard_specs() -> None:
+    assert shards.parse("2/4") == (2, 4) and shards.parse(" 1 / 1 ") == (1, 1)
+    for bad in ("0/2", "3/2", "1/0", "1/65", "a/b", "1", "", "1/2/3"):
+        with pytest.raises(shards.ShardError, match="K/N"):
+            shards.parse(bad)
+    assert shards.folder_name(1, 2) == "shard-1-of-2"
+
+
+def test_the_split_balances_recorded_durations_and_keeps_multi_device_tests_together(
+        ) -> None:
+    ids = [f"t{i}" for i in range(10)]
+    # No durations: equal counts.
+    where = shards.assign(ids, 3)
+    assert sorted(list(where.values()).count(s) for s in (1, 2, 3)) == [3, 3, 4]
+    # One slow test gets a shard of its own; the rest share the other.
+    slow = {"t0": 100.0, **{i: 1.0 for i in ids[1:]}}
+    where = shards.assign(ids, 2, slow)
+    assert [i for i in ids if where[i] == where["t0"]] == ["t0"]
+    # Balanced by time: no shard over the longest test plus the ideal share.
+    times = {i: float(n % 4 + 1) for n, i in enumerate(ids)}
+    where = shards.assign(ids, 3, times)
+    loads = [sum(t for i, t in times.items() if where[i] == s) for s in (1, 2, 3)]
+    assert max(loads) - min(loads) <= max(times.values())
+    # Multi-device tests in one shard, whatever the durations.
+    where = shards.assign(ids, 4, times, together=["t1", "t5", "t9"])
+    assert len({where["t1"], where["t5"], where["t9"]}) == 1
+    # The same inputs give the same split in any order (every runner computes it).
+    assert shards.assign(list(reversed(ids)), 3, times) == shards.assign(ids, 3, times)
+    assert set(shards.assign(ids, 3, times)) == set(ids)
+
+
+def test_durations_from_a_results_folder_or_a_file(tmp_path: Path) -> None:
+    folder = tmp_path / "cpu-2.13"
+    folder.mkdir()
+    results.append_record(folder / results.TESTS, {"nodeid": "a", "outcome": "passed",
+                                                   "duration": 2.5})
+    results.append_record(folder / results.TESTS, {"nodeid": "b", "outcome": "passed",
+                                                   "duration": None})
+    assert shards.durations(folder) == {"a": 2.5}
+    assert shards.durations(tmp_path) == {"a": 2.5}          # a folder of cells
+    f = tmp_path / "d.json"
+    shards.write_durations(f, {"x": 1.0})
+    assert shards.durations(f) == {"x": 1.0}
+    f.write_text('{"x": "slow"}')
+    with pytest.raises(shards.ShardError, match="test ids to seconds"):
+        shards.durations(f)
+    assert shards.durations(None) == {}
+
+
+PAYLOAD = textwrap.dedent('''
+    import pytest
+    @pytest.mark.parametrize("n", range(7))
+    def test_many(n):
+        assert n != 5
+    def test_skip():
+        pytest.skip("not here")
+    @pytest.mark.sees_accelerators
+    def test_sees():
+        pass
+    @pytest.mark.multi_device
+    def test_md_1():
+        pass
+    @pytest.mark.multi_device
+    def test_md_2():
+        pass
+''')
+
+
+def _outcomes(column: dict, grid: dict) -> dict[str, str]:
+    return {row["nodeid"]: row["cells"][column["name"]]["outcome"] for row in grid["rows"]
+            if column["name"] in row["cells"]}
+
+
+def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
+        mini_project, python: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real cell runs (pytest on this interpreter): whole, then shard 1/2 and 2/2."""
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_s.py").write_text(PAYLOAD)
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    whole = proj / "whole"
+    runner.run_cell(cell, python, proj, whole)
+    parts = proj / "sharded"
+    for k in (1, 2):
+        monkeypatch.setenv(contract.SHARD, f"{k}/2")
+        monkeypatch.setenv(contract.SHARD_DURATIONS, str(whole / cell.name))
+        runner.run_cell(cell, python, proj, parts / shards.folder_name(k, 2))
+    monkeypatch.delenv(contract.SHARD)
+    one = model.build([whole / cell.name])
+    merged = model.build([parts])
+    (col1,), (col2,) = one["columns"], merged["columns"]
+    assert col2["cell"] == "cpu-2.13" and col2["status"] == col1["status"] == "ok"
+    assert col2["counts"] == col1["counts"] and col1["total"] == 11
+    assert _outcomes(col2, merged) == _outcomes(col1, one)
+    # Each shard ran only its own tests, the multi-device ones together.
+    ran = []
+    for k in (1, 2):
+        folder = parts / shards.folder_name(k, 2) / cell.name
+        ids = {r["nodeid"] for r in results.read_records(folder / results.TESTS)[0]}
+        assert ids and not (set(ran) & ids)
+        ran += ids
+        md = {i for i in ids if "test_md_" in i}
+        assert md in (set(), {f"suites/payload/test_s.py::test_md_{n}" for n in (1, 2)})
+    assert len(ran) == 11
+    # A baseline from the shards is the baseline of one run; one shard alone is refused.
+    from accelgrid.report import compare
+
+    (whole_base,), _ = compare.update([whole], proj / "b1")
+    (shard_base,), _ = compare.update([parts], proj / "b2")
+    assert shard_base.tests == whole_base.tests and not shard_base.refused
+    (alone,), _ = compare.update([parts / shards.folder_name(1, 2)], proj / "b3")
+    assert alone.refused and "missing shard 2/2" in alone.refused
+    # A missing shard: the column is partial and names it.
+    import shutil
+
+    shutil.rmtree(parts / shards.folder_name(2, 2))
+    (col,) = model.build([parts])["columns"]
+    assert col["status"] == "partial" and "missing shard 2/2" in col["reason"]
+    assert col["total"] < 11
+
+
+def test_a_shard_spec_that_cannot_be_used_is_one_line(mini_project, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelgrid import cli, sessions
+    from accelgrid.errors import InvalidInput
+
+    proj = mini_project()
+    code = cli.main(["--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--shard",
+                     "3/2"])
+    assert code == 2
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    # The session checks ACCELGRID_SHARD before it installs anything.
+    monkeypatch.setenv(contract.SHARD, "x")
+    with pytest.raises(InvalidInput, match="ACCELGRID_SHARD: shard 'x': expected K/N"):
+        sessions._shard_results(tmp_path, cell)
+    # A good one: its own folder, balanced by the cell's last full run here.
+    monkeypatch.setenv(contract.SHARD, "2/3")
+    monkeypatch.delenv(contract.SHARD_DURATIONS, raising=False)
+    (tmp_path / cell.name).mkdir()
+    assert sessions._shard_results(tmp_path, cell) == tmp_path / "shard-2-of-3"
+    import os
+
+    assert os.environ[contract.SHARD_DURATIONS] == str(tmp_path / cell.name)
+    monkeypatch.delenv(contract.SHARD)
+    assert sessions._shard_results(tmp_path, cell) == tmp_path
