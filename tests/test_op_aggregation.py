@@ -219,3 +219,21 @@ def test_aggregate_says_whether_the_generic_fallback_notice_was_seen(tmp_path: P
     noticed = {**record("b", {"aten::roll.default": "native"}), "generic_fallback_notice": True}
     data = ops.aggregate(cell_folder(tmp_path / "noticed", [[quiet, noticed]]))
     assert data["generic_fallback_notice"] is True
+
+
+def test_aggregate_names_the_cell_its_device_and_torch(tmp_path: Path) -> None:
+    """The device from the records (the capture's own), else the env.json's; the cell and
+    torch from the env.json, else the folder's name."""
+    folder = cell_folder(tmp_path, [[record("a", {"aten::roll.default": "native"})]])
+    data = ops.aggregate(folder)
+    assert (data["cell"], data["device_type"], data["torch"]) == ("xpu-2.5", "xpu", None)
+    (folder / "env.json").write_text(json.dumps({"cell": "xpu-2.5-fallback-survey",
+                                                 "device_type": "cuda",
+                                                 "torch": {"version": "2.5.1+xpu"}}))
+    data = ops.aggregate(folder)
+    assert (data["cell"], data["device_type"], data["torch"]) == (
+        "xpu-2.5-fallback-survey", "xpu", "2.5.1+xpu")
+    bare = {k: v for k, v in record("a", {"aten::roll.default": "native"}).items()
+            if k != "device_type"}
+    (folder / "ops-raw" / "0.jsonl").write_text(json.dumps(bare) + "\n")
+    assert ops.aggregate(folder)["device_type"] == "cuda"
