@@ -257,3 +257,25 @@ def test_the_message_names_the_worst_element() -> None:
     got["big"][1] += 0.01
     [line] = parity.grad_problems(got, ref, {})
     assert "2 of 4 elements off; worst element 2: 0.75 vs reference 0.25" in line, line
+
+
+def test_runs_of_different_lengths_or_rates_are_not_compared() -> None:
+    grads = run_grads()
+    still = {"w": torch.zeros(3, dtype=torch.float64)}
+    ref = trace(still, grads)
+    with pytest.raises(AssertionError):
+        parity.parity_problems(trace(still, {})._replace(lr=2 * LR), ref, {})
+    with pytest.raises(AssertionError):
+        parity.parity_problems(trace(still, {}, losses=(1.0, 0.9, 0.8), norms=(1.0, 1.0)),
+                               ref, {})
+
+
+def test_assert_parity_fails_naming_what_differs() -> None:
+    grads = run_grads()
+    still = {"w": torch.zeros(3, dtype=torch.float64)}
+    ref = trace(still, grads)
+    parity.assert_parity(trace(still, {}), ref, {}, what="fused AdamW")
+    with pytest.raises(AssertionError, match="fused AdamW differs from the reference:\n"
+                                             "step 1: gradient norm 2"):
+        parity.assert_parity(trace(still, {}, norms=(2.0, 1.0, 1.0)), ref, {},
+                             what="fused AdamW")
