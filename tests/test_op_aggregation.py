@@ -237,3 +237,16 @@ def test_aggregate_names_the_cell_its_device_and_torch(tmp_path: Path) -> None:
             if k != "device_type"}
     (folder / "ops-raw" / "0.jsonl").write_text(json.dumps(bare) + "\n")
     assert ops.aggregate(folder)["device_type"] == "cuda"
+
+
+@pytest.mark.parametrize("other", ["missing", "fallback", "native"])
+def test_a_status_aggregate_does_not_know_ranks_as_unknown(tmp_path: Path, other: str) -> None:
+    """A record from a newer capture with a status this version does not know counts as
+    ``unknown``: below missing and fallback, above native."""
+    op = "aten::roll.default"
+    folder = cell_folder(tmp_path, [[record("a", {op: "cuda-only"}), record("b", {op: other})]])
+    want = "cuda-only" if other == "native" else other
+    assert ops.aggregate(folder)["ops"][op]["status"] == want
+    merged = ops.merge([{"cell": "a", "ops": {op: {"status": "cuda-only"}}},
+                        {"cell": "b", "ops": {op: {"status": other}}}])
+    assert merged["ops"][op]["status"] == want
