@@ -219,3 +219,36 @@ def test_aggregate_says_whether_the_generic_fallback_notice_was_seen(tmp_path: P
     noticed = {**record("b", {"aten::roll.default": "native"}), "generic_fallback_notice": True}
     data = ops.aggregate(cell_folder(tmp_path / "noticed", [[quiet, noticed]]))
     assert data["generic_fallback_notice"] is True
+
+
+def test_aggregate_names_the_cell_its_device_and_torch(tmp_path: Path) -> None:
+    """The device from the records (the capture's own), else the env.json's; the cell and
+    torch from the env.json, else the folder's name."""
+    folder = cell_folder(tmp_path, [[record("a", {"aten::roll.default": "native"})]])
+    data = ops.aggregate(folder)
+    assert (data["cell"], data["device_type"], data["torch"]) == ("xpu-2.5", "xpu", None)
+    (folder / "env.json").write_text(json.dumps({"cell": "xpu-2.5-fallback-survey",
+                                                 "device_type": "cuda",
+                                                 "torch": {"version": "2.5.1+xpu"}}))
+    data = ops.aggregate(folder)
+    assert (data["cell"], data["device_type"], data["torch"]) == (
+        "xpu-2.5-fallback-survey", "xpu", "2.5.1+xpu")
+    bare = {k: v for k, v in record("a", {"aten::roll.default": "native"}).items()
+            if k != "device_type"}
+    (folder / "ops-raw" / "0.jsonl").write_text(json.dumps(bare) + "\n")
+    assert ops.aggregate(folder)["device_type"] == "cuda"
+
+
+@pytest.mark.parametrize("other", ["missing", "fallback", "native"])
+def test_a_status_aggregate_does_not_know_ranks_as_unknown(tmp_path: Path, other: str) -> None:
+    """A record from a newer capture with a status this version does not know counts as
+    ``unknown``: below missing and fallback, above native."""
+    op = "aten::roll.default"
+    want = "cuda-only" if other == "native" else other
+    for i, order in enumerate((["cuda-only", other], [other, "cuda-only"])):
+        folder = cell_folder(tmp_path / str(i), [[record(w, {op: s}) for w, s in
+                                                  zip("ab", order, strict=True)]])
+        assert ops.aggregate(folder)["ops"][op]["status"] == want
+    merged = ops.merge([{"cell": "a", "ops": {op: {"status": "cuda-only"}}},
+                        {"cell": "b", "ops": {op: {"status": other}}}])
+    assert merged["ops"][op]["status"] == want

@@ -233,3 +233,49 @@ def test_loss_must_end_below_where_it_started() -> None:
     down = (1.0, 1.0, 1.0, 0.999)
     ref = trace(still, grads, losses=down)
     assert parity.parity_problems(trace(still, {}, losses=down), ref, {}) == []
+
+
+def test_an_elements_gradient_is_its_largest_over_the_steps() -> None:
+    """The update tolerance takes each element's largest reference gradient over the run's
+    steps: a real gradient at step 1 only (zero later, or no gradient at all later) still
+    holds the element to UPDATE_ATOL, not to the noise cap."""
+    ref_update = {"w": torch.tensor([-UNIT, UNIT], dtype=torch.float64)}
+    step1 = {"w": torch.tensor([1.0, 1.0], dtype=torch.float64)}
+    later = {"w": torch.zeros(2, dtype=torch.float64)}
+    off = ref_update["w"].clone()
+    off[1] += 10 * UPDATE_ATOL * UNIT          # far past UPDATE_ATOL, inside the cap
+    for grads in ([step1, later, later], [step1, {}, {}], [later, step1, later]):
+        ref = trace(ref_update, {})._replace(grads=grads)
+        [line] = parity.parity_problems(trace({"w": off}, {}), ref, {})
+        assert line.startswith("parameter w: 1 of 2 elements' updates off"), line
+        assert "worst element 1:" in line, line
+
+
+def test_the_message_names_the_worst_element() -> None:
+    ref = model_grads()
+    got = off(ref, "big", 2, 0.5)
+    got["big"][1] += 0.01
+    [line] = parity.grad_problems(got, ref, {})
+    assert "2 of 4 elements off; worst element 2: 0.75 vs reference 0.25" in line, line
+
+
+def test_runs_of_different_lengths_or_rates_are_not_compared() -> None:
+    grads = run_grads()
+    still = {"w": torch.zeros(3, dtype=torch.float64)}
+    ref = trace(still, grads)
+    with pytest.raises(AssertionError):
+        parity.parity_problems(trace(still, {})._replace(lr=2 * LR), ref, {})
+    with pytest.raises(AssertionError):
+        parity.parity_problems(trace(still, {}, losses=(1.0, 0.9, 0.8), norms=(1.0, 1.0)),
+                               ref, {})
+
+
+def test_assert_parity_fails_naming_what_differs() -> None:
+    grads = run_grads()
+    still = {"w": torch.zeros(3, dtype=torch.float64)}
+    ref = trace(still, grads)
+    parity.assert_parity(trace(still, {}), ref, {}, what="fused AdamW")
+    with pytest.raises(AssertionError, match="fused AdamW differs from the reference:\n"
+                                             "step 1: gradient norm 2"):
+        parity.assert_parity(trace(still, {}, norms=(2.0, 1.0, 1.0)), ref, {},
+                             what="fused AdamW")
