@@ -47,7 +47,7 @@ def test_driver_only_intel_host_is_an_xpu_host(tmp_path: Path, monkeypatch) -> N
     fake_gpu(tmp_path, 128, 0x8086, 0x56A0)
     assert detect.absent_reason("xpu", XPU_RULE, root=tmp_path) is None
     [gpu] = detect.intel_gpus(tmp_path)
-    assert (gpu.node, gpu.family, gpu.name) == ("renderD128", "dg2",
+    assert (gpu.node, gpu.family, gpu.name) == ("renderD128", "arc",
                                                 "Intel Arc A-series (Alchemist, DG2)")
     assert gpu.as_dict()["pci_id"] == "8086:56a0"
 
@@ -276,10 +276,10 @@ def test_integrated_gpu_is_dropped_beside_a_discrete_one_from_torch_27(tmp_path:
     fake_gpu(tmp_path, 128, 0x8086, 0x7D55)   # Meteor Lake iGPU (enumerated first)
     fake_gpu(tmp_path, 129, 0x8086, 0x56A0)   # Arc A770 (DG2)
     old = detect.xpu_devices(tmp_path, {}, torch_version="2.6.0+xpu")
-    assert [(d.gpu.family, d.used) for d in old] == [("mtl", True), ("dg2", True)]
+    assert [(d.gpu.family, d.used) for d in old] == [("mtl", True), ("arc", True)]
     new = detect.xpu_devices(tmp_path, {}, torch_version="2.7.0+xpu")
     assert [(d.index, d.gpu.family, d.used) for d in new] == [(0, "mtl", False),
-                                                              (1, "dg2", True)]
+                                                              (1, "arc", True)]
     assert new[0].why_not == "integrated GPU beside a discrete one (torch >= 2.7)"
     # An iGPU alone is used.
     alone = tmp_path / "alone"
@@ -308,9 +308,9 @@ def test_dgpu_and_igpu_host_keeps_the_dgpu_familys_env(tmp_path: Path, repo_matr
     fake_gpu(tmp_path, 129, 0x8086, 0x56A0)   # Arc A770: no native fp64
     cell = repo_matrix.cell("xpu-2.13")
     choice = detect.resolve_hardware(cell, {}, root=tmp_path)
-    assert (choice.family, choice.how, choice.problem) == ("dg2", "detected", None)
+    assert (choice.family, choice.how, choice.problem) == ("arc", "detected", None)
     assert choice.env(cell) == {"OverrideDefaultFP64Settings": "1", "IGC_EnableDPEmulation": "1",
-                                "ACCELGRID_HARDWARE": "dg2"}
+                                "ACCELGRID_HARDWARE": "arc"}
     assert choice.note == ("integrated mtl beside it not used (torch >= 2.7 drops an "
                            "integrated GPU when a discrete one is present)")
 

@@ -48,7 +48,7 @@ FAMILIES: dict[str, tuple[str, frozenset[int]]] = {
         0x0B69, 0x0B6E, 0x0BD4, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB,
         0x0BE0, 0x0BE1, 0x0BE5})),
     "ats-m": ("Intel Data Center GPU Flex (ATS-M)", frozenset({0x56C0, 0x56C2, 0x56C1})),
-    "dg2": ("Intel Arc A-series (Alchemist, DG2)", frozenset({
+    "arc": ("Intel Arc A-series (Alchemist, DG2)", frozenset({
         0x56A0, 0x56A1, 0x56A2, 0x56BE, 0x56BF, 0x5690, 0x5691, 0x5692,      # G10
         0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA, 0x56BB, 0x56BC, 0x56BD,      # G11
         0x5693, 0x5694, 0x5695,
@@ -68,7 +68,7 @@ FAMILIES: dict[str, tuple[str, frozenset[int]]] = {
 _FAMILY_OF = {pci_id: name for name, (_, ids) in FAMILIES.items() for pci_id in ids}
 # Discrete cards; the rest (mtl, lnl, arl, ptl, and an Intel display controller of no
 # known family: a plain UHD / Xe-LP iGPU) are integrated.
-DISCRETE = frozenset({"pvc", "ats-m", "dg2", "bmg"})
+DISCRETE = frozenset({"pvc", "ats-m", "arc", "bmg"})
 # From torch 2.7 torch.xpu drops integrated GPUs when a discrete one is present
 # (pytorch/pytorch#144378), after Level Zero enumerated them.
 DROPS_INTEGRATED_FROM = (2, 7)
