@@ -149,10 +149,12 @@ decided):
 Ops the capturing device routes to itself are never `missing`: they get `routed: cpu`
 (`_scaled_dot_product_flash_attention_for_cpu*`) or `routed: cuda` (efficient, flash and
 cuDNN attention, `cudnn_batch_norm*`, MIOpen), with the op XPU calls instead where it is
-known: `native_batch_norm*` for cuDNN batch norm; for SDPA from 2.7
-`_scaled_dot_product_fused_attention_overrideable` (an `XPU:` key of the yaml), before it
-the math path (`_scaled_dot_product_attention_math`, a composite). In training with
-dropout XPU may still take the math path; both run. An op called directly on XPU (an
+known: `native_batch_norm*` for cuDNN batch norm; for SDPA the fused op that has an
+`XPU:` key in that release's yaml: `_scaled_dot_product_flash_attention*` from 2.10,
+`_scaled_dot_product_fused_attention_overrideable` from 2.7 (its backward has no XPU key
+there: the math path's), before 2.7 the math path (`_scaled_dot_product_attention_math`, a
+composite). XPU's own choice (`_fused_sdp_choice`) may still take the math path for some
+inputs (dropout, dtypes); both run. An op called directly on XPU (an
 upstream test calling `_scaled_dot_product_efficient_attention`) is judged as itself.
 
 ## 3. Which release stands for the seed's nightly

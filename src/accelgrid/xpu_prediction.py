@@ -36,9 +36,10 @@ op O and series X.Y (:func:`classify`):
 Ops the capturing device routes to itself (CPU's ``_scaled_dot_product_flash_attention_
 for_cpu``, CUDA's efficient/flash/cuDNN attention and ``cudnn_batch_norm``) get their own
 class, ``routed: cpu`` / ``routed: cuda``, never ``missing``; where the op XPU calls
-instead is known (``cudnn_batch_norm`` -> ``native_batch_norm``; SDPA -> from 2.7
-``_scaled_dot_product_fused_attention_overrideable``, before it the math path), that op
-is classified too (:func:`predict_detail`) and stands for it against the seed's rows.
+instead is known (``cudnn_batch_norm`` -> ``native_batch_norm``; SDPA -> the fused op
+with an XPU key in that release's yaml: flash attention from 2.10, the overrideable op
+from 2.7, before it the math path), that op is classified too (:func:`predict_detail`)
+and stands for it against the seed's rows.
 """
 
 from __future__ import annotations
@@ -109,11 +110,14 @@ ROUTED: dict[str, tuple[str, str | None]] = {
     "cudnn_convolution_transpose": ("cuda", "convolution_overrideable"),
     "miopen_convolution": ("cuda", "convolution_overrideable"),
 }
-# From 2.7 PyTorch's XPU SDPA picks the overrideable fused op (its XPU key in
-# native_functions.yaml, with _fused_sdp_choice); before, XPU always took the math path,
-# a CompositeImplicitAutograd op whose backward is autograd over decomposed ops.
-_SDPA_FUSED = ("_scaled_dot_product_fused_attention_overrideable",
-               "_scaled_dot_product_fused_attention_overrideable_backward")
+# What scaled_dot_product_attention calls on XPU, newest first, each where that release's
+# native_functions.yaml gives it an XPU key: flash attention (2.10 on), the overrideable
+# fused op (2.7 on, with _fused_sdp_choice); before, XPU always took the math path, a
+# CompositeImplicitAutograd op whose backward is autograd over decomposed ops.
+_SDPA_FUSED = (("_scaled_dot_product_flash_attention",
+                "_scaled_dot_product_flash_attention_backward"),
+               ("_scaled_dot_product_fused_attention_overrideable",
+                "_scaled_dot_product_fused_attention_overrideable_backward"))
 _SDPA_MATH = "_scaled_dot_product_attention_math"
 
 
@@ -248,9 +252,11 @@ def _routed_target(base: str, rel: _Release) -> str | None:
     """The op XPU calls where the capturing device called its own ``base``."""
     target = ROUTED[base][1]
     if target in ("sdpa", "sdpa_backward"):
-        fused = _SDPA_FUSED[target == "sdpa_backward"]
-        code = (rel.torch or {}).get(fused, "")
-        return fused if "X" in code.split(">")[0] else _SDPA_MATH
+        for pair in _SDPA_FUSED:
+            op = pair[target == "sdpa_backward"]
+            if "X" in (rel.torch or {}).get(op, "").split(">")[0]:
+                return op
+        return _SDPA_MATH
     return target
 
 
