@@ -182,14 +182,14 @@ def synthetic_xpu_ops(series: str = "2.5", torch: str = "2.5.1+xpu",
     """SYNTHETIC, no Intel GPU ran it: an xpu cell's ops.json content built from the real
     captured names of docs/cuda/ops-cuda-2.11.json (an H200 run). Each op gets the status
     release/``series``'s lists predict, as a run agreeing with upstream would observe
-    (cuDNN ops left out: an XPU run calls others; unknown stays unknown), then the
+    (routed ops left out: an XPU run calls others; unknown stays unknown), then the
     :data:`PLANTED` statuses replace three of them."""
     from accelgrid import xpu_prediction as xp
 
     capture = json.loads(CUDA_CAPTURE.read_text())
     predicted = xp.predict(capture["ops"], series)
     ops = {op: {**rec, "status": predicted[op]} for op, rec in capture["ops"].items()
-           if predicted[op] != "cuda-only"}
+           if not predicted[op].startswith("routed")}
     for op, observed, _ in PLANTED:
         ops[op]["status"] = observed
     counts = {s: sum(1 for e in ops.values() if e["status"] == s)

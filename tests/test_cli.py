@@ -64,6 +64,7 @@ XPU_RECORDS = {
     "default": ("xpu-2.13", []),
     "fp64-emulation": ("xpu-2.5-fp64-emulation",
                        ["outcomes with FP64 emulated in software (IGC_EnableDPEmulation=1)"]),
+    "fp64-no-emulation": ("xpu-2.13-fp64-no-emulation", []),  # flags "0": off
     "fallback-debug": ("xpu-2.13-fallback-debug", [CAPTURE, DEBUG]),
     "cpu-fallback": ("xpu-2.13-cpu-fallback",
                      ["unimplemented ops fall back instead of failing, not named (that needs "

@@ -47,7 +47,7 @@ def test_driver_only_intel_host_is_an_xpu_host(tmp_path: Path, monkeypatch) -> N
     fake_gpu(tmp_path, 128, 0x8086, 0x56A0)
     assert detect.absent_reason("xpu", XPU_RULE, root=tmp_path) is None
     [gpu] = detect.intel_gpus(tmp_path)
-    assert (gpu.node, gpu.family, gpu.name) == ("renderD128", "dg2",
+    assert (gpu.node, gpu.family, gpu.name) == ("renderD128", "arc",
                                                 "Intel Arc A-series (Alchemist, DG2)")
     assert gpu.as_dict()["pci_id"] == "8086:56a0"
 
@@ -89,7 +89,9 @@ def test_mixed_host_counts_and_names_only_intel_gpus(tmp_path: Path, monkeypatch
     monkeypatch.setenv("ACCELGRID_HOST_ROOT", str(tmp_path))
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
     monkeypatch.delenv("ACCELGRID_DEVICES", raising=False)
-    assert detect.device_ids("xpu") == ["0", "1", "2", "3"]   # not the NVIDIA one
+    # Not the NVIDIA one; the old iGPU (Level Zero's 3) neither: torch >= 2.7 drops an
+    # integrated GPU beside discrete ones.
+    assert detect.device_ids("xpu") == ["0", "1", "2"]
 
 
 def test_render_nodes_sort_numerically(tmp_path: Path) -> None:
@@ -113,9 +115,13 @@ def test_inventory_uses_tools_only_when_present(tmp_path: Path, monkeypatch) -> 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("ZE_FLAT_DEVICE_HIERARCHY", raising=False)
     inv = detect.xpu_inventory(tmp_path)
     assert inv == {"gpus": [{"node": "renderD128", "pci_id": "8086:6420", "family": "lnl",
-                             "name": "Intel Core Ultra 200V graphics (Lunar Lake)"}],
+                             "name": "Intel Core Ultra 200V graphics (Lunar Lake)",
+                             "tiles": 1, "discrete": False}],
+                   "devices": {"count": 1, "ZE_FLAT_DEVICE_HIERARCHY": "FLAT (default)",
+                               "not_used": []},
                    "sycl-ls": [], "xpu-smi": []}
     _fake_command(bin_dir, "sycl-ls", 0,
                   "[level_zero:gpu][level_zero:0] Intel(R) Level-Zero, Intel(R) Arc(TM) 140V")
@@ -250,3 +256,74 @@ def test_pinned_cell_takes_the_hardware_label_and_refuses_other_hardware(tmp_pat
     fake_gpu(atsm, 128, 0x8086, 0x56C0)
     choice = detect.resolve_hardware(cell, {}, root=atsm)
     assert (choice.family, choice.how, choice.driver) == ("ats-m", "pinned", "lts")
+
+
+# --- XPU hosts as torch sees them ---------------------------------------------------------
+
+@pytest.mark.parametrize("driver", ["xe", "i915"])
+def test_flat_hierarchy_makes_each_stack_a_device(tmp_path: Path, driver: str) -> None:
+    fake_gpu(tmp_path, 128, 0x8086, 0x0BD5, tiles=2, driver=driver)   # a 2-stack Max 1550
+    assert detect.intel_gpus(tmp_path)[0].tiles == 2
+    flat = detect.xpu_devices(tmp_path, {"ZE_FLAT_DEVICE_HIERARCHY": "FLAT"})
+    assert [(d.index, d.tile, d.used) for d in flat] == [(0, 0, True), (1, 1, True)]
+    assert len(detect.xpu_devices(tmp_path, {})) == 2          # FLAT is Level Zero's default
+    for mode in ("COMPOSITE", "COMBINED"):
+        one = detect.xpu_devices(tmp_path, {"ZE_FLAT_DEVICE_HIERARCHY": mode})
+        assert [(d.index, d.tile) for d in one] == [(0, None)]
+
+
+def test_integrated_gpu_is_dropped_beside_a_discrete_one_from_torch_27(tmp_path: Path) -> None:
+    fake_gpu(tmp_path, 128, 0x8086, 0x7D55)   # Meteor Lake iGPU (enumerated first)
+    fake_gpu(tmp_path, 129, 0x8086, 0x56A0)   # Arc A770 (DG2)
+    old = detect.xpu_devices(tmp_path, {}, torch_version="2.6.0+xpu")
+    assert [(d.gpu.family, d.used) for d in old] == [("mtl", True), ("arc", True)]
+    new = detect.xpu_devices(tmp_path, {}, torch_version="2.7.0+xpu")
+    assert [(d.index, d.gpu.family, d.used) for d in new] == [(0, "mtl", False),
+                                                              (1, "arc", True)]
+    assert new[0].why_not == "integrated GPU beside a discrete one (torch >= 2.7)"
+    # An iGPU alone is used.
+    alone = tmp_path / "alone"
+    fake_gpu(alone, 128, 0x8086, 0x7D55)
+    assert [d.used for d in detect.xpu_devices(alone, {}, torch_version="2.13")] == [True]
+    inv = detect.xpu_inventory(tmp_path, tools=False)
+    assert inv["devices"]["count"] == 1
+    assert inv["devices"]["not_used"] == [
+        "renderD128: integrated GPU beside a discrete one (torch >= 2.7)"]
+
+
+def test_an_intel_display_controller_of_no_family_is_not_an_xpu_host(tmp_path: Path) -> None:
+    fake_gpu(tmp_path, 128, 0x8086, 0x4680)   # Alder Lake UHD 770: no torch-xpu-ops family
+    why = detect.absent_reason("xpu", XPU_RULE, root=tmp_path)
+    assert why == ("xpu not present: PCI 0x8086:0x4680 at renderD128 is an Intel display "
+                   "controller of no known GPU family (a UHD / Xe-LP iGPU torch-xpu-ops does "
+                   "not target); set detect.unknown_family: true in matrix.yaml to count it")
+    assert detect.absent_reason("xpu", XPU_RULE | {"unknown_family": True},
+                                root=tmp_path) is None
+    fake_gpu(tmp_path, 129, 0x8086, 0xE20B)   # plus an Arc B580: present
+    assert detect.absent_reason("xpu", XPU_RULE, root=tmp_path) is None
+
+
+def test_dgpu_and_igpu_host_keeps_the_dgpu_familys_env(tmp_path: Path, repo_matrix) -> None:
+    fake_gpu(tmp_path, 128, 0x8086, 0x7D55)   # Meteor Lake iGPU
+    fake_gpu(tmp_path, 129, 0x8086, 0x56A0)   # Arc A770: no native fp64
+    cell = repo_matrix.cell("xpu-2.13")
+    choice = detect.resolve_hardware(cell, {}, root=tmp_path)
+    assert (choice.family, choice.how, choice.problem) == ("arc", "detected", None)
+    assert choice.env(cell) == {"OverrideDefaultFP64Settings": "1", "IGC_EnableDPEmulation": "1",
+                                "ACCELGRID_HARDWARE": "arc"}
+    assert choice.note == ("integrated mtl beside it not used (torch >= 2.7 drops an "
+                           "integrated GPU when a discrete one is present)")
+
+
+def test_wsl2_gets_one_clear_line(tmp_path: Path) -> None:
+    from fake_hosts import fake_wsl2
+
+    fake_wsl2(tmp_path)
+    why = detect.absent_reason("xpu", XPU_RULE, root=tmp_path)
+    assert why.startswith("xpu not detected: WSL2 host (/dev/dxg, no /sys/class/drm): sysfs "
+                          "cannot see its GPU")
+    assert "\n" not in why and "ACCELGRID_HARDWARE" in why
+    assert detect.xpu_inventory(tmp_path, tools=False)["note"].startswith("WSL2 host")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert "WSL2" not in detect.absent_reason("xpu", XPU_RULE, root=plain)

@@ -160,7 +160,9 @@ def test_extracts_each_release_layout(fake_upstream: dict[str, str], tmp_path: P
                               "src/aten/XPUFallback.template"]
     # 2.6: dense XPU keys (also in a key list), structured delegates; not SparseXPU-only ops.
     assert {"linspace.out", "topk.values", "topk", "_foreach_mul_.Tensor"} <= set(s26["native"])
-    assert "add.Tensor" in s26["native"]  # still in 2.6's xpu_functions.yaml
+    # 2.6's xpu_functions.yaml still lists add.Tensor, but CMake no longer reads it: stale.
+    assert "add.Tensor" not in s26["native"]
+    assert "yaml/xpu_functions.yaml" not in s26["sources"]
     assert "linspace" not in s26["native"]  # CompositeExplicitAutograd, not an XPU kernel
     assert s26["fallback"] == ["_cdist_forward", "random_.to"]
     assert "yaml/native/native_functions.yaml" in s26["sources"]
@@ -187,3 +189,26 @@ def test_plain_clone_reads_origin_branches(fake_upstream: dict[str, str], tmp_pa
     data = _run(str(clone), tmp_path / "c.json")
     assert list(data["series"]) == ["2.4", "2.6", "2.14"]
     assert data["series"]["2.6"]["branch"] == "release/2.6"
+
+
+def test_nightly_snapshots_from_main(fake_upstream: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "n.json"
+    proc = subprocess.run([sys.executable, str(TOOL), fake_upstream["repo"], "--out", str(out),
+                           "--nightly", "2024-06-04", "--nightly",
+                           f"2024-06-03@{fake_upstream['2.4'][:9]}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())["nightlies"]
+    assert list(data) == ["2024-06-03", "2024-06-04"]
+    # The date alone: main's last commit on or before it; with a commit: that commit.
+    assert data["2024-06-04"]["commit"] == fake_upstream["2.14"]
+    assert data["2024-06-04"]["native_commit"] == fake_upstream["2.14-yaml"]
+    assert data["2024-06-03"]["commit"] == fake_upstream["2.4"]
+    assert data["2024-06-03"]["fallback"] == ["_cdist_forward", "linspace.out", "random_.to",
+                                              "topk.values"]
+    assert {e["branch"] for e in data.values()} == {"main"}
+    proc = subprocess.run([sys.executable, str(TOOL), fake_upstream["repo"], "--out",
+                           str(tmp_path / "x.json"), "--nightly", "2020-01-01"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "main has no commit on or before 2020-01-01" in proc.stderr

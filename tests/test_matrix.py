@@ -149,7 +149,8 @@ def test_profiles_only_cross_their_devices(matrix) -> None:
 def test_select_filters(matrix) -> None:
     picked = select(matrix.cells, device=["xpu"], torch=["2.13"])
     assert {c.name for c in picked} == {"xpu-2.13", "xpu-2.13-fallback-debug",
-                                        "xpu-2.13-cpu-fallback", "xpu-2.13-fallback-survey"}
+                                        "xpu-2.13-cpu-fallback", "xpu-2.13-fallback-survey",
+                                        "xpu-2.13-fp64-no-emulation"}
     assert select(matrix.cells, profile=["mps-fallback"])[0].name == "mps-2.13-mps-fallback"
     assert select(matrix.cells) == list(matrix.cells)
 
@@ -206,7 +207,7 @@ def test_hardware_families_are_detects(matrix) -> None:
     assert schema["properties"]["hardware"]["propertyNames"]["enum"] == list(detect.FAMILIES)
     xpu = matrix.devices["xpu"]
     assert set(xpu.hardware) == set(detect.FAMILIES)
-    for family in ("ats-m", "dg2"):     # no native fp64 (intel/torch-xpu-ops#2664)
+    for family in ("ats-m", "arc"):     # no native fp64 (intel/torch-xpu-ops#2664)
         assert xpu.hardware[family].env == {"OverrideDefaultFP64Settings": "1",
                                             "IGC_EnableDPEmulation": "1"}
     assert not any(xpu.hardware[f].env for f in ("pvc", "bmg", "lnl", "mtl", "arl", "ptl"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -152,8 +153,9 @@ def test_a_pair_only_one_side_can_classify_is_not_compared() -> None:
 
 def test_a_seed_row_takes_the_worst_prediction_of_its_calls() -> None:
     """A seed row hit by two captured calls: ``_foreach_mul_.Scalar`` has an XPU kernel in
-    2.5, ``_foreach_mul_.Tensor`` only from 2.6 (torch-xpu-ops#981; pytorch/pytorch#127931):
-    the row's prediction for 2.5 is the Tensor overload's missing, whichever order."""
+    2.5, ``_foreach_mul_.Tensor`` only from 2.6 (torch-xpu-ops#981) and runs in 2.5 through
+    PyTorch's CompositeExplicitAutograd slow path (from torch 2.4: pytorch/pytorch#127412):
+    the row's prediction for 2.5 is the Tensor overload's decomposed, whichever order."""
     seed = {"rows": [{"op": "aten::_foreach_mul.Scalar", "status": "manual", "examples": {}}]}
     calls = ["aten::_foreach_mul_.Scalar", "aten::_foreach_mul_.Tensor"]
     for order in (calls, calls[::-1]):
@@ -161,8 +163,9 @@ def test_a_seed_row_takes_the_worst_prediction_of_its_calls() -> None:
         [row] = xpu_prediction.compare_with_seed(captured, "2.5", seed=seed)
         assert row["captured"] == sorted(calls)
         assert row["predictions"] == {"aten::_foreach_mul_.Scalar": "native",
-                                      "aten::_foreach_mul_.Tensor": "missing"}
-        assert row["predicted"] == "missing" and row["agree"] is True
+                                      "aten::_foreach_mul_.Tensor": "decomposed"}
+        assert (row["predicted"], row["agree"], row["reason"]) == (
+            "decomposed", False, "composite-in-series")
     [row] = xpu_prediction.compare_with_seed({calls[0]: {"status": "native"}}, "2.5", seed=seed)
     assert (row["predicted"], row["agree"], row["reason"]) == ("native", False,
                                                                 "kernel-in-series")
@@ -189,17 +192,27 @@ def test_capture_keeps_foreach_ops_on_a_non_cpu_device() -> None:
 # --- known issues scoped to profiles --------------------------------------------------------
 
 def test_an_issue_scoped_to_profiles_stays_out_of_other_profiles(tmp_path: Path) -> None:
-    """pytorch/pytorch#127931 is scoped to the profiles without PYTORCH_ENABLE_XPU_FALLBACK
-    (there _foreach_mul_.Tensor raises; in fallback-survey it falls back): it is in
-    xpu-2.5's runtime registry and not in xpu-2.5-fallback-survey's."""
-    matrix = load_matrix(ROOT / "matrix.yaml")
-    issue = "pytorch/pytorch#127931"
+    """An entry scoped to the profiles without PYTORCH_ENABLE_XPU_FALLBACK (there an op XPU
+    lacks raises; in fallback-survey it falls back) is in xpu-2.5's and
+    xpu-2.5-fallback-debug's runtime registry and not in xpu-2.5-fallback-survey's. The
+    project's matrix, a registry of one such entry beside it."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    shutil.copy(ROOT / "matrix.yaml", root / "matrix.yaml")
+    for suite in load_matrix(ROOT / "matrix.yaml").suites.values():
+        (root / suite.path).mkdir(parents=True, exist_ok=True)
+    (root / "suites" / "repro" / "test_op.py").write_text("def test_op():\n    pass\n")
+    (root / "known_issues.yaml").write_text(
+        "schema: 1\nissues:\n  acme/xpu#1:\n    title: an op XPU lacks\n"
+        "    scope: {devices: [xpu], profiles: [default, fallback-debug]}\n"
+        "    tests: [suites/repro/test_op.py::test_op]\n    expect: failed\n")
+    matrix = load_matrix(root / "matrix.yaml")
     seen = {}
     for name in ("xpu-2.5", "xpu-2.5-fallback-debug", "xpu-2.5-fallback-survey"):
         folder = tmp_path / name
-        known_issues.cell_env(matrix.cell(name), ROOT, folder)
+        known_issues.cell_env(matrix.cell(name), root, folder)
         data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
-        seen[name] = issue in {e["id"] for e in data["issues"]}
+        seen[name] = "acme/xpu#1" in {e["id"] for e in data["issues"]}
     assert seen == {"xpu-2.5": True, "xpu-2.5-fallback-debug": True,
                     "xpu-2.5-fallback-survey": False}
 

@@ -7,8 +7,11 @@ torch-xpu-ops (bare or not). Writes src/accelgrid/data/xpu_ops.json.
 
 Branch ``release/X.Y`` is what torch X.Y's XPU build uses. Per branch head it reads:
 
-* ``yaml/xpu_functions.yaml`` (``supported:`` / ``autograd:`` lists, ``add.Tensor`` style);
-* from 2.6 also ``yaml/native/native_functions.yaml``: entries whose ``dispatch:`` has a
+* ``yaml/xpu_functions.yaml`` (``supported:`` / ``autograd:`` lists, ``add.Tensor`` style),
+  up to 2.5;
+* from 2.6 ``yaml/native/native_functions.yaml`` instead (CMake generates the
+  registrations from it alone; names only the older file still lists, such as
+  ``std.correction_out``, are stale): entries whose ``dispatch:`` has a
   dense ``XPU`` key (alone or in a list such as ``XPU, NestedTensorXPU``), plus entries
   whose ``structured_delegate`` is such an entry (codegen registers those for XPU too);
 * hand-written ``TORCH_LIBRARY_IMPL(aten, XPU, m)`` blocks under ``src/`` (``m.impl(...)``
@@ -22,6 +25,12 @@ Where a branch no longer has ``yaml/`` (its XPU registrations moved into PyTorch
 native_functions.yaml, which this repository does not hold), the kernel list is read from
 the last commit on that branch that still had it; the entry says so (``native_commit``).
 Output is deterministic: sorted names, no timestamps.
+
+``--nightly DATE[@COMMIT][=SERIES]`` (repeatable) writes, instead, the same lists read from
+the last commit of ``main`` on or before DATE (or from COMMIT, where the observation names
+the torch-xpu-ops commit it ran), for upstream observations made on a nightly of that date
+(``SERIES``: the release that nightly led to); to
+src/accelgrid/data/xpu_ops_nightly.json by default.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ _RELEASE = re.compile(r"^(?:refs/heads/|refs/remotes/origin/)release/(\d+)\.(\d+
 _FALLBACK_LIST = re.compile(r"fallback_list\s*=\s*\{(.*?)\};", re.S)
 _IMPL = re.compile(r'm\.impl\(\s*(?:TORCH_SELECTIVE_NAME\(\s*)?"(?:aten::)?([A-Za-z0-9_.]+)"')
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader is 10x faster
+DATA = Path(__file__).resolve().parents[1] / "src" / "accelgrid" / "data"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -141,9 +151,12 @@ def extract_branch(repo: Path, ref: str) -> dict[str, Any]:
             entry["note"] = (f"yaml/ removed in {removed[:12]}: XPU kernel registrations moved "
                              "into PyTorch's native_functions.yaml; the native list is from "
                              f"{yaml_rev[:12]}, kernels added after that are not in it")
+    # From 2.6 CMake generates the XPU registrations from native_functions.yaml alone; a
+    # name only the older xpu_functions.yaml still lists (std.correction_out) is stale.
+    has_native = show(repo, yaml_rev, NATIVE_FUNCTIONS) is not None
     for path, parse in ((XPU_FUNCTIONS, xpu_functions), (NATIVE_FUNCTIONS, native_functions)):
         text = show(repo, yaml_rev, path)
-        if text is not None:
+        if text is not None and not (has_native and path == XPU_FUNCTIONS):
             native |= parse(text)
             sources.append(path if yaml_rev == head else f"{path}@{yaml_rev[:12]}")
     fallback_files = [f for f in files if Path(f).name.startswith("XPUFallback.")
@@ -167,6 +180,34 @@ def extract_branch(repo: Path, ref: str) -> dict[str, Any]:
     return entry
 
 
+def extract_nightlies(repo: Path, dates: list[str]) -> dict[str, Any]:
+    """main's lists as of each ``DATE[@COMMIT][=SERIES]``: ``{"nightlies": {DATE: entry}}``."""
+    ref = next((r for r in ("refs/heads/main", "refs/remotes/origin/main")
+                if subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", r],
+                                  capture_output=True).returncode == 0), None)
+    if ref is None:
+        raise SystemExit(f"{repo}: no main branch")
+    out: dict[str, Any] = {}
+    for spec in dates:
+        when, _, series = spec.partition("=")
+        date, _, commit = when.partition("@")
+        if commit:
+            commit = git(repo, "rev-parse", commit).strip()
+        else:
+            commit = git(repo, "rev-list", "-1", f"--before={date} 23:59:59 +0000",
+                         ref).strip()
+        if not commit:
+            raise SystemExit(f"{repo}: main has no commit on or before {date}")
+        entry = extract_branch(repo, commit)
+        entry["branch"] = "main"
+        if series:
+            entry["series"] = series
+        out[date] = entry
+    return {"schema": 1, "repository": "intel/torch-xpu-ops",
+            "generated_by": "tools/extract_xpu_ops.py --nightly",
+            "nightlies": dict(sorted(out.items()))}
+
+
 def extract(repo: Path, first: str = "2.4", last: str = "2.14") -> dict[str, Any]:
     bounds = tuple(tuple(int(x) for x in v.split(".")) for v in (first, last))
     series = {s: extract_branch(repo, ref)
@@ -179,11 +220,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("repo", type=Path, help="a git clone of intel/torch-xpu-ops")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
-                        / "src" / "accelgrid" / "data" / "xpu_ops.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: src/accelgrid/data/xpu_ops.json "
+                             "(xpu_ops_nightly.json with --nightly)")
     parser.add_argument("--first", default="2.4", help="oldest series (default 2.4)")
     parser.add_argument("--last", default="2.14", help="newest series (default 2.14)")
+    parser.add_argument("--nightly", action="append", metavar="DATE[@COMMIT][=SERIES]",
+                        help="main as of DATE instead of the release branches (repeatable)")
     args = parser.parse_args(argv)
+    if args.nightly:
+        out = args.out or DATA / "xpu_ops_nightly.json"
+        data = extract_nightlies(args.repo, args.nightly)
+        out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        for d, e in data["nightlies"].items():
+            print(f"{d}: main {e['commit'][:12]} ({e['date']}) {len(e['native'])} native, "
+                  f"{len(e['fallback'])} fallback")
+        print(f"wrote {out}")
+        return 0
+    args.out = args.out or DATA / "xpu_ops.json"
     data = extract(args.repo, args.first, args.last)
     if not data["series"]:
         print(f"{args.repo}: no release/X.Y branches between {args.first} and {args.last}",

@@ -48,7 +48,7 @@ FAMILIES: dict[str, tuple[str, frozenset[int]]] = {
         0x0B69, 0x0B6E, 0x0BD4, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB,
         0x0BE0, 0x0BE1, 0x0BE5})),
     "ats-m": ("Intel Data Center GPU Flex (ATS-M)", frozenset({0x56C0, 0x56C2, 0x56C1})),
-    "dg2": ("Intel Arc A-series (Alchemist, DG2)", frozenset({
+    "arc": ("Intel Arc A-series (Alchemist, DG2)", frozenset({
         0x56A0, 0x56A1, 0x56A2, 0x56BE, 0x56BF, 0x5690, 0x5691, 0x5692,      # G10
         0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA, 0x56BB, 0x56BC, 0x56BD,      # G11
         0x5693, 0x5694, 0x5695,
@@ -66,6 +66,13 @@ FAMILIES: dict[str, tuple[str, frozenset[int]]] = {
         0xB0A0, 0xB0B0})),
 }
 _FAMILY_OF = {pci_id: name for name, (_, ids) in FAMILIES.items() for pci_id in ids}
+# Discrete cards; the rest (mtl, lnl, arl, ptl, and an Intel display controller of no
+# known family: a plain UHD / Xe-LP iGPU) are integrated.
+DISCRETE = frozenset({"pvc", "ats-m", "arc", "bmg"})
+# From torch 2.7 torch.xpu drops integrated GPUs when a discrete one is present
+# (pytorch/pytorch#144378), after Level Zero enumerated them.
+DROPS_INTEGRATED_FROM = (2, 7)
+FLAT_HIERARCHY = "ZE_FLAT_DEVICE_HIERARCHY"
 
 
 def family_of(pci_device: int) -> str | None:
@@ -87,10 +94,15 @@ class PciGpu:
     device: int
     pci_class: int
     dev_node: bool       # /dev/dri/<node> exists (a container without --device lacks it)
+    tiles: int = 1       # stacks (xe: device/tile*; i915: device/drm/card*/gt/gt*)
 
     @property
     def family(self) -> str | None:
         return family_of(self.device) if self.vendor == INTEL else None
+
+    @property
+    def discrete(self) -> bool:
+        return self.family in DISCRETE
 
     @property
     def name(self) -> str:
@@ -100,7 +112,8 @@ class PciGpu:
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "pci_id": f"{self.vendor:04x}:{self.device:04x}",
-                "family": self.family, "name": self.name}
+                "family": self.family, "name": self.name, "tiles": self.tiles,
+                "discrete": self.discrete}
 
 
 def _hex_file(path: Path) -> int | None:
@@ -127,13 +140,73 @@ def pci_gpus(root: str | Path | None = None) -> list[PciGpu]:
         if pci_class >> 16 != DISPLAY_CLASS:
             continue
         node = Path(path).name
-        found.append(PciGpu(node, vendor, pci_id, pci_class, (base / "dev/dri" / node).exists()))
+        found.append(PciGpu(node, vendor, pci_id, pci_class, (base / "dev/dri" / node).exists(),
+                            _tiles(device)))
     return found
 
 
-def intel_gpus(root: str | Path | None = None) -> list[PciGpu]:
-    """The Intel GPUs of this host (usable ones: their /dev/dri node exists)."""
-    return [g for g in pci_gpus(root) if g.vendor == INTEL and g.dev_node]
+def _tiles(device: Path) -> int:
+    """The stacks of a card as its kernel driver lists them (xe: ``tile0``, ``tile1`` in
+    the PCI device folder; i915: ``drm/card*/gt/gt0``, ``gt1``); 1 where neither says."""
+    xe = glob.glob(str(device / "tile[0-9]*"))
+    i915 = glob.glob(str(device / "drm/card*/gt/gt[0-9]*"))
+    return max(len(xe), len(i915), 1)
+
+
+def intel_gpus(root: str | Path | None = None, unknown_family: bool = True) -> list[PciGpu]:
+    """The Intel GPUs of this host (usable ones: their /dev/dri node exists); without
+    ``unknown_family``, only those of a known family (:data:`FAMILIES`)."""
+    return [g for g in pci_gpus(root) if g.vendor == INTEL and g.dev_node
+            and (unknown_family or g.family)]
+
+
+@dataclass(frozen=True)
+class XpuDevice:
+    """One device as Level Zero enumerates it, and whether torch uses it."""
+
+    index: int           # Level Zero's number (ZE_AFFINITY_MASK's)
+    gpu: PciGpu
+    tile: int | None     # the stack, where FLAT makes each stack a device
+    used: bool           # torch.xpu counts it
+    why_not: str = ""
+
+
+def _version_tuple(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def xpu_devices(root: str | Path | None = None, env: Mapping[str, str] | None = None,
+                torch_version: str | None = None) -> list[XpuDevice]:
+    """The devices torch.xpu would see here, from sysfs: with ``ZE_FLAT_DEVICE_HIERARCHY``
+    FLAT (Level Zero's default, and matrix.yaml's) each stack of a multi-stack card (a
+    2-stack Max 1550) is a device, with COMPOSITE / COMBINED each card is one; from torch
+    2.7 (``torch_version``; None: the newest) integrated GPUs are dropped when a discrete
+    one is present. In a cell, ``torch.xpu.device_count()`` is the authority: this is what
+    the host says before torch is installed."""
+    env = os.environ if env is None else env
+    flat = (env.get(FLAT_HIERARCHY) or "FLAT").strip().upper() == "FLAT"
+    gpus = intel_gpus(root)
+    version = _version_tuple(torch_version)
+    drop = any(g.discrete for g in gpus) and (version is None or version >= DROPS_INTEGRATED_FROM)
+    out: list[XpuDevice] = []
+    for g in gpus:
+        for tile in (range(g.tiles) if flat and g.tiles > 1 else [None]):
+            used = g.discrete or not drop
+            why = "" if used else "integrated GPU beside a discrete one (torch >= 2.7)"
+            out.append(XpuDevice(len(out), g, tile, used, why))
+    return out
+
+
+def wsl2_line(root: str | Path | None = None) -> str | None:
+    """One line for a WSL2 host (``/dev/dxg``, no ``/sys/class/drm``): its GPU is reached
+    through the WSL GPU paravirtualization, which sysfs cannot see; else None."""
+    base = host_root(root)
+    if (base / "dev/dxg").exists() and not (base / "sys/class/drm").is_dir():
+        return ("WSL2 host (/dev/dxg, no /sys/class/drm): sysfs cannot see its GPU; an Intel "
+                f"GPU is used through WSL's GPU driver: declare {contract.HARDWARE} and run "
+                "the xpu cell by name (torch.xpu.is_available() decides in the cell)")
+    return None
 
 
 def _command_works(command: str) -> bool:
@@ -166,15 +239,25 @@ def absent_reason(device: str, rules: Mapping[str, Any], root: str | Path | None
         return f"{device} not present: none of {', '.join(commands)} is on PATH and working"
     vendor = rules.get("pci_vendor")
     if vendor:
-        return _pci_vendor_problem(device, int(str(vendor), 16), root)
+        return _pci_vendor_problem(device, int(str(vendor), 16), root,
+                                   bool(rules.get("unknown_family")))
     return None
 
 
-def _pci_vendor_problem(device: str, vendor: int, root: str | Path | None) -> str | None:
+def _pci_vendor_problem(device: str, vendor: int, root: str | Path | None,
+                        unknown_family: bool = False) -> str | None:
     gpus = [g for g in pci_gpus(root) if g.vendor == vendor]
     where = host_root(root) / "sys/class/drm/renderD*"
     if not gpus:
+        wsl = wsl2_line(root)
+        if wsl:
+            return f"{device} not detected: {wsl}"
         return f"{device} not present: no GPU of PCI vendor {vendor:#06x} under {where}"
+    if vendor == INTEL and not unknown_family and not any(g.family for g in gpus):
+        g = gpus[0]
+        return (f"{device} not present: {g.name} at {g.node} is an Intel display controller "
+                "of no known GPU family (a UHD / Xe-LP iGPU torch-xpu-ops does not target); "
+                "set detect.unknown_family: true in matrix.yaml to count it")
     if not any(g.dev_node for g in gpus):
         return (f"{device} not present: {gpus[0].name} at {gpus[0].node} but "
                 f"{host_root(root) / 'dev/dri' / gpus[0].node} is missing "
@@ -288,8 +371,14 @@ def resolve_hardware(cell: Cell, env: Mapping[str, str] | None = None,
         return HardwareChoice(detected=detected, problem=(
             f"{cell.name}: hardware {family} ({how}) but this host's Intel GPUs are "
             f"{', '.join(detected)}"))
+    discrete = tuple(f for f in detected if f in DISCRETE)
     if not family and len(detected) == 1:
         family, how = detected[0], "detected"
+    elif not family and len(discrete) == 1:
+        # A dGPU beside an iGPU: torch >= 2.7 drops the iGPU; the dGPU's env applies.
+        family, how = discrete[0], "detected"
+        note = (f"integrated {', '.join(f for f in detected if f not in DISCRETE)} beside it "
+                "not used (torch >= 2.7 drops an integrated GPU when a discrete one is present)")
     elif not family and len(detected) > 1:
         how, note = "", (f"mixed Intel GPU families ({', '.join(detected)}): no family's env "
                          f"applied; declare one with {contract.HARDWARE}")
@@ -323,8 +412,9 @@ def _nvidia_ids() -> list[str]:
 
 
 def _xpu_ids() -> list[str]:
-    # Level Zero numbers the Intel GPUs it reports 0..n-1 (ZE_AFFINITY_MASK's numbering).
-    return [str(i) for i in range(len(intel_gpus()))]
+    # Level Zero's numbering (ZE_AFFINITY_MASK's): every stack under FLAT; an integrated
+    # GPU beside a discrete one is left out (torch >= 2.7 would not use it).
+    return [str(d.index) for d in xpu_devices() if d.used]
 
 
 def _tool_lines(cmd: list[str], keep: str = "") -> list[str]:
@@ -343,6 +433,14 @@ def xpu_inventory(root: str | Path | None = None, tools: bool = True) -> dict[st
     """What this host has for xpu cells: its Intel GPUs from sysfs (node, PCI id, family,
     name), and, when installed, what ``sycl-ls`` and ``xpu-smi discovery`` say."""
     report: dict[str, Any] = {"gpus": [g.as_dict() for g in intel_gpus(root)]}
+    devices = xpu_devices(root)
+    report["devices"] = {"count": sum(1 for d in devices if d.used),
+                         FLAT_HIERARCHY: os.environ.get(FLAT_HIERARCHY) or "FLAT (default)",
+                         "not_used": [f"{d.gpu.node}: {d.why_not}" for d in devices
+                                      if not d.used]}
+    wsl = wsl2_line(root)
+    if wsl:
+        report["note"] = wsl
     if tools:
         report["sycl-ls"] = _tool_lines(["sycl-ls"], "level_zero")
         report["xpu-smi"] = _tool_lines(["xpu-smi", "discovery"])

@@ -27,6 +27,16 @@ OPS = {
     "upsample_nearest2d": "F.interpolate(torch.rand(1, 2, 4, 4, device=d), scale_factor=2, "
                           "mode='nearest')",
 }
+# The aten ops each case reaches on XPU (tests/test_repro_prediction.py checks the
+# registry's scope against accelgrid's per-release prediction for them).
+XPU_CALLS = {
+    "cdist": ["aten::_cdist_forward.default"],
+    "linspace": ["aten::linspace.default"],
+    "topk": ["aten::topk.default"],
+    "roll": ["aten::roll.default"],
+    "upsample_bilinear2d": ["aten::upsample_bilinear2d.default"],
+    "upsample_nearest2d": ["aten::upsample_nearest2d.default"],
+}
 # torch-xpu-ops' XPUFallback.template: "The operator 'aten::<op>[.<overload>] on the XPU
 # backend is falling back to run on the CPU." (no closing quote after the op), and the
 # once-per-process notice.

@@ -295,13 +295,39 @@ def test_bf16_autocast(device: str) -> None:
 # Flags that make a card without native fp64 (ATS-M) emulate it: matrix.yaml sets them for
 # ATS-M runners (devices.xpu.hardware.ats-m) and in the fp64-emulation profile.
 FP64_FLAGS = ("OverrideDefaultFP64Settings", "IGC_EnableDPEmulation")
+# Whether torch-xpu-ops builds its kernels with fp64 *conversion* emulation
+# (-fsycl-fp64-conv-emu, intel/torch-xpu-ops#511; regressed in #1742, restored in #2664),
+# per release as cmake/BuildFlags.cmake of release/X.Y has it: absent in 2.4; 2.5-2.9 on
+# whenever the compiler supports the flag; from 2.10 only when the AOT targets include
+# dg2 or ats-m (the PyPI +xpu wheels' targets decide). Conversions only: fp64 arithmetic
+# still needs native fp64 or the driver's emulation (the flags above).
+FP64_CONV_EMU = {"2.4": "no", **{f"2.{m}": "yes" for m in range(5, 10)},
+                 **{f"2.{m}": "if the AOT targets include dg2/ats-m" for m in range(10, 15)}}
+
+
+def fp64_mechanism(flags: dict[str, str], has_fp64: bool | None,
+                   arch_list: list[str] | None, torch_version: str) -> dict[str, Any]:
+    """What a float64 result on xpu depends on, for the test record: the device's own fp64
+    (``has_fp64``), the driver emulation flags in effect, the archs torch was built for
+    (``torch.xpu.get_arch_list()``) and the release's build-time conversion emulation."""
+    series = ".".join(torch_version.split("+")[0].split(".")[:2])
+    on = {k: v for k, v in flags.items() if v.strip() not in ("", "0")}
+    if has_fp64 and not on:
+        how = "native fp64"
+    elif has_fp64:
+        how = "driver fp64 emulation (" + ", ".join(f"{k}={v}" for k, v in on.items()) + ")"
+    else:
+        how = "no fp64 on the device"
+    return {"mechanism": how, "has_fp64": has_fp64, "flags": flags,
+            "arch_list": arch_list, "build_fp64_conv_emu": FP64_CONV_EMU.get(series, "unknown")}
 
 
 def test_float64_math(device: str, request: pytest.FixtureRequest) -> None:
     """float64 on the device, matching the CPU to double precision. Records (test record
     ``properties``) the fp64 emulation flags in effect and, on xpu, whether the device
-    reports fp64 (``get_device_properties().has_fp64``), so cells with and without the
-    flags show their effect; skipped where the device has no fp64."""
+    reports fp64 (``get_device_properties().has_fp64``) and the mechanism the result
+    depends on (:func:`fp64_mechanism`), so cells with and without the flags show their
+    effect (``=0`` counts as off); skipped where the device has no fp64."""
     import os
 
     flags = {name: os.environ[name] for name in FP64_FLAGS if name in os.environ}
@@ -311,6 +337,11 @@ def test_float64_math(device: str, request: pytest.FixtureRequest) -> None:
     if device == "xpu":
         has_fp64 = bool(torch.xpu.get_device_properties(0).has_fp64)
         request.node.user_properties.append(("has_fp64", has_fp64))
+        arch_list = list(torch.xpu.get_arch_list()) if hasattr(torch.xpu, "get_arch_list") \
+            else None
+        request.node.user_properties.append(
+            ("fp64_mechanism", fp64_mechanism(flags, has_fp64, arch_list, torch.__version__)))
+        flags = {k: v for k, v in flags.items() if v.strip() not in ("", "0")}
         if not has_fp64 and not flags:
             pytest.skip(f"{torch.xpu.get_device_name(0)} reports no fp64 (has_fp64=False) and "
                         f"no emulation flags are set ({'=1 '.join(FP64_FLAGS)}=1)")
@@ -325,6 +356,20 @@ def test_float64_math(device: str, request: pytest.FixtureRequest) -> None:
     # 1 + 2**-40 does not survive a float32 detour: the device really computed in fp64.
     x = torch.tensor([1.0 + 2.0**-40], dtype=torch.float64, device=device)
     assert float((x - 1.0).sum().cpu()) == 2.0**-40
+
+
+def test_fp64_mechanism_record() -> None:
+    flags = {"OverrideDefaultFP64Settings": "1", "IGC_EnableDPEmulation": "1"}
+    rec = fp64_mechanism(flags, True, ["dg2-g10"], "2.5.1+xpu")
+    assert rec["mechanism"] == ("driver fp64 emulation (OverrideDefaultFP64Settings=1, "
+                                "IGC_EnableDPEmulation=1)")
+    assert (rec["build_fp64_conv_emu"], rec["arch_list"]) == ("yes", ["dg2-g10"])
+    off = {"OverrideDefaultFP64Settings": "0", "IGC_EnableDPEmulation": "0"}
+    assert fp64_mechanism(off, True, None, "2.13.0+xpu")["mechanism"] == "native fp64"
+    assert fp64_mechanism(off, False, None, "2.13.0")["build_fp64_conv_emu"] == \
+        "if the AOT targets include dg2/ats-m"
+    assert fp64_mechanism({}, False, None, "2.4.1")["mechanism"] == "no fp64 on the device"
+    assert fp64_mechanism({}, False, None, "2.4.1")["build_fp64_conv_emu"] == "no"
 
 
 # --- each check fails on a planted fault ----------------------------------------------------

@@ -36,8 +36,10 @@ op-capture, fallback-debug and fallback-survey profiles).
 
 PREDICT_DESCRIPTION = """\
 Predict how a cell's captured ops would run on XPU, per torch release, from
-intel/torch-xpu-ops' registrations (its kernels and CPU-fallback list per release branch,
-shipped with accelgrid): native, decomposed, fallback, missing, cuda-only or unknown.
+intel/torch-xpu-ops' registrations (its kernels and CPU-fallback list per release branch)
+and PyTorch's own (XPU keys, composites, structured delegates per release), shipped with
+accelgrid: native, decomposed, fallback, missing, routed: cpu / routed: cuda (the
+capturing device called its own op; the op XPU calls is predicted) or unknown.
 Writes ops-predicted.md/.html/.json (per-series counts, the op x series view of where each
 op stopped falling back or being missing, the ops that would not run per release) and
 prints the counts. Predicted, not observed: it cannot see runtime routing or driver bugs.

@@ -46,7 +46,9 @@ def _md_table(header: list[str], rows: list[list[str]], code: bool = True) -> li
 
 def _html_rows(rows: list[list[Any]]) -> list[dict[str, Any]]:
     """Rows of (class, text) pairs or plain text after the op, for the template."""
-    return [{"op": r[0], "cells": [{"cls": c[0], "text": c[1]} if isinstance(c, tuple)
+    # "routed: cuda" -> class "routed"
+    return [{"op": r[0], "cells": [{"cls": c[0].split(":")[0], "text": c[1]}
+                                   if isinstance(c, tuple)
                                    else {"cls": "", "text": c} for c in r[1:]]}
             for r in rows]
 
@@ -219,7 +221,7 @@ def check_lines(view: dict[str, Any]) -> list[str]:
             continue
         out.append(f"{cell} observed vs predicted from torch-xpu-ops {check['branch']}: "
                    f"{n['agree']} agree, {n['disagree']} disagree, {n['not_compared']} not "
-                   "compared (unknown or cuda-only on either side).")
+                   "compared (unknown or routed on either side).")
     return out
 
 
