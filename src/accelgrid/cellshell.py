@@ -107,7 +107,10 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
             print(f"accelgrid: {cell.name}: its env imported accelgrid from {before}; now "
                   f"from {root / 'src'}", file=note, flush=True)
     base = dict(os.environ if base is None else base)
-    folder = (results.results_root(root) / cell.name / DEBUG).resolve()
+    # Not resolved: a symlink planted as the cell folder or .debug is refused, never
+    # followed to empty the folder it names.
+    folder = results.results_root(root) / cell.name / DEBUG
+    results.refuse_symlink(folder, results.results_root(root))
     results.clear_for_run(folder)
     with contextlib.redirect_stdout(note):
         env = runner.cell_env(cell, root, folder, base)

@@ -350,7 +350,8 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[int | None]
         yield None
         return
     path = cell_folder / results.LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    results.refuse_symlink(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -381,8 +382,12 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
              limit_s: float | None = None) -> int:
     """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit).
     Raises :class:`CellBusy` when another run of the cell is in progress."""
-    cell_folder = (results_root / cell.name).resolve()
-    # Everything the run reads is checked before the results folder is touched.
+    # Not resolved: a symlink planted as the cell folder is refused, never followed.
+    cell_folder = Path(os.path.abspath(results_root / cell.name))
+    # Everything the run reads is checked before the results folder is touched; nothing
+    # it writes or deletes under results/ may be a symlink (it would act outside).
+    for name in ("", results.RUNS, results.LOCK, results.LAST_RUN):
+        results.refuse_symlink(cell_folder / name if name else cell_folder, results_root)
     known_issues.registry_for_run(root)
     problem = detect.resolve_hardware(cell).problem
     if problem:

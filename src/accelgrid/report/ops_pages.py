@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import ops, xpu_prediction
 from ..errors import InvalidInput
-from ..results import write_json
+from ..results import refuse_symlink, write_json, write_text
 from ._common import templates
 
 CELL_FILES = ("ops.json", "ops.md", "ops.html")
@@ -146,9 +146,11 @@ def _write_pages(out: Path, stem: str, data: dict[str, Any], markdown: str,
     out = Path(out)
     paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md",
              "html": out / f"{stem}.html"}
+    for path in paths.values():  # refused before anything is written
+        refuse_symlink(path)
     write_json(paths["json"], data)   # makes the folder too
-    paths["md"].write_text(markdown, encoding="utf-8")
-    paths["html"].write_text(html, encoding="utf-8")
+    write_text(paths["md"], markdown)
+    write_text(paths["html"], html)
     return paths
 
 
