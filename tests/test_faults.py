@@ -6,10 +6,18 @@ os.environ loses and mixes none of the records written before it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from accelgrid import outcomes, results, runner
+import pytest
+from report_cases import write_cell
+
+from accelgrid import cli, errors, outcomes, results, runner, venvs
 from accelgrid.matrix import load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MIB = 1024 * 1024
 
@@ -163,3 +171,113 @@ def test_records_are_safe_from_the_tests(mini_project, python) -> None:
     assert not (proj / "elsewhere").exists()
     for p in proj.rglob("*.jsonl"):  # the records went nowhere else
         assert p.parent == folder or p.is_relative_to(folder), p
+
+
+# --- symlinks planted under results/ (issue 27) ------------------------------------------
+# Each plants a link to an outside folder/file holding a canary; the command refuses with
+# one line naming the link (exit 2 from the CLI) and the canary is untouched.
+
+def _outside(tmp_path: Path) -> tuple[Path, Path]:
+    out = tmp_path / "outside"
+    out.mkdir()
+    canary = out / "canary.txt"
+    canary.write_text("keep me")
+    return out, canary
+
+
+@pytest.mark.parametrize("where", ["cell-folder", "runs", "lock", "last-run"])
+def test_a_run_never_writes_or_deletes_through_a_symlink(mini_project, python, tmp_path,
+                                                         where) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_p.py").write_text("def test_a():\n    pass\n")
+    out, canary = _outside(tmp_path)
+    cell = proj / "results" / "cpu-2.13"
+    cell.mkdir(parents=True)
+    link = {"cell-folder": cell, "runs": cell / results.RUNS, "lock": cell / results.LOCK,
+            "last-run": cell / results.LAST_RUN}[where]
+    if where == "cell-folder":
+        cell.rmdir()
+    target = out if where in ("cell-folder", "runs") else canary
+    link.symlink_to(target)
+    args = ("-k", "test_a") if where == "runs" else ()
+    with pytest.raises(results.UnsafePath) as caught:
+        runner.run_cell(_cell(proj), python, proj, proj / "results", args)
+    assert str(link) in str(caught.value) and "symlink" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert canary.read_text() == "keep me" and sorted(os.listdir(out)) == ["canary.txt"]
+
+
+def test_a_symlink_planted_mid_run_is_replaced_not_followed(tmp_path) -> None:
+    out, canary = _outside(tmp_path)
+    folder = tmp_path / "cell"
+    folder.mkdir()
+    (folder / results.RUNNING).mkdir()
+    (folder / results.RUNNING / "gw0.json").symlink_to(canary)
+    with pytest.raises(results.UnsafePath):
+        results.mark_running(folder, "gw0", "t::a", None)
+    (folder / results.UPDATE_LOCK).symlink_to(out / "lock")
+    with pytest.raises(results.UnsafePath):
+        results.append_record(folder / results.TESTS, {"nodeid": "a", "outcome": "passed"})
+    (folder / results.UPDATE_LOCK).unlink()
+    (folder / results.ENV).symlink_to(canary)
+    with pytest.raises(results.UnsafePath):
+        results.write_json(folder / results.ENV, {"x": 1})
+    assert canary.read_text() == "keep me" and sorted(os.listdir(out)) == ["canary.txt"]
+
+
+@pytest.mark.parametrize("name", ["grid.html", "grid.json", "grid.md"])
+def test_the_grid_refuses_a_symlinked_output(tmp_path, capsys, name) -> None:
+    _, canary = _outside(tmp_path)
+    cell = write_cell(tmp_path / "results", "cpu-2.13", {"suites/s/t.py::a": "passed"})
+    out = tmp_path / "grids"
+    out.mkdir()
+    (out / name).symlink_to(canary)
+    assert cli.main(["grid", str(cell), "--out", str(out)]) == errors.EXIT_INVALID
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(out / name) in err, err
+    assert canary.read_text() == "keep me"
+    assert not (out / "grid.json").exists() or (out / "grid.json").is_symlink()
+
+
+def test_baseline_update_refuses_a_symlinked_baseline(tmp_path, capsys) -> None:
+    _, canary = _outside(tmp_path)
+    cell = write_cell(tmp_path / "results", "cpu-2.13", {"suites/s/t.py::a": "passed"})
+    base = tmp_path / "baselines"
+    base.mkdir()
+    (base / "cpu-2.13.json").symlink_to(canary)
+    assert cli.main(["baseline", "update", str(cell), "--dir", str(base)]) == \
+        errors.EXIT_INVALID
+    assert "symlink" in capsys.readouterr().err
+    assert canary.read_text() == "keep me"
+
+
+def test_records_are_never_read_through_a_link_out_of_the_folder(tmp_path) -> None:
+    outside = write_cell(tmp_path / "elsewhere", "cpu-2.13", {"suites/s/t.py::secret": "passed"})
+    cell = write_cell(tmp_path / "results", "cpu-2.13", {"suites/s/t.py::a": "passed"})
+    (cell / results.TESTS).unlink()
+    (cell / results.TESTS).symlink_to(outside / results.TESTS)
+    got = results.read_cell(cell)
+    assert got.error and "symlink out of" in got.error and not got.tests
+    # A link inside the folder is the folder's own: read.
+    (cell / results.TESTS).unlink()
+    (cell / "real.jsonl").write_text(json.dumps({"nodeid": "suites/s/t.py::a",
+                                                 "outcome": "passed"}) + "\n")
+    (cell / results.TESTS).symlink_to("real.jsonl")
+    assert list(results.read_cell(cell).tests) == ["suites/s/t.py::a"]
+
+
+def test_accelgrid_env_refuses_a_symlinked_debug_folder(mini_project, tmp_path) -> None:
+    proj = mini_project()
+    (proj / "src").symlink_to(ROOT / "src")
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                    str(venvs.env_dir(proj, cell))], check=True)
+    out, canary = _outside(tmp_path)
+    (proj / "results" / "cpu-2.13").mkdir(parents=True)
+    (proj / "results" / "cpu-2.13" / ".debug").symlink_to(out)
+    done = subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
+                           str(proj / "matrix.yaml"), "env", "cpu-2.13"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == errors.EXIT_INVALID, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and ".debug is a symlink" in done.stderr
+    assert canary.read_text() == "keep me"
