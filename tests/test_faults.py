@@ -496,3 +496,101 @@ def test_env_shell_lines_through_bash(tmp_path, value) -> None:
     ran = [c for c in log.read_text().split("\0") if c and not c.startswith(("eval ", "trap "))]
     assert ran and all(c.startswith(("export ", "unset ")) for c in ran), ran
     assert "BAD NAME" not in lines and "ALSO;BAD" not in lines
+
+
+# --- secrets by value, everywhere (issue 27) ---------------------------------------------
+# A corpus of credentials as they turn up under names no list knows: each is removed by
+# environment.redact_text (the one redaction) wherever it lands.
+SECRETS = {
+    "bearer": ("Authorization: Bearer ", "s3cr3tBearerTok.en_0123456789"),
+    "basic": ("Authorization: Basic ", "dXNlcjpzM2NyM3RQYXNzd29yZA=="),
+    "jwt": ("session=", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJtZSIsImV4cCI6OTl9.c2lnbmF0dXJlX2J5dGVz"),
+    "json-private-key": ('{"private_key": "',
+                         "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n"
+                         "-----END PRIVATE KEY-----"),
+    "s3-secret": ("aws_secret_access_key = ", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    "s3-json": ('{"SecretAccessKey": "', "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA+/abcdEFGH"),
+    "url": ("https://alice:", "hunter2Pa55@mirror.invalid/simple"),
+    "password-arg": ("--password=", "correct-horse-battery"),
+    "api-setting": ("MODEL_SERVER_CONFIG=Bearer ", "tok_live_9f8e7d6c5b4a"),
+    "github": ("", "ghp_" + "Q1w2E3r4T5" * 4),
+    "hugging-face": ("", "hf_" + "ZyXwVuTsRq" * 3 + "PONM"),
+    "aws-key-id": ("", "AKIAZZZZZZZZZZZZZZZZ"),
+    "slack": ("", "xoxb-999999999999-8888888888888-zyxwvutsrqponmlkjihgfedc"),
+}
+# What must stay: ordinary settings that look a little like the above.
+NOT_SECRETS = ["max_tokens=409600", "token_type=absolute", "tokenizer=BertTokenizer",
+               "author=JohnSmith1", "basic tests pass", "KeyError: 'weight'",
+               "Bearer of bad news", "passed=12"]
+
+
+def _secret_part(value: str) -> str:
+    """The part of a corpus value that must not survive (a URL's password)."""
+    return value.split("@")[0] if "@" in value else value.split("\\n")[1] \
+        if "PRIVATE KEY" in value else value
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+def test_the_one_redaction_removes_each_shape(kind) -> None:
+    from accelgrid import environment
+
+    prefix, value = SECRETS[kind]
+    for text in (prefix + value, f"error: {prefix}{value} (while loading)",
+                 json.dumps({"detail": prefix + value})):
+        out = environment.redact_text(text)
+        assert _secret_part(value) not in out and environment.REDACTED in out, (kind, out)
+        assert environment.redact_text(out) == out  # idempotent: a second pass is a no-op
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_ordinary_text_keeps_its_words(text) -> None:
+    from accelgrid import environment
+
+    assert environment.redact_text(text) == text
+
+
+LEAKY = '''
+import os, sys, pytest
+
+CORPUS = {corpus!r}
+
+def test_a_fails_with_them(record_property):
+    for kind, text in CORPUS.items():
+        record_property(kind, text)
+        print(text)
+        print(text, file=sys.stderr)
+    assert False, " | ".join(CORPUS.values())
+
+def test_b_skips_with_one():
+    pytest.skip(CORPUS["bearer"])
+
+def test_c_passes():
+    pass
+'''
+
+
+def test_no_secret_in_any_file_a_run_and_its_grid_write(mini_project, python, monkeypatch,
+                                                       capfd, tmp_path) -> None:
+    corpus = {k: p + v for k, (p, v) in SECRETS.items()}
+    # Env values under names no marker list holds, in prefixes env.json records.
+    monkeypatch.setenv("HF_ENDPOINT_CONFIG", corpus["api-setting"])
+    monkeypatch.setenv("TORCH_HUB_S3", corpus["s3-secret"])
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", corpus["url"])
+    monkeypatch.setenv("ACCELGRID_NOTE", corpus["jwt"])
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_leaky.py").write_text(LEAKY.format(corpus=corpus))
+    runner.run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_"])
+    grid = tmp_path / "grid"
+    cli.main(["grid", str(proj / "results"), "--out", str(grid)])
+    console = "".join(capfd.readouterr())
+    files = [p for p in (*(proj / "results").rglob("*"), *grid.rglob("*")) if p.is_file()]
+    assert any(p.name == results.JUNIT for p in files) and any(p.name == "grid.html"
+                                                                for p in files)
+    for kind, (_, value) in SECRETS.items():
+        secret = _secret_part(value)
+        assert secret not in console, (kind, "console")
+        for p in files:
+            assert secret not in p.read_text(errors="replace"), (kind, p)
+    recs, _ = _records(results.last_run(proj / "results" / "cpu-2.13")[1])
+    assert recs["test_a_fails_with_them"]["outcome"] == "failed"
+    assert "<redacted>" in recs["test_a_fails_with_them"]["message"]

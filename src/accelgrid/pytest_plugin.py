@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from . import contract, known_issues_runtime, lifetime, outcomes, provenance, results
+from . import contract, environment, known_issues_runtime, lifetime, outcomes, provenance, results
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -143,7 +143,8 @@ class Recorder:
                     new["torch"] = torch
             else:
                 new["passes"] = [entry]
-            return new
+            # Every value by its shape too (pytest arguments, paths): records' redaction.
+            return environment.redact_value(new)
 
         self.env_started = results.update_json(self.folder / results.ENV, start)
         self.records = results.RecordFile(self.folder / results.TESTS)
@@ -177,7 +178,7 @@ class Recorder:
             # The run is finished when its last pass is (passes may run at once).
             if all(not isinstance(e, dict) or e.get("end") for e in passes):
                 env.update(end=end, status="finished", exitstatus=int(exitstatus))
-            return env
+            return environment.redact_value(env)
 
         results.update_json(self.folder / results.ENV, finish)
         if self.collected:  # back if a test deleted it: tests it lists never ran

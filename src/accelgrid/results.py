@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from . import outcomes
-from .environment import redact, redact_text
+from .environment import redact, redact_text, redact_value
 from .errors import InvalidInput
 
 TESTS = "tests.jsonl"
@@ -302,12 +302,10 @@ def bounded_record(record: dict[str, Any], folder: Path | None) -> dict[str, Any
     return out
 
 
-_REDACTED = ("message", "longrepr", "output")  # texts a test writes: may hold a token
-
-
 def _encoded_record(record: dict[str, Any], folder: Path | None = None) -> bytes:
-    record = {k: redact_text(v) if k in _REDACTED and isinstance(v, str) else v
-              for k, v in record.items()}
+    # Every field a test can fill (message, traceback, output, properties) may hold a
+    # token; the test's identity stays as collected (collected.json has it so).
+    record = {k: v if k in _KEEP_WHOLE else redact_value(v) for k, v in record.items()}
     return (_dumps(bounded_record(record, folder), sort_keys=False) + "\n").encode("utf-8")
 
 
@@ -828,6 +826,45 @@ def _dt_text(epoch: float) -> str:
     return iso(epoch)
 
 
+MAX_REDACTED_FILE = 512 * 1024 * 1024  # a bigger JUnit file or log is redacted by lines
+
+
+def redact_file(path: Path) -> bool:
+    """Rewrite ``path`` (pytest's JUnit XML, its log) through :func:`redact_text`, the
+    redaction records get, when that changes it; whether it did. pytest writes these
+    itself, so they carry what tests printed, raw. A symlink is left alone (never
+    followed, :func:`refuse_symlink`)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    if path.stat().st_size <= MAX_REDACTED_FILE:
+        text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+        clean = redact_text(text)
+        if clean == text:
+            return False
+        data = clean.encode("utf-8", errors="surrogateescape")
+    else:
+        with path.open("rb") as fh:
+            lines = [redact_text(ln.decode("utf-8", errors="surrogateescape"))
+                     for ln in fh]
+        data = "".join(lines).encode("utf-8", errors="surrogateescape")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def redact_files(folder: Path) -> list[Path]:
+    """:func:`redact_file` of every JUnit file and pytest log of a run's folder."""
+    return [p for p in sorted((*folder.glob("junit*.xml"), *folder.glob("pytest*.log")))
+            if redact_file(p)]
+
+
 def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
              timing: dict[str, Any] | None = None) -> dict[str, Any]:
     """Close a run's results after its pytest process ended, however it ended.
@@ -839,6 +876,7 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
     ``timing`` (``passes``: what :func:`pass_times` needs, and ``run_start``).
     """
     run = {k: v for k, v in (run or {}).items() if k in RUN_FIELDS}
+    redact_files(results)
     env, _ = read_json(results / ENV)
     env = env if isinstance(env, dict) else None
     run_id = run.get("run_id") or (env or {}).get("run_id")
