@@ -594,3 +594,63 @@ def test_no_secret_in_any_file_a_run_and_its_grid_write(mini_project, python, mo
     recs, _ = _records(results.last_run(proj / "results" / "cpu-2.13")[1])
     assert recs["test_a_fails_with_them"]["outcome"] == "failed"
     assert "<redacted>" in recs["test_a_fails_with_them"]["message"]
+
+
+# --- env builds that survive interruption (issue 27) -------------------------------------
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A real wheel of a two-module package (written as pip/uv expect one)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {"tiny/__init__.py": "from .core import VALUE\n", "tiny/core.py": "VALUE = 42\n",
+             "tiny-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n",
+             "tiny-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\n"
+                                         "Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    rows = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        rows.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
+    files["tiny-1.0.dist-info/RECORD"] = "\n".join(rows + ["tiny-1.0.dist-info/RECORD,,"]) + "\n"
+    wheel = folder / "tiny-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return wheel
+
+
+def test_an_interrupted_install_is_detected_and_a_reinstall_repairs_it(tmp_path) -> None:
+    from accelgrid import install
+
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.exists():
+        pytest.skip("uv (a dependency) not installed")
+    wheel = _tiny_wheel(tmp_path)
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    python = str(env / "bin" / "python")
+
+    def uv_install(*extra: str) -> str:
+        done = subprocess.run([str(uv), "pip", "install", "--offline", "--python", python,
+                               *extra, str(wheel)], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "UV_NO_CACHE": "1"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    uv_install()
+    assert install.verify(env, python, "tiny") is None
+    # As a kill while uv links the wheel leaves it: the metadata there, a file not.
+    [core] = env.glob("lib/python*/site-packages/tiny/core.py")
+    core.unlink()
+    again = uv_install()
+    assert "Installed" not in again  # uv sees the metadata: nothing to change
+    gone = install.missing_files(env)
+    assert gone and gone.startswith("tiny-1.0: 1 of ") and gone.endswith(
+        " files missing, e.g. tiny/core.py"), gone  # uv adds INSTALLER, pycache...
+    assert install.verify(env, python, "tiny") == gone
+    uv_install("--reinstall")  # what the session does, once, with one line saying why
+    assert install.missing_files(env) is None and install.verify(env, python, "tiny") is None
+    # A broken import is caught even with every file there.
+    core.write_text("raise ImportError('half-written')\n")
+    assert "import tiny fails: ImportError: half-written" in install.verify(env, python, "tiny")
