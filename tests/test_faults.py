@@ -654,3 +654,94 @@ def test_an_interrupted_install_is_detected_and_a_reinstall_repairs_it(tmp_path)
     # A broken import is caught even with every file there.
     core.write_text("raise ImportError('half-written')\n")
     assert "import tiny fails: ImportError: half-written" in install.verify(env, python, "tiny")
+
+
+# --- full disk, read-only folder, odd consoles, long ids (issue 27) ----------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB file system (tmpfs; mounting needs root, else the test skips)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                                            str(mnt)], capture_output=True).returncode:
+        pytest.skip("no tmpfs: mounting one needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(folder: Path) -> None:
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError):
+            while True:
+                os.write(fd, b"\0" * 65536)
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_is_one_line_naming_the_path(small_disk, tmp_path, capsys) -> None:
+    cell = write_cell(tmp_path / "results", "cpu-2.13", {"suites/s/t.py::a": "passed"})
+    _fill(small_disk)
+    code = cli.main(["grid", str(cell), "--out", str(small_disk / "grid")])
+    err = capsys.readouterr().err.strip()
+    assert code == errors.EXIT_INVALID and len(err.splitlines()) == 1, err
+    assert str(small_disk / "grid") in err and "No space left on device" in err, err
+
+
+def test_records_written_before_the_disk_filled_are_kept(small_disk) -> None:
+    folder = small_disk / "cpu-2.13"
+    path = folder / results.TESTS
+    results.append_record(path, {"nodeid": "t.py::first", "outcome": "passed"})
+    _fill(small_disk)
+    with pytest.raises(OSError) as caught:
+        for i in range(200):  # the reserve of the file system's last blocks runs out
+            results.append_record(path, {"nodeid": f"t.py::n{i}", "outcome": "failed",
+                                         "message": "m" * 60000})
+    problem = results.storage_problem(caught.value)
+    assert problem and "No space left on device" in problem
+    recs, _ = results.read_records(path)
+    assert recs[0]["nodeid"] == "t.py::first" and recs[0]["outcome"] == "passed"
+
+
+def test_a_read_only_folder_is_one_line(small_disk, tmp_path, capsys) -> None:
+    cell = write_cell(tmp_path / "results", "cpu-2.13", {"suites/s/t.py::a": "passed"})
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    code = cli.main(["baseline", "update", str(cell), "--dir", str(small_disk / "b")])
+    err = capsys.readouterr().err.strip()
+    assert code == errors.EXIT_INVALID and len(err.splitlines()) == 1, err
+    assert "Read-only file system" in err and str(small_disk / "b") in err, err
+
+
+def test_a_console_that_is_not_utf8_never_crashes(tmp_path) -> None:
+    cell = write_cell(tmp_path / "results", "cpu-2.13", {
+        "suites/s/t.py::test_é—✓[日本]": "failed", "suites/s/t.py::b": "passed"})
+    done = subprocess.run([sys.executable, "-m", "accelgrid", "grid", str(cell), "--out",
+                           str(tmp_path / "g")], capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"})
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"Traceback" not in done.stderr
+
+
+LONG_ID = '''
+import pytest
+
+@pytest.mark.parametrize("x", [1], ids=["i" * 5000])
+def test_long(x):
+    assert x == 1
+'''
+
+
+def test_a_5000_character_test_id_keeps_its_record_and_grid_row(mini_project, python,
+                                                                tmp_path) -> None:
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_long.py").write_text(LONG_ID)
+    assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+    folder = proj / "results" / "cpu-2.13"
+    recs, problems = results.read_records(folder / results.TESTS)
+    assert not problems and len(recs) == 1 and len(recs[0]["nodeid"]) > 5000
+    assert cli.main(["grid", str(folder), "--out", str(tmp_path / "g")]) == 0
+    grid = json.loads((tmp_path / "g" / "grid.json").read_text())
+    assert [r["nodeid"] for r in grid["rows"]] == [recs[0]["nodeid"]]

@@ -152,6 +152,21 @@ def _dumps(data: Any, **kwargs: Any) -> str:
     return dumps(safe(data), default=lambda o: safe_text(str(o)), **kwargs)
 
 
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.EACCES,
+                   errno.EPERM, errno.EIO}
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """One line for an OSError the results' storage caused (full disk, read-only or
+    unwritable folder, quota, file size limit): the path and the cause; None for any
+    other error (a bug: its traceback is wanted)."""
+    if not isinstance(exc, OSError) or exc.errno not in _STORAGE_ERRNOS:
+        return None
+    where = exc.filename if exc.filename is not None else "the results folder"
+    return (f"cannot write {where}: {exc.strerror or exc} (the records written before "
+            "it are kept)")
+
+
 class UnsafePath(InvalidInput):
     """A write or delete would go through a symlink (out of the results tree)."""
 
@@ -198,9 +213,19 @@ def write_text(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` when it names no file (a write(2) that failed)."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -317,6 +342,8 @@ def _append(path: Path, line: bytes, durable: bool) -> None:
             view = view[os.write(fd, view):]
         if durable:
             os.fsync(fd)
+    except OSError as exc:
+        raise _named(exc, path) from exc
     finally:
         os.close(fd)
 
@@ -419,10 +446,13 @@ class RecordFile:
                        record.get("run_id") for r in earlier):
                     return False
             view = memoryview(line)
-            while view:
-                view = view[os.write(self.fd, view):]
-            if durable:
-                os.fsync(self.fd)
+            try:
+                while view:
+                    view = view[os.write(self.fd, view):]
+                if durable:
+                    os.fsync(self.fd)
+            except OSError as exc:
+                raise _named(exc, self.path) from exc
         return True
 
     def close(self) -> None:

@@ -68,6 +68,7 @@ def _fail(session: nox.Session, message: str) -> None:
 def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     """The body of every cell session."""
     global _IDLE_SINCE
+    progress.tolerant_console()
     try:
         _run_cell_session(session, matrix, cell)
     except AccelgridError as exc:  # e.g. an invalid known_issues.yaml: one line
@@ -120,7 +121,13 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
         return
     out = results.results_root(matrix.root)
-    rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
+    try:
+        rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
+    except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
+        problem = results.storage_problem(exc)
+        if problem is None:
+            raise
+        _fail(session, f"{cell.name}: {problem}")
     if rc != 0:
         folder = results.last_run(out / cell.name)[1]
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
