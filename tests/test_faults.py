@@ -745,3 +745,63 @@ def test_a_5000_character_test_id_keeps_its_record_and_grid_row(mini_project, py
     assert cli.main(["grid", str(folder), "--out", str(tmp_path / "g")]) == 0
     grid = json.loads((tmp_path / "g" / "grid.json").read_text())
     assert [r["nodeid"] for r in grid["rows"]] == [recs[0]["nodeid"]]
+
+
+# --- nothing outlives a run (issue 27) ---------------------------------------------------
+DAEMON = '''
+import os, signal, time
+from pathlib import Path
+
+def test_starts_a_daemon(tmp_path):
+    pidfile = Path(os.environ["DAEMON_PIDFILE"])
+    if os.fork() == 0:          # first fork
+        os.setsid()             # a session of its own: out of every process group
+        if os.fork() == 0:      # second fork: re-parented when its parent exits
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            pidfile.write_text(str(os.getpid()))
+            time.sleep(300)
+            os._exit(0)
+        os._exit(0)
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+
+def test_after():
+    pass
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_path,
+                                                   monkeypatch) -> None:
+    import time
+
+    from accelgrid import lifetime
+
+    pidfile = tmp_path / "daemon.pid"
+    monkeypatch.setenv("DAEMON_PIDFILE", str(pidfile))
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_daemon.py").write_text(DAEMON)
+    t0 = time.monotonic()
+    runner.run_cell(_cell(proj), python, proj, proj / "results")
+    took = time.monotonic() - t0
+    pid = int(pidfile.read_text())
+    try:
+        assert not _alive(pid), f"daemon {pid} outlived the cell"
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)
+    recs, _ = _records(proj / "results" / "cpu-2.13")
+    assert {n: r["outcome"] for n, r in recs.items()} == {"test_starts_a_daemon": "passed",
+                                                          "test_after": "passed"}
+    assert took < 120, took  # no wait on the daemon (it would sleep 300 s)
+    assert lifetime.children(os.getpid()) == [] or pid not in lifetime.children(os.getpid())

@@ -470,6 +470,9 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
     deadline = time.monotonic() + limit
     ids = detect.device_ids(cell.device, env) if workers is None else []
+    # Children this process had before the cell (none, from the CLI): not the tests'.
+    keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
+        else None
     serial = serial_reason(env, pytest_args)
     plan = passes(cell, workers, ids, serial=serial is not None)
     if plan[0].name == contract.PASS_PINNED:
@@ -526,6 +529,12 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
                           "start": start, "end": end})
         if stop_reason:
             break
+    # Daemons the tests left (double fork + setsid, out of every process group): ended
+    # now, at the cell's end, never after it (this process adopted them: subreaper).
+    left_behind = [] if keep_children is None else lifetime.end_adopted(keep=keep_children)
+    if left_behind:
+        print(f"accelgrid: {cell.name}: ended {len(left_behind)} process(es) the tests left "
+              f"running (pid {', '.join(map(str, left_behind[:5]))})", flush=True)
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
     summary = results.finalize(folder, reason, run,
                                timing={"passes": timed, "run_start": run_start})
