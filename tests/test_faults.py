@@ -805,3 +805,94 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
                                                           "test_after": "passed"}
     assert took < 120, took  # no wait on the daemon (it would sleep 300 s)
     assert lifetime.children(os.getpid()) == [] or pid not in lifetime.children(os.getpid())
+
+
+# --- the offload bench keeps what it measured (issue 27) ---------------------------------
+# The planted configurations stand for what a GPU host does to the real ones: a run the
+# kernel's OOM killer ends (SIGKILL), a run that raises out of memory, runs that grow the
+# process's memory (each would add up in one process).
+PLANT = '''
+import os, resource, signal
+
+def task(task):
+    if task["kind"] == "bandwidth":
+        return {"bandwidth": {"h2d_gbps": 1.0, "d2h_gbps": 1.0}, "torch": "plant",
+                "torchao": "plant", "device_name": "planted", "threads": 1, "bench_seq": 1}
+    args = task["args"]
+    row = {"model": args["model_kind"], "size_b": args["size_b"], "dtype": args["dtype_name"],
+           "mode": args["mode"], "flush_denormals": args["flush"], "pid": os.getpid()}
+    if args["size_b"] == 2 and args["mode"] == "offload":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer ends a process
+    if args["size_b"] == 3 and args["mode"] == "offload":
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        try:
+            bytearray(2 << 30)
+        except MemoryError as exc:
+            row["error"] = f"MemoryError: {exc}"
+            return row
+    hold = bytearray(64 << 20)  # what a run leaves behind: gone with its process
+    row.update(params=1, peak_gib=0.1, step_ms=1.0, bytes_each_way=0, floor_ms=0.0,
+               step_over_floor=None, rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+               held=len(hold))
+    return row
+'''
+
+
+def test_the_offload_bench_runs_each_configuration_in_its_own_process(tmp_path, monkeypatch,
+                                                                      capsys) -> None:
+    from accelgrid.bench import offload
+
+    (tmp_path / "plant_offload.py").write_text(PLANT)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    helpers = offload.suite_helpers(ROOT / "suites" / "offload")
+    monkeypatch.setattr(helpers, "import_cpu_offload", lambda: object)
+    monkeypatch.setattr(offload, "pick_device", lambda torch, wanted, h: ("cpu", ""))
+    monkeypatch.setattr(offload, "suite_helpers", lambda folder: helpers)
+    out = tmp_path / "out"
+    report = offload.run([1, 2, 3], ["fp32"], ["none", "offload"], suite=tmp_path,
+                         out=out, plot_png=False, models=["mlp"], target="plant_offload:task")
+    rows = report["results"]
+    assert [(r["size_b"], r["mode"]) for r in rows] == [
+        (1, "none"), (1, "offload"), (2, "none"), (2, "offload"), (3, "none"), (3, "offload")]
+    killed = rows[3]
+    assert killed.get("killed") and "SIGKILL" in killed["error"] and "OOM killer" in \
+        killed["error"], killed
+    assert rows[5]["error"].startswith("MemoryError")
+    ok = [r for r in rows if "error" not in r]
+    assert len(ok) == 4 and len({r["pid"] for r in ok}) == 4  # a process each
+    # No growth run after run: each process starts afresh (its peak RSS does not add up).
+    assert max(r["rss_kib"] for r in ok) < 2 * min(r["rss_kib"] for r in ok)
+    written = json.loads((out / "bench_offload.json").read_text())
+    assert len(written["results"]) == 6 and written["meta"]["one_process_per_run"]
+    md = (out / "bench_offload.md").read_text()
+    assert "killed by SIGKILL" in md and "MemoryError" in md
+    assert offload.failed(report)
+
+
+def test_rows_are_written_as_each_run_ends(tmp_path, monkeypatch) -> None:
+    """The bench itself killed after two runs: bench_offload.json holds both."""
+    from accelgrid.bench import offload
+
+    (tmp_path / "plant_offload.py").write_text(PLANT)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    helpers = offload.suite_helpers(ROOT / "suites" / "offload")
+    monkeypatch.setattr(helpers, "import_cpu_offload", lambda: object)
+    monkeypatch.setattr(offload, "pick_device", lambda torch, wanted, h: ("cpu", ""))
+    monkeypatch.setattr(offload, "suite_helpers", lambda folder: helpers)
+    calls = []
+    real = offload.isolated
+
+    def stop_after_two(task, target):
+        if task["kind"] == "row":
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # as Ctrl-C or SIGTERM (bench.Stopped) ends it
+            calls.append(task)
+        return real(task, target)
+
+    monkeypatch.setattr(offload, "isolated", stop_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        offload.run([1], ["fp32"], ["none", "offload", "offload_grad"], suite=tmp_path,
+                    out=tmp_path / "out", plot_png=False, models=["mlp"],
+                    target="plant_offload:task")
+    written = json.loads((tmp_path / "out" / "bench_offload.json").read_text())
+    assert [r["mode"] for r in written["results"]] == ["none", "offload"]
