@@ -196,6 +196,9 @@ def cpu_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(offload, "dispatch", lambda name, device, *a: counters.get(name))
     monkeypatch.setattr(offload, "measure_bandwidth", lambda torch, device, nbytes: {
         "h2d_gbps": 10.0, "d2h_gbps": 5.0, "copy_bytes": nbytes})
+    # Stand-ins live in this process: each configuration's measurement runs here, not in
+    # a process of its own (tests/test_faults.py tests that structure with real processes).
+    monkeypatch.setattr(offload, "isolated", lambda task, target: offload.measure_task(task))
 
 
 @pytest.mark.slow  # end to end: a whole bench or cell run

@@ -58,20 +58,18 @@ def test_mark_fills_the_model_in_place(tmp_path: Path) -> None:
     assert list(model)[-2:] == ["baseline", "notes"]  # grid.json keeps its key order
 
 
-def test_missing_baseline_folder_is_a_note(tmp_path: Path) -> None:
+def test_missing_baseline_folder_is_invalid_input(tmp_path: Path) -> None:
     cell = write_cell(tmp_path / "r", "cpu-2.13", {"suites/s/t.py::a": "failed"})
-    model = report.build([cell], baseline_dir=tmp_path / "nowhere")
-    assert model["baseline"]["cells"] == [] and model["baseline"]["regressions"] == 0
-    assert any("does not exist: nothing compared" in n for n in model["notes"])
+    with pytest.raises(InvalidInput, match="does not exist: nothing could be compared"):
+        report.build([cell], baseline_dir=tmp_path / "nowhere")
 
 
-def test_malformed_baseline_is_a_note_not_a_crash(tmp_path: Path) -> None:
+def test_malformed_baseline_is_invalid_input_not_a_note(tmp_path: Path) -> None:
     cell = write_cell(tmp_path / "r", "cpu-2.13", {"suites/s/t.py::a": "failed"})
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "cpu-2.13.json").write_text('{"suites/s/t.py::a": 3}')
-    model = report.build([cell], baseline_dir=tmp_path / "b")
-    assert model["baseline"]["regressions"] == 0 and model["columns"][0]["baseline"] is None
-    assert any("baseline ignored" in n and "cpu-2.13.json" in n for n in model["notes"])
+    with pytest.raises(InvalidInput, match="cpu-2.13.json: expected"):
+        report.build([cell], baseline_dir=tmp_path / "b")
 
 
 def test_update_writes_and_merges(tmp_path: Path) -> None:

@@ -127,6 +127,28 @@ def test_pages_escape_what_they_show(tmp_path: Path) -> None:
     assert ("op", "aten::<b>") in [r[0] for r in parsed.rows[1:]]
 
 
+def test_markdown_pages_escape_as_the_html_pages_do(tmp_path: Path) -> None:
+    """Issue 27: GitHub renders raw HTML in Markdown; the ops .md pages escape it as
+    grid.md does (a workload is named from test ids, an op from a capture)."""
+    data = _data(tmp_path)
+    data["cell"] = "<script>alert(1)</script>"
+    data["ops"]["aten::<b>`|"] = {"status": "unknown", "count": 1, "phases": {},
+                                  "workloads": {"<img src=x onerror=alert(1)>|w": 1}}
+    data["workloads"] = [*data.get("workloads", []), "<img src=x onerror=alert(1)>|w"]
+    md = ops_pages.cell_markdown(data)
+    assert "<script>" not in md and "<img" not in md, md
+    assert "&lt;script&gt;" in md
+    lines = md.splitlines()
+    row = next(i for i, ln in enumerate(lines) if "aten::<b>" in ln)
+    header = max(i for i in range(row) if lines[i].startswith("|---") or
+                 lines[i].startswith("| --- ") or lines[i].startswith("| ---")) - 1
+
+    def columns(line: str) -> int:  # a pipe in a value never adds a column
+        return line.replace("\\|", "").count("|")
+
+    assert columns(lines[row]) == columns(lines[header]), (lines[header], lines[row])
+
+
 def test_write_cell(tmp_path: Path) -> None:
     cell = ops_cell(tmp_path, "xpu-2.5", "2.5.1+xpu", {"aten::roll.default": "fallback"})
     data = ops_pages.write_cell(cell)

@@ -186,7 +186,7 @@ def _append(folder: Path, who: int, times: int) -> None:
     for i in range(times):
         results.append_record(folder / results.TESTS, {"nodeid": f"t.py::w{who}_{i}",
                                                        "outcome": "passed",
-                                                       "longrepr": str(who) * 20000})
+                                                       "message": str(who) * 20000})
 
 
 def _processes(target, *args_per_process) -> None:
@@ -213,7 +213,7 @@ def test_records_appended_at_once_stay_whole(tmp_path: Path) -> None:
     _processes(_append, *[(tmp_path, who, 150) for who in range(4)])
     recs, problems = results.read_records(tmp_path / results.TESTS)
     assert not problems and len(recs) == 600
-    assert all(r["longrepr"] == r["nodeid"][7] * 20000 for r in recs)
+    assert all(r["message"] == r["nodeid"][7] * 20000 for r in recs)
 
 
 def test_an_error_record_is_written_once_per_run(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -27,6 +28,15 @@ from .errors import InvalidInput
 from .matrix import Cell, Matrix
 
 DEBUG = ".debug"   # results/<cell>/.debug/: a dot folder, so grids never take it for a cell
+
+
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _comment(text: str) -> str:
+    """A shell comment line of ``text``: control characters (a newline would end the
+    comment and run the rest) shown as escapes."""
+    return "# " + "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 @dataclass(frozen=True)
@@ -60,12 +70,20 @@ class CellEnv:
 
     def exports(self) -> str:
         """Shell lines for ``eval``: the run's variables, then the activation."""
-        lines = [f"# {self.cell}: the variables a run gives its tests (pass {self.pass_name})",
-                 f"# env: {self.env_dir or '--no-venv: no env, the interpreter as it is'}",
-                 f"# python: {self.python}",
-                 f"# a test run by hand records into {self.results}"]
-        lines += [f"unset {name}" for name in self.unset]
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.set.items())]
+        # Comments hold paths (a folder name may hold a newline: the rest of the line
+        # would run); names the shell cannot set are left out rather than spliced in.
+        lines = [_comment(f"{self.cell}: the variables a run gives its tests "
+                          f"(pass {self.pass_name})"),
+                 _comment(f"env: {self.env_dir or '--no-venv: no env, the interpreter as it is'}"),
+                 _comment(f"python: {self.python}"),
+                 _comment(f"a test run by hand records into {self.results}")]
+        lines += [f"unset {name}" for name in self.unset if _SHELL_NAME.match(name)]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.set.items())
+                  if _SHELL_NAME.match(k)]
+        odd = [k for k in (*self.unset, *self.set) if not _SHELL_NAME.match(k)]
+        if odd:
+            lines.append(_comment(f"{len(odd)} variable(s) whose names a shell cannot set "
+                                  "left out (--json lists them)"))
         if self.env_dir is not None:
             lines += ["# the env, activated",
                       f"export VIRTUAL_ENV={shlex.quote(str(self.env_dir))}",
@@ -107,7 +125,10 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
             print(f"accelgrid: {cell.name}: its env imported accelgrid from {before}; now "
                   f"from {root / 'src'}", file=note, flush=True)
     base = dict(os.environ if base is None else base)
-    folder = (results.results_root(root) / cell.name / DEBUG).resolve()
+    # Not resolved: a symlink planted as the cell folder or .debug is refused, never
+    # followed to empty the folder it names.
+    folder = results.results_root(root) / cell.name / DEBUG
+    results.refuse_symlink(folder, results.results_root(root))
     results.clear_for_run(folder)
     with contextlib.redirect_stdout(note):
         env = runner.cell_env(cell, root, folder, base)

@@ -20,7 +20,7 @@ from pathlib import Path
 import jinja2
 
 from .errors import InvalidInput
-from .matrix import Cell, Matrix
+from .matrix import Cell, Matrix, injection_problem
 from .results import dumps
 
 WORKFLOW = ".github/workflows/accelgrid.yml"        # schedule/dispatch: every cell
@@ -123,9 +123,25 @@ def _tox_factor_problems(matrix: Matrix) -> list[str]:
     return problems
 
 
+def _unquotable(text: str, what: str) -> str:
+    """``text`` when every target can quote it; CIError naming ``what`` otherwise (a
+    control character ends a line, GitHub evaluates ${{ }} even in quotes). The matrix
+    refuses both already: this holds for a Matrix built any other way."""
+    why = injection_problem(text)
+    if why:
+        raise CIError(f"{what} {text!r} {why}")
+    return text
+
+
 def _runs_on(labels: Sequence[str]) -> str:
     # JSON is valid YAML and quotes whatever needs quoting.
+    labels = [_unquotable(label, "runner label") for label in labels]
     return dumps(labels[0]) if len(labels) == 1 else dumps(list(labels))
+
+
+def _tox_text(text: str) -> str:
+    """A value for tox.ini: one line, and tox's ``{...}`` substitution escaped."""
+    return _unquotable(text, "tox.ini value").replace("{", "\\{").replace("}", "\\}")
 
 
 def job_minutes(cell: Cell) -> int:
@@ -226,7 +242,8 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
     tox_ini = env.get_template("tox.ini.j2").render(
         source=source,
         envs=[{"name": tox_env_name(c), "cell": c.name,
-               "what": f"{c.device} / torch {c.pins['torch']} / profile {c.profile}"}
+               "what": _tox_text(f"{c.device} / torch {c.pins['torch']} / profile "
+                                 f"{c.profile}")}
               for c in matrix.cells],
         mapping={
             "DEVICE": {d: d for d in dict.fromkeys(c.device for c in matrix.cells)},

@@ -34,7 +34,7 @@ import jinja2
 
 from . import contract, environment, install, results, runner
 from .errors import InvalidInput
-from .matrix import Cell, Matrix, Runtime
+from .matrix import Cell, Matrix, Runtime, control_problem
 
 TEMPLATES_DIR = "containers"
 IMAGE_REPOSITORY = "accelgrid"
@@ -72,18 +72,42 @@ class ContainerError(InvalidInput):
 
 # --- rendering ------------------------------------------------------------------------------
 
+def _one_line(value: object) -> str:
+    """``value``'s text, refused (ContainerError) when it holds a control character: a
+    newline ends the instruction and the rest would be read as the next one, whatever
+    the quoting (the matrix refuses them already; this holds for any input)."""
+    text = str(value)
+    why = control_problem(text)
+    if why:
+        raise ContainerError(f"Containerfile value {text!r} {why}")
+    return text
+
+
 def _envquote(value: object) -> str:
     # Containerfile ENV/LABEL values: double-quoted, and `$` escaped (ENV expands it).
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    text = _one_line(value).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
     return f'"{text}"'
+
+
+def _shquote(value: object) -> str:
+    # A RUN line's word: POSIX shell quoting of one line.
+    return shlex.quote(_one_line(value))
+
+
+def _finalize(value: object) -> object:
+    # Every {{ }} of a template, comments and plain words too: one line, but for the
+    # templates' own line continuations (a join with " \\\n").
+    _one_line(str(value).replace("\\\n", ""))
+    return value
 
 
 def _jinja(root: Path) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root / TEMPLATES_DIR)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters["shquote"] = shlex.quote
+    env.filters["shquote"] = _shquote
     env.filters["envquote"] = _envquote
+    env.finalize = _finalize
     return env
 
 

@@ -42,6 +42,33 @@ _TOKEN_SHAPES = re.compile(
     r"|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}"
     r"|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,})\b"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))")
+# Credentials in the shapes HTTP and JSON carry them, whatever names them: an
+# Authorization scheme's token (Bearer/Basic: a word of token characters with a digit,
+# an upper-case letter after the first or base64 padding, so prose like "Basic tests"
+# stays), a JWT (three base64url parts, the first two JSON objects: "eyJ"), and the
+# value after a key that names a secret (``"aws_secret_access_key": "..."``,
+# ``password=...``, ``X-Api-Key: ...``).
+_AUTH_SCHEME = re.compile(
+    r"\b(?P<scheme>Bearer|Basic|Token|Digest|bearer|basic)(?P<gap>\s+)"
+    r"(?=[A-Za-z0-9._~+/-]*(?:[0-9]|[A-Za-z][A-Z]|[+/=]))[A-Za-z0-9._~+/-]{8,}=*")
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
+# A quote as JSON, a JSON string inside JSON, or XML (JUnit) writes it.
+_QUOTE = r"(?:\\?[\"']|&quot;|&#34;|&apos;|&#39;)?"
+_VALUE = r"[^\s\"',;&<>\\]{6,}"
+_KEY_AROUND = r"[A-Za-z0-9_.-]*" + _QUOTE + r"\s*[:=]\s*" + _QUOTE + ")"
+_NOT_A_VALUE = r"(?!<redacted>|(?:Bearer|Basic|Token|Digest)\b|[0-9]+\b)"
+# Names that only a secret has: any value after them goes.
+_NAMED_SECRET = re.compile(
+    r"(?P<key>\b[A-Za-z0-9_.-]*(?:secret|passw(?:or)?d|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credential)" + _KEY_AROUND + r"(?P<value>" + _NOT_A_VALUE + _VALUE + ")",
+    re.IGNORECASE)
+# Names an ordinary setting has too (max_tokens, tokenizer, token_type, author): the value
+# goes only when it looks like a token (a digit, a capital or base64 characters in it).
+_NAMED_TOKEN = re.compile(
+    r"(?P<key>\b[A-Za-z0-9_.-]*(?:token(?!iz)|auth(?!or))" + _KEY_AROUND
+    + r"(?P<value>" + _NOT_A_VALUE + r"(?-i:(?=[^\s\"',;&<>\\]*[0-9A-Z+/=]))" + _VALUE + ")",
+    re.IGNORECASE)
+_NAMED_HINTS = ("secret", "token", "passw", "key", "credential", "auth")
 # user[:password]@ in a URL. The userinfo runs to the *last* '@' before the path, so a
 # password with an unencoded '@' goes entirely.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/?#\s@]*(?:@[^/?#\s@]*)*@",
@@ -101,7 +128,28 @@ def redact_text(text: str) -> str:
         text = _URL_USERINFO.sub(r"\g<scheme>" + REDACTED + "@", text)
     if any(hint in text for hint in _TOKEN_HINTS):
         text = _TOKEN_SHAPES.sub(REDACTED, text)
+    if "eyJ" in text:
+        text = _JWT.sub(REDACTED, text)
+    if any(hint in text for hint in ("Bearer", "Basic", "Token", "Digest", "bearer", "basic")):
+        text = _AUTH_SCHEME.sub(lambda m: m["scheme"] + m["gap"] + REDACTED, text)
+    lower = text.lower()
+    if any(hint in lower for hint in _NAMED_HINTS):
+        for pattern in (_NAMED_SECRET, _NAMED_TOKEN):
+            text = pattern.sub(lambda m: m["key"] + REDACTED, text)
     return text
+
+
+def redact_value(value: object) -> object:
+    """``value`` with :func:`redact_text` applied to every string in it (in mappings and
+    lists too): records, env.json, JUnit files, logs and grids all go through
+    :func:`redact_text` (by name only for environment mappings: :func:`redact`)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: redact_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v) for v in value]
+    return value
 
 
 def redact_url(url: str) -> str:

@@ -391,6 +391,57 @@ def forget(envdir: Path) -> None:
     (envdir / STAMP).unlink(missing_ok=True)
 
 
+def missing_files(envdir: Path, limit: int = 3) -> str | None:
+    """What an interrupted install left out: the first distribution of the env whose
+    RECORD names files that are not there (``torch-2.13.0+cpu: 3127 of 15880 files
+    missing, e.g. torch/lib/libtorch_cpu.so``), or None when every RECORD file is.
+    Killed while uv links a wheel, an env holds its metadata but not its files, and a
+    later install then finds nothing to change."""
+    import csv
+
+    for site in [*envdir.glob("lib/python*/site-packages"), envdir / "Lib" / "site-packages"]:
+        try:
+            infos = sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))
+        except OSError:
+            continue
+        for info in infos:
+            record = site / info / "RECORD"
+            try:
+                with open(record, encoding="utf-8", errors="replace", newline="") as fh:
+                    paths = [row[0] for row in csv.reader(fh) if row and row[0]]
+            except OSError:
+                if (site / info / "METADATA").exists():
+                    continue  # an installer that writes no RECORD: nothing to check
+                return f"{info.removesuffix('.dist-info')}: its metadata is incomplete"
+            gone = [p for p in paths if not os.path.lexists(site / p)]
+            if gone:
+                shown = ", ".join(gone[:limit])
+                return (f"{info.removesuffix('.dist-info')}: {len(gone)} of {len(paths)} "
+                        f"files missing, e.g. {shown}")
+    return None
+
+
+def verify(envdir: Path, python: str, module: str = "torch", timeout: float = 600
+           ) -> str | None:
+    """Why the install in ``envdir`` is not whole (:func:`missing_files`, or ``import
+    module`` failing in its ``python``), or None. Checked before a stamp is written, so
+    only a verified install is ever taken as done."""
+    import subprocess
+
+    gone = missing_files(envdir)
+    if gone:
+        return gone
+    try:
+        done = subprocess.run([python, "-c", f"import {module}"], capture_output=True,
+                              text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"import {module} could not run: {exc}"
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        return f"import {module} fails: {(lines or ['exit ' + str(done.returncode)])[-1][:300]}"
+    return None
+
+
 def _stat(path: str) -> os.stat_result | None:
     try:
         return os.stat(path)

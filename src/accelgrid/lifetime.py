@@ -29,7 +29,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -109,6 +109,66 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     if os.getppid() != parent:  # the parent died while we armed it
         os.kill(os.getpid(), sig)
     return True
+
+
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants (Linux): a process a test
+    double-forks and moves into a session of its own (a daemon, out of reach of every
+    process-group kill) is then re-parented here, not to init, when its parent exits,
+    and :func:`end_adopted` can end it. False where there is no prctl."""
+    prctl = _prctl()
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc; none where there is no /proc)."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == pid and fields[0] != b"Z":
+            found.append(int(name))
+    return found
+
+
+def end_adopted(keep: Iterable[int] = (), timeout: float = 5.0) -> list[int]:
+    """SIGKILL every living child of this process but ``keep`` (after
+    :func:`become_subreaper`: the daemons a cell's tests left, adopted when their
+    parents ended), again for their children as they are adopted in turn, until none is
+    left or ``timeout`` passes; reap them. Returns the pids ended. A bounded wait, so a
+    daemon can never hold the end of a run up."""
+    import time
+
+    kept = set(keep)
+    ended: list[int] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in children(os.getpid()) if p not in kept]
+        if not alive:
+            break
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            if pid not in ended:
+                ended.append(pid)
+        for pid in alive:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+    return ended
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:

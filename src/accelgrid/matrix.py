@@ -336,6 +336,54 @@ def _flag_problems(env: dict, owner_devices: list[str] | None, smap: SourceMap,
     return problems
 
 
+# Characters no generated file can hold safely in a value: they end a Containerfile
+# instruction, a tox.ini line or a shell line (C0/C1 controls, DEL, Unicode line breaks).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# GitHub evaluates ${{ ... }} in (nearly) every workflow string, quoted or not.
+EXPRESSION = "${{"
+MAX_CELL_NAME = 128  # results.CELL_NAME's bound; well under a file name's 255 bytes
+
+
+def control_problem(text: str) -> str | None:
+    """Why ``text`` cannot be one line of a generated file (a control character), or None."""
+    bad = _CONTROL.search(text)
+    if bad:
+        return (f"holds the control character {ascii(bad.group())[1:-1]}: it would end a "
+                "line of the generated files (extra instructions); remove it")
+    return None
+
+
+def injection_problem(text: str) -> str | None:
+    """Why ``text`` cannot go into a generated file (workflow, tox.ini, Containerfile,
+    shell lines) whatever the quoting, or None."""
+    bad = control_problem(text)
+    if bad:
+        return bad
+    if EXPRESSION in text:
+        return ("holds '${{', GitHub Actions' expression syntax, which the workflow would "
+                "evaluate even quoted; remove it")
+    return None
+
+
+def _injection_problems(node: Any, smap: SourceMap, path: tuple = ()) -> list[Problem]:
+    """:func:`injection_problem` of every key and string value in the matrix."""
+    problems: list[Problem] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            why = injection_problem(str(key))
+            if why:
+                problems.append(smap.problem((*path, key), f"key {why}"))
+            problems += _injection_problems(value, smap, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            problems += _injection_problems(value, smap, (*path, i))
+    elif isinstance(node, str):
+        why = injection_problem(node)
+        if why:
+            problems.append(smap.problem(path, f"'{short(node)}' {why}"))
+    return problems
+
+
 def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]:
     problems: list[Problem] = []
     devices = list(data["devices"])
@@ -608,12 +656,16 @@ def _load_matrix(path: Path) -> Matrix:
     problems = check_schema(data, load_schema("matrix"), smap)
     if problems:
         raise ValidationFailed(problems)
-    problems = _semantic_problems(data, smap, path.parent)
+    problems = _injection_problems(data, smap) or _semantic_problems(data, smap, path.parent)
     if problems:
         raise ValidationFailed(problems)
     matrix = _build(data, path, smap)
     cells, problems = _expand(matrix)
     problems += _pairing_problems(matrix, cells)
+    problems += [smap.problem(("matrix",), f"cell name '{short(c.name)}' is {len(c.name)} "
+                              f"characters; at most {MAX_CELL_NAME} (it names files and "
+                              "folders: results/<cell>/, .nox/<cell>)")
+                 for c in cells if len(c.name) > MAX_CELL_NAME]
     if not cells and not problems:
         problems.append(smap.problem(("matrix",), "expands to no cells: the exclude rules "
                                                   "remove every combination"))

@@ -183,3 +183,12 @@ def log_tail(log: Path, lines: int = 15) -> list[str]:
     except OSError:
         return []
     return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+
+
+def tolerant_console() -> None:
+    """Make stdout and stderr write what their encoding cannot hold as backslash escapes
+    (a console that is not UTF-8, ``PYTHONIOENCODING=ascii``, a C locale): the end of a
+    run prints test ids and messages in any script, and must never crash on them."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
+            stream.reconfigure(errors="backslashreplace")

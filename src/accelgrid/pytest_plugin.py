@@ -28,6 +28,7 @@ import pytest
 
 from . import (
     contract,
+    environment,
     junit,
     known_issues_runtime,
     lifetime,
@@ -70,10 +71,6 @@ def _safe_events(config: pytest.Config) -> None:
             return
 
 
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]
-
-
 def _message(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # skip: (path, line, reason)
@@ -96,6 +93,25 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _add_output(rec: dict[str, Any], report: pytest.TestReport) -> None:
+    """A failure's captured output (pytest's "Captured stdout call" sections) in its
+    record's ``output``: whatever its size, the record keeps its ends and
+    :func:`accelgrid.results.bounded_record` the whole beside the records."""
+    text = "".join(f"--- {name} ---\n{content}\n" for name, content in
+                   getattr(report, "sections", ()) or () if name.startswith("Captured "))
+    if text:
+        rec["output"] = text
+
+
+def _adding(ids: list[str]) -> Any:
+    """collected.json's change that adds ``ids`` it lacks (in order)."""
+    def add(known: Any) -> list[str]:
+        known = known if isinstance(known, list) else []
+        seen = set(known)
+        return known + [i for i in ids if i not in seen]
+    return add
+
+
 class Recorder:
     """Turns the setup/call/teardown reports of each test into one record."""
 
@@ -110,6 +126,11 @@ class Recorder:
         self.run = _run_fields()
         self.pass_name = os.environ.get(contract.PASS, contract.PASS_SINGLE)
         self.collect_errors: set[str] = set()
+        # Kept against tests that delete results/ or the cell folder (issue 27): the
+        # records through an fd opened now, env.json's and collected.json's content here.
+        self.records: results.RecordFile | None = None
+        self.env_started: dict[str, Any] = {}
+        self.collected: list[str] = []
 
     # --- provenance and collection -------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -133,9 +154,11 @@ class Recorder:
                     new["torch"] = torch
             else:
                 new["passes"] = [entry]
-            return new
+            # Every value by its shape too (pytest arguments, paths): records' redaction.
+            return environment.redact_value(new)
 
-        results.update_json(self.folder / results.ENV, start)
+        self.env_started = results.update_json(self.folder / results.ENV, start)
+        self.records = results.RecordFile(self.folder / results.TESTS)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Without xdist the controller collects itself; with it, workers do (hook below).
@@ -146,19 +169,17 @@ class Recorder:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         # Every worker collects the same ids; other passes of the run (at once, or later)
         # add theirs.
-        def add(known: Any) -> list[str]:
-            known = known if isinstance(known, list) else []
-            seen = set(known)
-            return known + [i for i in ids if i not in seen]
-
-        results.update_json(self.folder / results.COLLECTED, add)
+        seen_here = set(self.collected)
+        self.collected += [i for i in ids if i not in seen_here]
+        results.update_json(self.folder / results.COLLECTED, _adding(ids))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         torch_facts = results.merged_torch(self.folder)
         end = provenance.now()
 
         def finish(env: Any) -> dict[str, Any]:
-            env = env if isinstance(env, dict) else {}
+            # A test that deleted env.json (or the folder) does not erase the provenance.
+            env = env if isinstance(env, dict) else dict(self.env_started)
             passes = env.get("passes") or []
             for entry in passes:
                 if isinstance(entry, dict) and entry.get("name") == self.pass_name \
@@ -168,10 +189,15 @@ class Recorder:
             # The run is finished when its last pass is (passes may run at once).
             if all(not isinstance(e, dict) or e.get("end") for e in passes):
                 env.update(end=end, status="finished", exitstatus=int(exitstatus))
-            return env
+            return environment.redact_value(env)
 
         results.update_json(self.folder / results.ENV, finish)
-        results.sync(self.folder / results.TESTS)
+        if self.collected:  # back if a test deleted it: tests it lists never ran
+            results.update_json(self.folder / results.COLLECTED, _adding(self.collected))
+        if self.records is not None:
+            self.records.close()
+        else:
+            results.sync(self.folder / results.TESTS)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # A module that fails to import is a result of its own: otherwise its tests would
@@ -182,7 +208,7 @@ class Recorder:
         # Once per run: a pass running beside this one collects the same modules.
         self._write({"nodeid": report.nodeid or "<collection>", "outcome": outcomes.ERROR,
                      "duration": None, "message": _message(report),
-                     "longrepr": _short(str(report.longrepr or ""), 8000), "phase": "collect",
+                     "longrepr": str(report.longrepr or ""), "phase": "collect",
                      "worker": None, "device": self.device}, once=True)
 
     # --- per-test records ----------------------------------------------------------
@@ -240,7 +266,8 @@ class Recorder:
                 else:
                     rec["outcome"] = outcomes.ERROR
                 rec["message"] = _message(report)
-                rec["longrepr"] = _short(str(report.longrepr or ""), 8000)
+                rec["longrepr"] = str(report.longrepr or "")
+                _add_output(rec, report)
                 rec["phase"] = report.when
             elif report.skipped:
                 if wasxfail is not None:
@@ -261,7 +288,8 @@ class Recorder:
         elif report.when == "teardown" and report.failed and rec["outcome"] == outcomes.PASSED:
             rec["outcome"] = outcomes.ERROR
             rec["message"] = _message(report)
-            rec["longrepr"] = _short(str(report.longrepr or ""), 8000)
+            rec["longrepr"] = str(report.longrepr or "")
+            _add_output(rec, report)
             rec["phase"] = "teardown"
         if report.when == "teardown":
             done = self.pending.pop(report.nodeid)
@@ -280,7 +308,7 @@ class Recorder:
         self.pending.pop(report.nodeid, None)
         self._write({"nodeid": report.nodeid, "outcome": outcome, "start": start,
                      "duration": time.time() - start if start else None,
-                     "message": detail, "longrepr": _short(str(report.longrepr or ""), 8000),
+                     "message": detail, "longrepr": str(report.longrepr or ""),
                      "worker": worker or info.get("worker"),
                      "device": self._device_of(getattr(report, "node", None))})
 
@@ -291,10 +319,9 @@ class Recorder:
         if self.run["run_id"]:
             rec["run_id"] = self.run["run_id"]
         rec["finished"] = time.time()
-        if once:
-            results.append_record_once(self.folder / results.TESTS, rec)
-        else:
-            results.append_record(self.folder / results.TESTS, rec)
+        if self.records is None:  # a report before the session started: none today
+            self.records = results.RecordFile(self.folder / results.TESTS)
+        self.records.append(rec, once=once)
 
 
 class RestartBudget:
@@ -484,7 +511,7 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = os.environ.get(contract.RESULTS)
     if not folder:
         return
-    path = Path(folder)
+    path = Path(folder).absolute()  # a test's chdir must not move the records
     config.pluginmanager.register(WorkerMarker(config, path), "accelgrid-worker-marker")
     if os.environ.get(contract.CAPTURE_OPS) == "1":
         config.pluginmanager.register(OpCaptureHook(config, path), "accelgrid-op-capture")

@@ -35,6 +35,7 @@ Stdlib only: the cell's interpreter writes these through the pytest plugin.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -50,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from . import outcomes
-from .environment import redact, redact_text
+from .environment import redact, redact_text, redact_value
+from .errors import InvalidInput
 
 TESTS = "tests.jsonl"
 COLLECTED = "collected.json"
@@ -74,6 +76,7 @@ MAX_DEPTH = 6
 
 
 RESULTS_DIR = "results"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # writes never follow a symlink (none on Windows)
 
 
 def results_root(project_root: Path) -> Path:
@@ -150,19 +153,86 @@ def _dumps(data: Any, **kwargs: Any) -> str:
     return dumps(safe(data), default=lambda o: safe_text(str(o)), **kwargs)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Atomically replace ``path`` (a crash leaves the old or the new file, never half)."""
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.EACCES,
+                   errno.EPERM, errno.EIO}
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """One line for an OSError the results' storage caused (full disk, read-only or
+    unwritable folder, quota, file size limit): the path and the cause; None for any
+    other error (a bug: its traceback is wanted)."""
+    if not isinstance(exc, OSError) or exc.errno not in _STORAGE_ERRNOS:
+        return None
+    where = exc.filename if exc.filename is not None else "the results folder"
+    return (f"cannot write {where}: {exc.strerror or exc} (the records written before "
+            "it are kept)")
+
+
+class UnsafePath(InvalidInput):
+    """A write or delete would go through a symlink (out of the results tree)."""
+
+
+def refuse_symlink(path: Path, root: Path | None = None) -> None:
+    """Raise :class:`UnsafePath` (one line) when ``path`` is a symlink, or a folder below
+    ``root`` (not ``root`` itself: results/ may be a link to a bigger disk) on the way to
+    it is: writing or deleting through it would touch files outside the tree."""
+    here = Path(os.path.abspath(path))
+    stop = Path(os.path.abspath(root)) if root is not None else None
+    if stop is not None and stop != here and stop not in here.parents:
+        stop = None
+    while True:
+        if here.is_symlink():
+            try:
+                target = os.readlink(here)
+            except OSError:
+                target = "?"
+            raise UnsafePath(f"{here} is a symlink (to {target}): accelgrid never writes or "
+                             "deletes through one; remove it")
+        if stop is None or here.parent == here or here.parent == stop:
+            return
+        here = here.parent
+
+
+def _open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symlink at ``path`` with :class:`UnsafePath`."""
+    try:
+        return os.open(path, flags | _NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and Path(path).is_symlink():
+            refuse_symlink(path)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomically replace ``path`` with ``text`` (UTF-8), refusing a symlink there (a
+    planted one would have the write land outside the tree)."""
+    refuse_symlink(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = _dumps(data, indent=2, sort_keys=False) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` when it names no file (a write(2) that failed)."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically replace ``path`` (a crash leaves the old or the new file, never half);
+    a symlink there is refused (:func:`write_text`)."""
+    write_text(path, _dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 @contextlib.contextmanager
@@ -177,7 +247,7 @@ def locked(folder: Path) -> Iterator[None]:
         yield
         return
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / UPDATE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_nofollow(folder / UPDATE_LOCK, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -195,20 +265,86 @@ def update_json(path: Path, change: Callable[[Any], Any]) -> Any:
     return new
 
 
-def _encoded_record(record: dict[str, Any]) -> bytes:
-    record = {k: redact_text(v) if k in ("message", "longrepr") and isinstance(v, str) else v
-              for k, v in record.items()}
-    return (_dumps(record, sort_keys=False) + "\n").encode("utf-8")
+FULL_TEXT = "full-text"     # a run's folder: whole texts of record fields cut short
+MAX_FIELD_CHARS = 64 * 1024  # a record field longer than this is cut (whole in FULL_TEXT/)
+MAX_FULL_TEXT_BYTES = 256 * 1024 * 1024  # what one FULL_TEXT file keeps of a field
+# Tracebacks with captured output: the record keeps their ends (what grids show).
+FIELD_LIMITS = {"longrepr": 8000, "output": 8000}
+_KEEP_WHOLE = ("nodeid", "outcome", "run_id")
+
+
+def _field_file(folder: Path, nodeid: str, name: str, text: str) -> str:
+    """Write ``text`` (one record field) whole into ``folder/full-text/``; its name
+    relative to ``folder``."""
+    import hashlib  # only for the rare record that needs it
+
+    digest = hashlib.sha256(safe_text(nodeid).encode("utf-8")).hexdigest()[:16]
+    rel = f"{FULL_TEXT}/{digest}-{time.time_ns()}-{name}.txt"
+    data = text.encode("utf-8", errors="backslashreplace")[:MAX_FULL_TEXT_BYTES]
+    path = folder / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return rel
+
+
+def bounded_record(record: dict[str, Any], folder: Path | None) -> dict[str, Any]:
+    """``record`` with every field but its identity at most :data:`MAX_FIELD_CHARS`
+    long: a longer text (a multi-MiB assertion message, captured output) is cut in the
+    middle with a marker and kept whole in ``folder/full-text/`` (``full_text`` names the
+    files), so a failure of any size stays a record readers accept. Without ``folder``
+    the marker says the rest was dropped."""
+    out: dict[str, Any] = {}
+    full: dict[str, str] = {}
+    for name, value in record.items():
+        if name in _KEEP_WHOLE or value is None or isinstance(value, (bool, int, float)):
+            out[name] = value
+            continue
+        limit = FIELD_LIMITS.get(name, MAX_FIELD_CHARS)
+        text = value if isinstance(value, str) else None
+        if text is None:  # a mapping or list (properties): its JSON size decides
+            encoded = _dumps(value, sort_keys=False)
+            if len(encoded) <= limit:
+                out[name] = value
+                continue
+            text = encoded
+        elif len(text) <= limit:
+            out[name] = value
+            continue
+        where = "dropped"
+        if folder is not None:
+            try:
+                full[name] = _field_file(folder, str(record.get("nodeid")), name, text)
+                where = f"whole text in {full[name]}"
+            except OSError as exc:
+                where = f"the whole could not be kept: {exc.strerror or exc}"
+        half = limit // 2
+        marker = f"\n... [{len(text) - 2 * half} characters cut; {where}] ...\n"
+        cut = text[:half] + marker + text[-half:]
+        out[name] = cut if isinstance(value, str) else {"truncated": cut}
+    if full:
+        out["full_text"] = full
+    return out
+
+
+def _encoded_record(record: dict[str, Any], folder: Path | None = None) -> bytes:
+    # Every field a test can fill (message, traceback, output, properties) may hold a
+    # token; the test's identity stays as collected (collected.json has it so).
+    record = {k: v if k in _KEEP_WHOLE else redact_value(v) for k, v in record.items()}
+    return (_dumps(bounded_record(record, folder), sort_keys=False) + "\n").encode("utf-8")
 
 
 def _append(path: Path, line: bytes, durable: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         view = memoryview(line)
         while view:  # one write(2) but for a short write (a full disk, a signal)
             view = view[os.write(fd, view):]
         if durable:
             os.fsync(fd)
+    except OSError as exc:
+        raise _named(exc, path) from exc
     finally:
         os.close(fd)
 
@@ -217,7 +353,7 @@ def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> 
     """Append one test record, whole, under the folder's lock (passes running at once
     append to one tests.jsonl): once this returns, killing the process (or the whole
     session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
-    line = _encoded_record(record)
+    line = _encoded_record(record, path.parent)
     with locked(path.parent):
         _append(path, line, durable)
 
@@ -226,7 +362,7 @@ def append_record_once(path: Path, record: dict[str, Any]) -> bool:
     """Append ``record`` unless one of the same run (``run_id``) and ``nodeid`` is there
     already: two passes that collect the same module both see its import error. Returns
     whether it was appended."""
-    line = _encoded_record(record)
+    line = _encoded_record(record, path.parent)
     with locked(path.parent):
         earlier, _ = read_jsonl(path, ("nodeid",))
         if any(r["nodeid"] == record["nodeid"] and r.get("run_id") == record.get("run_id")
@@ -234,6 +370,101 @@ def append_record_once(path: Path, record: dict[str, Any]) -> bool:
             return False
         _append(path, line, False)
     return True
+
+
+class RecordFile:
+    """A session's tests.jsonl, written through an fd opened before the tests run: a
+    test that deletes ``results/``, its cell folder or the file (or replaces them) cannot
+    lose the records written so far. Before each append (and by :meth:`restore`), when
+    the path no longer names the file the fd writes, the path gets the fd's records
+    back, merged with any another process wrote there since, and the fd is reopened."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path).absolute()  # a test's chdir does not move it
+        self.fd = -1
+        self._open()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = _open_nofollow(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+
+    def _whole(self, fd: int) -> bytes:
+        chunks, offset = [], 0
+        while True:
+            chunk = os.pread(fd, 1 << 20, offset)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            offset += len(chunk)
+
+    def restore(self) -> bool:
+        """Put the records back where the path lost them; whether it had to. Call it
+        under the folder's lock (:meth:`append` does)."""
+        try:
+            now = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        mine = os.fstat(self.fd)
+        if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            return False
+        kept = self._whole(self.fd)
+        there = b""
+        if now is not None and stat.S_ISREG(now.st_mode):
+            fd = os.open(self.path, os.O_RDONLY | _NOFOLLOW)
+            try:
+                there = self._whole(fd)
+            finally:
+                os.close(fd)
+        # Line sets: another pass's fd may hold the same early records (all opened the
+        # same file); each record line is unique (it carries its finish time).
+        seen = set(there.splitlines(keepends=True))
+        merged = there + b"".join(ln for ln in kept.splitlines(keepends=True)
+                                  if ln not in seen and ln.endswith(b"\n"))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            os.fchmod(fd, 0o644)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(merged)
+            os.replace(tmp, self.path)  # a symlink planted at the path is replaced
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        os.close(self.fd)
+        self._open()
+        return True
+
+    def append(self, record: dict[str, Any], durable: bool = False, once: bool = False
+               ) -> bool:
+        """Append ``record`` whole (:func:`append_record`; ``once``:
+        :func:`append_record_once`); whether it was appended."""
+        line = _encoded_record(record, self.path.parent)
+        with locked(self.path.parent):
+            self.restore()
+            if once:
+                earlier, _ = read_jsonl(self.path, ("nodeid",))
+                if any(r["nodeid"] == record["nodeid"] and r.get("run_id") ==
+                       record.get("run_id") for r in earlier):
+                    return False
+            view = memoryview(line)
+            try:
+                while view:
+                    view = view[os.write(self.fd, view):]
+                if durable:
+                    os.fsync(self.fd)
+            except OSError as exc:
+                raise _named(exc, self.path) from exc
+        return True
+
+    def close(self) -> None:
+        """Restore the path if a test took it (under the lock), fsync and close."""
+        if self.fd < 0:
+            return
+        with locked(self.path.parent):
+            self.restore()
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
 
 
 def sync(path: Path) -> None:
@@ -320,6 +551,30 @@ def _loads_line(line: str) -> tuple[Any, str | None]:
     return _loads(line)
 
 
+_HEAD_BYTES = 64 * 1024
+_HEAD = re.compile(r'\{"nodeid": ("(?:[^"\\]|\\.)*"), "outcome": ("(?:[^"\\]|\\.)*")')
+
+
+_TAIL = re.compile(r'"(cell|pass|run_id)": ("(?:[^"\\]|\\.)*")')
+
+
+def _record_head(head: bytes, tail: bytes) -> dict[str, Any] | None:
+    """The nodeid and outcome a record line starts with (as this module writes them),
+    from the line's first bytes, with the cell, pass and run id its last bytes name;
+    None when it does not start so."""
+    match = _HEAD.match(head.decode("utf-8", errors="replace"))
+    if not match:
+        return None
+    try:
+        rec = {"nodeid": json.loads(match.group(1)), "outcome": json.loads(match.group(2))}
+        for name, value in _TAIL.findall(tail.decode("utf-8", errors="replace")):
+            rec[name] = json.loads(value)  # the last occurrence wins: the record's own
+    except ValueError:
+        return None
+    rec["message"] = f"record over {MAX_LINE_BYTES} bytes: its text was not read"
+    return rec
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
                ) -> tuple[list[dict[str, Any]], list[str]]:
     """Objects of a JSON-lines file that have ``required`` keys, and a note per unusable
@@ -355,10 +610,21 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
                 note(f"{path.name}: over {MAX_JSONL_BYTES} bytes; the rest is not read")
                 break
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                head, tail = raw[:_HEAD_BYTES], raw[-_HEAD_BYTES:]
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the line
                     raw = fh.readline(MAX_LINE_BYTES + 1)
                     total += len(raw)
-                note(f"{path.name}:{n}: line longer than {MAX_LINE_BYTES} bytes; skipped")
+                    tail = (tail + raw)[-_HEAD_BYTES:]
+                # A writer that did not bound its fields (an older accelgrid): the test's
+                # identity is at the line's start (its run's at the end), so its outcome
+                # is not lost with it.
+                kept = _record_head(head, tail) if "outcome" in keys else None
+                if kept is not None:
+                    records.append(kept)
+                    note(f"{path.name}:{n}: record longer than {MAX_LINE_BYTES} bytes; "
+                         "its outcome kept, its text not read")
+                else:
+                    note(f"{path.name}:{n}: line longer than {MAX_LINE_BYTES} bytes; skipped")
                 continue
             if not raw.strip():
                 continue
@@ -379,10 +645,10 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
 
 
 # A record's fields as the reports use them: name -> accepted types (None always is).
-_TEXT_FIELDS = ("message", "longrepr", "worker", "device", "cell", "when", "pass")
+_TEXT_FIELDS = ("message", "longrepr", "output", "worker", "device", "cell", "when", "pass")
 _FIELD_CHECKS = frozenset((*_TEXT_FIELDS, "duration", "issue"))
-_PLAIN_TEXT = frozenset(_TEXT_FIELDS) - {"message", "longrepr"}  # kept as they are
-MAX_NODEID = 4096
+_PLAIN_TEXT = frozenset(_TEXT_FIELDS) - {"message", "longrepr", "output"}  # kept as they are
+MAX_NODEID = 64 * 1024  # a parametrized id may run to thousands of characters
 
 
 def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | None = None
@@ -416,7 +682,7 @@ def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | Non
                 del rec[name]
                 notes.append(f"{where}: issue of {nodeid[:200]} is a {_kind(value)}; dropped")
         elif isinstance(value, str):
-            if name in ("message", "longrepr"):  # test output may print a token
+            if name in ("message", "longrepr", "output"):  # test output may print a token
                 if redacted is None:
                     rec[name] = redact_text(value)
                 else:  # the same skip reason or traceback recurs across a file's records
@@ -482,11 +748,14 @@ def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None,
     path = results / RUNNING / f"{slot or worker}.json"
     data = _dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout,
                    "worker": worker})
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
-        path.write_text(data, encoding="utf-8")
+        fd = _open_nofollow(path, flags)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(data, encoding="utf-8")
+        fd = _open_nofollow(path, flags)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(data)
 
 
 def clear_running(results: Path, worker: str) -> None:
@@ -588,6 +857,45 @@ def _dt_text(epoch: float) -> str:
     return iso(epoch)
 
 
+MAX_REDACTED_FILE = 512 * 1024 * 1024  # a bigger JUnit file or log is redacted by lines
+
+
+def redact_file(path: Path) -> bool:
+    """Rewrite ``path`` (pytest's JUnit XML, its log) through :func:`redact_text`, the
+    redaction records get, when that changes it; whether it did. pytest writes these
+    itself, so they carry what tests printed, raw. A symlink is left alone (never
+    followed, :func:`refuse_symlink`)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    if path.stat().st_size <= MAX_REDACTED_FILE:
+        text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+        clean = redact_text(text)
+        if clean == text:
+            return False
+        data = clean.encode("utf-8", errors="surrogateescape")
+    else:
+        with path.open("rb") as fh:
+            lines = [redact_text(ln.decode("utf-8", errors="surrogateescape"))
+                     for ln in fh]
+        data = "".join(lines).encode("utf-8", errors="surrogateescape")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def redact_files(folder: Path) -> list[Path]:
+    """:func:`redact_file` of every JUnit file and pytest log of a run's folder."""
+    return [p for p in sorted((*folder.glob("junit*.xml"), *folder.glob("pytest*.log")))
+            if redact_file(p)]
+
+
 def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
              timing: dict[str, Any] | None = None) -> dict[str, Any]:
     """Close a run's results after its pytest process ended, however it ended.
@@ -599,6 +907,7 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
     ``timing`` (``passes``: what :func:`pass_times` needs, and ``run_start``).
     """
     run = {k: v for k, v in (run or {}).items() if k in RUN_FIELDS}
+    redact_files(results)
     env, _ = read_json(results / ENV)
     env = env if isinstance(env, dict) else None
     run_id = run.get("run_id") or (env or {}).get("run_id")
@@ -724,8 +1033,9 @@ def clean_env(env: Any) -> tuple[dict[str, Any], list[str]]:
 def clear_for_run(cell_folder: Path) -> None:
     """Empty ``results/<cell>/`` for a new full run: everything but the runs with a
     selection (``runs/``) and the lock file, which the new run holds."""
+    refuse_symlink(cell_folder)  # emptying a link would empty the folder it names
     cell_folder.mkdir(parents=True, exist_ok=True)
-    for child in cell_folder.iterdir():
+    for child in cell_folder.iterdir():  # a symlink child: the link goes, not its target
         if child.name in (RUNS, LOCK):
             continue
         if child.is_dir() and not child.is_symlink():
@@ -762,9 +1072,10 @@ def last_run(cell_folder: Path) -> tuple[str | None, Path]:
 def prune_runs(cell_folder: Path, keep: int) -> None:
     """Keep the ``keep`` newest of ``runs/*`` (by modification time)."""
     runs = cell_folder / RUNS
+    refuse_symlink(runs)
     if not runs.is_dir():
         return
-    folders = sorted((p for p in runs.iterdir() if p.is_dir()),
+    folders = sorted((p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()),
                      key=lambda p: p.stat().st_mtime, reverse=True)
     for old in folders[keep:]:
         shutil.rmtree(old, ignore_errors=True)
@@ -793,14 +1104,18 @@ def load_cell(path: Path) -> CellResults:
         cell.error = f"{path} is not a results folder" + (
             " (a symlink loop)" if path.is_symlink() and not path.exists() else "")
         return cell
-    env, err = read_json(path / ENV)
+    outside = _links_out(path)  # never read records from outside the folder given
+    if TESTS in outside:
+        cell.error = outside[TESTS]
+        return cell
+    env, err = (None, outside[ENV]) if ENV in outside else read_json(path / ENV)
     if err:
         cell.problems.append(err)
     else:
         cell.env, notes = clean_env(env)
         cell.problems += notes
         cell.name = cell.env.get("cell") or cell.name
-    run = run_of(path, cell.env)
+    run = run_of(path, cell.env, read_summary=SUMMARY not in outside)
     records, problems = run_records(path, run.get("run_id") or "")
     cell.problems += problems
     unreadable = [p for p in problems if p.startswith(tuple(
@@ -820,11 +1135,33 @@ def load_cell(path: Path) -> CellResults:
     return cell
 
 
-def run_of(path: Path, env: dict[str, Any] | None = None) -> dict[str, Any]:
+def _links_out(path: Path) -> dict[str, str]:
+    """name -> why, for each of ``path``'s files that is a symlink leading out of the
+    folder given (it is not read)."""
+    out: dict[str, str] = {}
+    try:
+        top = path.resolve()
+    except (OSError, RuntimeError):
+        return out
+    for name in (TESTS, ENV, SUMMARY):
+        item = path / name
+        if not item.is_symlink():
+            continue
+        try:
+            target = item.resolve()
+        except (OSError, RuntimeError):
+            continue  # a loop: the readers say so
+        if top != target and top not in target.parents:
+            out[name] = f"{name} is a symlink out of {path} (to {target}); not read"
+    return out
+
+
+def run_of(path: Path, env: dict[str, Any] | None = None, read_summary: bool = True
+           ) -> dict[str, Any]:
     """A run's :data:`RUN_FIELDS` from its env.json, else its summary.json (pytest may
     have died before writing env.json); {} for results written before runs had ids."""
     for doc in (env if env is not None else read_json(path / ENV)[0],
-                read_json(path / SUMMARY)[0]):
+                read_json(path / SUMMARY)[0] if read_summary else None):
         if isinstance(doc, dict) and doc.get("run_id"):
             return {k: doc[k] for k in RUN_FIELDS if k in doc}
     return {}

@@ -426,7 +426,8 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[int | None]
         yield None
         return
     path = cell_folder / results.LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    results.refuse_symlink(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -457,8 +458,12 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
              limit_s: float | None = None) -> int:
     """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit).
     Raises :class:`CellBusy` when another run of the cell is in progress."""
-    cell_folder = (results_root / cell.name).resolve()
-    # Everything the run reads is checked before the results folder is touched.
+    # Not resolved: a symlink planted as the cell folder is refused, never followed.
+    cell_folder = Path(os.path.abspath(results_root / cell.name))
+    # Everything the run reads is checked before the results folder is touched; nothing
+    # it writes or deletes under results/ may be a symlink (it would act outside).
+    for name in ("", results.RUNS, results.LOCK, results.LAST_RUN):
+        results.refuse_symlink(cell_folder / name if name else cell_folder, results_root)
     known_issues.registry_for_run(root)
     problem = detect.resolve_hardware(cell).problem
     if problem:
@@ -542,6 +547,9 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
     deadline = time.monotonic() + limit
     ids = detect.device_ids(cell.device, env) if workers is None else []
+    # Children this process had before the cell (none, from the CLI): not the tests'.
+    keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
+        else None
     serial = serial_reason(env, pytest_args)
     plan = passes(cell, workers, ids, serial=serial is not None)
     if plan[0].name == contract.PASS_PINNED:
@@ -599,6 +607,12 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
                           "start": start, "end": end})
         if stop_reason:
             break
+    # Daemons the tests left (double fork + setsid, out of every process group): ended
+    # now, at the cell's end, never after it (this process adopted them: subreaper).
+    left_behind = [] if keep_children is None else lifetime.end_adopted(keep=keep_children)
+    if left_behind:
+        print(f"accelgrid: {cell.name}: ended {len(left_behind)} process(es) the tests left "
+              f"running (pid {', '.join(map(str, left_behind[:5]))})", flush=True)
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
     summary = results.finalize(folder, reason, run,
                                timing={"passes": timed, "run_start": run_start})

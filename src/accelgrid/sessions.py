@@ -70,6 +70,7 @@ def _fail(session: nox.Session, message: str) -> None:
 def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     """The body of every cell session."""
     global _IDLE_SINCE
+    progress.tolerant_console()
     try:
         _run_cell_session(session, matrix, cell)
     except AccelgridError as exc:  # e.g. an invalid known_issues.yaml: one line
@@ -116,6 +117,11 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         envdir = Path(session.bin).parent
         plan, pins, current = _install_plan(session, cell, envdir)
         session.env.update(plan.env)
+        gone = install.missing_files(envdir) if current else None
+        if gone:  # stamped, then damaged (files deleted since): not the env it stamped
+            session.log(f"{cell.name}: the env lost files since its install ({gone}): "
+                        "reinstalling")
+            current = False
         if not current:
             install.forget(envdir)
         if build_env(session, cell, plan, holds_pins=current):
@@ -123,13 +129,20 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
             if gpu:   # never a cpu cell on a CUDA build without saying so: no stamp, stop
                 _fail(session, f"{cell.name}: {gpu}: a cpu cell takes torch's CPU build "
                       f"({cell.index}, or set {contract.TORCH_INDEX} to an index with it)")
+            _verified_or_repaired(session, cell, plan, envdir, python)
             install.write_stamp(envdir, pins)
         # Its python imports accelgrid from this checkout by itself (venvs.PTH).
         venvs.link_project(python, matrix.root)
     # session.run returns None under --install-only: the env is ready, run nothing.
     if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
         return
-    rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
+    try:
+        rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
+    except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
+        problem = results.storage_problem(exc)
+        if problem is None:
+            raise
+        _fail(session, f"{cell.name}: {problem}")
     if rc != 0:
         folder = results.last_run(out / cell.name)[1]
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
@@ -160,6 +173,23 @@ def _install_plan(session: nox.Session, cell: Cell, envdir: Path
     return plan, install.pins(plan, envdir), False
 
 
+def _verified_or_repaired(session: nox.Session, cell: Cell, plan: install.InstallPlan,
+                          envdir: Path, python: str) -> None:
+    """After the install steps: the env is whole (:func:`accelgrid.install.verify`), or
+    its packages are reinstalled once with one line saying why (an earlier build was
+    interrupted: uv saw the metadata and changed nothing), or the session fails."""
+    broken = install.verify(envdir, python)
+    if not broken:
+        return
+    session.log(f"{cell.name}: the env is incomplete ({broken}), an interrupted earlier "
+                "install: reinstalling its packages")
+    build_env(session, cell, plan, reinstall=True)
+    broken = install.verify(envdir, python)
+    if broken:
+        _fail(session, f"{cell.name}: the env is still incomplete after a reinstall "
+                       f"({broken}): delete {envdir} and run again")
+
+
 # When nox last had nothing of ours to do (the noxfile loaded, a cell session ended): a
 # venv made after it was made for the session now starting, in about the time since.
 _IDLE_SINCE = time.time()
@@ -167,11 +197,12 @@ _INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i", "--find-links", "-f"
 
 
 def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
-              holds_pins: bool = False) -> bool:
+              holds_pins: bool = False, reinstall: bool = False) -> bool:
     """Install ``plan``'s steps, one numbered line each before (what is installed) and
     after (what changed, seconds taken); the venv nox made is step 1. ``holds_pins``: the
     env's stamp says it holds them (:func:`accelgrid.install.env_holds`), each step is
-    skipped. Returns whether uv installed every step (not under ``--no-install``)."""
+    skipped; ``reinstall``: uv reinstalls every package (a repair). Returns whether uv
+    installed every step (not under ``--no-install``)."""
     total = len(plan.steps) + 1
     shown = progress.shown_path(Path(session.bin).parent)
     # nox's own record of whether it reused the env (its sessions read it too); the file
@@ -195,8 +226,8 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
         # uv's output is kept to say what it changed (and why, if it fails).
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
             try:
-                session.install(*step.args, env=step.env or None, silent=False, stdout=out,
-                                log=False)
+                session.install(*(("--reinstall",) if reinstall else ()), *step.args,
+                                env=step.env or None, silent=False, stdout=out, log=False)
             except CommandFailed:
                 out.seek(0)
                 tail = [ln for ln in out.read().splitlines() if ln.strip()][-20:]

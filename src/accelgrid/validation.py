@@ -70,6 +70,8 @@ def short(value: Any, limit: int = 60) -> str:
     whatever the input holds)."""
     text = value if isinstance(value, str) else repr(value)
     text = text.replace("\n", "\\n").replace("\r", "\\r")
+    if not text.isprintable():  # any other control or line-break character: escaped
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 

@@ -422,6 +422,73 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+# --- one process per configuration -------------------------------------------------------
+# Every measurement runs in a fresh Python process that exits when it is done: whatever a
+# configuration leaves in host memory (pinned blocks cached by torch's host allocator,
+# CPU optimizer states kept by reference cycles of torchao's gradient hooks, freed memory
+# glibc's per-thread arenas keep) goes back to the system with it, so run 13 of 20 sees
+# the memory run 1 saw. A process the kernel's OOM killer ends is that row's outcome.
+_CHILD = (
+    "import importlib, json, sys\n"
+    "module, name = sys.argv[1].rsplit(':', 1)\n"
+    "task = json.loads(open(sys.argv[2], encoding='utf-8').read())\n"
+    "result = getattr(importlib.import_module(module), name)(task)\n"
+    "with open(sys.argv[3], 'w', encoding='utf-8') as fh:\n"
+    "    json.dump(result, fh)\n"
+)
+
+
+def isolated(task: dict[str, Any], target: str) -> dict[str, Any]:
+    """``target(task)`` (``module:function``, returning a JSON-able dict) in a new Python
+    process (its own process group, stopped with the caller); its result, or
+    ``{"error": ...}`` saying how the process died: a signal (SIGKILL: most likely the
+    kernel's OOM killer), an exit status with the last line it printed."""
+    import json
+    import signal
+    import tempfile
+
+    from .. import lifetime
+
+    with tempfile.TemporaryDirectory(prefix="accelgrid-offload-") as tmp:
+        task_path, result_path = Path(tmp) / "task.json", Path(tmp) / "result.json"
+        task_path.write_text(json.dumps(task), encoding="utf-8")
+        done = lifetime.run_group([sys.executable, "-c", _CHILD, target, str(task_path),
+                                   str(result_path)])
+        for line in done.stdout.splitlines():  # its progress lines, as they would be
+            print(line, file=sys.stderr, flush=True)
+        if done.returncode == 0 and result_path.is_file():
+            try:
+                return json.loads(result_path.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                return {"error": f"its result could not be read: {exc}"}
+    if done.returncode < 0:
+        sig = -done.returncode
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else sig
+        why = " (most likely the kernel's OOM killer: host memory ran out)" \
+            if sig == signal.SIGKILL else ""
+        return {"error": f"killed by {name}{why}", "killed": True}
+    last = [ln for ln in done.stdout.splitlines() if ln.strip()][-1:] or ["no output"]
+    return {"error": f"its process exited with {done.returncode}: {last[0][:200]}"}
+
+
+def measure_task(task: dict[str, Any]) -> dict[str, Any]:
+    """In a configuration's own process: import torch, torchao and the helpers, then
+    measure the bandwidth (``task["kind"] == "bandwidth"``, with the facts for the
+    report's header) or one row (:func:`run_one`)."""
+    import torch
+
+    helpers = suite_helpers(Path(task["suite"]))
+    offload_cls = helpers.import_cpu_offload()
+    device = task["device"]
+    if task["kind"] == "bandwidth":
+        return {"bandwidth": measure_bandwidth(torch, device, task["nbytes"]),
+                "torch": torch.__version__,
+                "torchao": getattr(importlib.import_module("torchao"), "__version__", "?"),
+                "device_name": dispatch("device_name", device),
+                "threads": torch.get_num_threads(), "bench_seq": helpers.BENCH_SEQ}
+    return run_one(torch, helpers, offload_cls, device, **task["args"])
+
+
 def run(
     sizes: Sequence[float],
     dtypes: Sequence[str],
@@ -438,9 +505,12 @@ def run(
     plot_png: bool = True,
     models: Sequence[str] = ("transformer", "mlp"),
     flush: str = "auto",
+    target: str = f"{__name__}:measure_task",
 ) -> dict[str, Any]:
-    """Run the benchmark; write ``bench_offload.{json,md,png}`` to ``out`` and return the
-    report (``meta``, ``bandwidth``, ``results``: one row per run, with ``error`` where a
+    """Run the benchmark, each measurement in its own process (:func:`isolated`;
+    ``target``: the function those processes call, :func:`measure_task`), writing
+    ``bench_offload.{json,md}`` to ``out`` after each row (and the png at the end), and
+    return the report (``meta``, ``bandwidth``, ``results``: one row per run, with ``error`` where a
     run failed, e.g. out of memory; the other runs still go on).
 
     ``models``: from :data:`MODELS`. ``flush``: ``off``, ``on`` or ``both`` (each offload
@@ -476,54 +546,25 @@ def run(
         offload_cls = helpers.import_cpu_offload()
     except helpers.OffloadUnavailable as exc:
         raise NotRunnable(f"torchao's CPUOffloadOptimizer is unavailable ({exc})") from exc
-    ao_version = getattr(importlib.import_module("torchao"), "__version__", "?")
+    del offload_cls  # the measurements import it in their own processes
 
-    name = dispatch("device_name", picked)
-    _log(f"torch {torch.__version__}, torchao {ao_version}, {picked}: {name}")
-    bandwidth = measure_bandwidth(torch, picked, copy_mib * 2**20)
+    first = isolated({"kind": "bandwidth", "suite": str(suite), "device": picked,
+                      "nbytes": copy_mib * 2**20}, target)
+    if "error" in first:
+        raise AccelgridError(f"measuring the pinned copy bandwidth failed: {first['error']}")
+    ao_version, name, bandwidth = first["torchao"], first["device_name"], first["bandwidth"]
+    _log(f"torch {first['torch']}, torchao {ao_version}, {picked}: {name}")
     _log(
         f"pinned copies: host->device {bandwidth['h2d_gbps']:.1f} GB/s, "
         f"device->host {bandwidth['d2h_gbps']:.1f} GB/s"
     )
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     plan = [(k, s, d, m, f) for k in models for d in dtypes for s in sorted(sizes) for m in modes
             for f in flushes(flush, k) if not (f and m == "none")]
     started = time.perf_counter()
-    for n, (kind, size_b, dtype_name, mode, flushed) in enumerate(plan, 1):
-        row = run_one(
-            torch,
-            helpers,
-            offload_cls,
-            picked,
-            size_b=size_b,
-            dtype_name=dtype_name,
-            mode=mode,
-            width=width,
-            tokens=tokens,
-            steps=steps,
-            warmup=warmup,
-            bandwidth=bandwidth,
-            model_kind=kind,
-            flush=flushed,
-        )
-        rows.append(row)
-        head = (f"[{n}/{len(plan)}] {kind} {size_b} B {dtype_name} {mode}"
-                f"{' flush' if flushed else ''}:")
-        if "error" in row:
-            _log(f"{head} {row['error']}")
-        else:
-            _log(
-                f"{head} {row['params'] / 1e9:.3g} B params, peak {row['peak_gib']:.2f} GiB, "
-                f"step {row['step_ms']:.1f} ms (floor {row['floor_ms']:.1f} ms), grad² "
-                f"denormal {_pct(row.get('grad_sq_denormal'))} "
-                f"[{time.perf_counter() - started:.0f} s]"
-            )
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     meta = {
-        "torch": torch.__version__,
+        "torch": first["torch"],
         "torchao": ao_version,
         "device": picked,
         "device_name": name,
@@ -536,19 +577,49 @@ def run(
         "warmup": warmup,
         "models": list(models),
         "flush_denormals": flush,
-        "intra_op_threads": torch.get_num_threads(),
+        "intra_op_threads": first["threads"],
+        "planned": len(plan),
+        "one_process_per_run": True,
     }
-    report = {"meta": meta, "bandwidth": bandwidth, "results": rows}
-    table = markdown_table(rows)
     header = (
         f"torch {meta['torch']}, torchao {meta['torchao']}, {name}; pinned copies "
         f"H2D {bandwidth['h2d_gbps']:.1f} GB/s, D2H {bandwidth['d2h_gbps']:.1f} GB/s; "
-        f"{tokens} x {width} batch (transformer: sequences of {helpers.BENCH_SEQ}), median "
-        f"of {steps} steps, {torch.get_num_threads()} CPU threads. grad² denormal: share of "
+        f"{tokens} x {width} batch (transformer: sequences of {first['bench_seq']}), median "
+        f"of {steps} steps, {first['threads']} CPU threads, each run in its own process. "
+        "grad² denormal: share of "
         "gradient elements whose square is a denormal float; v denormal: share of Adam's "
         "exp_avg_sq that is one; flush: denormals flushed to zero in every thread of the "
         "CPU optimizer.\n\n"
     )
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for n, (kind, size_b, dtype_name, mode, flushed) in enumerate(plan, 1):
+        args = {"size_b": size_b, "dtype_name": dtype_name, "mode": mode, "width": width,
+                "tokens": tokens, "steps": steps, "warmup": warmup, "bandwidth": bandwidth,
+                "model_kind": kind, "flush": flushed}
+        row = isolated({"kind": "row", "suite": str(suite), "device": picked, "args": args},
+                       target)
+        if "error" in row and "model" not in row:  # the process died: the row says how
+            row = {"model": kind, "size_b": size_b, "dtype": dtype_name, "mode": mode,
+                   "flush_denormals": flushed, **row}
+        rows.append(row)
+        # Each row as it ends: a later run killed (or the whole bench) loses nothing.
+        write_outputs(out, "bench_offload", {"meta": meta, "bandwidth": bandwidth,
+                                             "results": rows}, header + markdown_table(rows))
+        head = (f"[{n}/{len(plan)}] {kind} {size_b} B {dtype_name} {mode}"
+                f"{' flush' if flushed else ''}:")
+        if "error" in row:
+            _log(f"{head} {row['error']}")
+        else:
+            _log(
+                f"{head} {row['params'] / 1e9:.3g} B params, peak {row['peak_gib']:.2f} GiB, "
+                f"step {row['step_ms']:.1f} ms (floor {row['floor_ms']:.1f} ms), grad² "
+                f"denormal {_pct(row.get('grad_sq_denormal'))} "
+                f"[{time.perf_counter() - started:.0f} s]"
+            )
+
+    report = {"meta": meta, "bandwidth": bandwidth, "results": rows}
+    table = markdown_table(rows)
     write_outputs(out, "bench_offload", report, header + table)
     print(table, flush=True)
     if plot_png and plot(rows, out / "bench_offload.png"):

@@ -19,7 +19,9 @@ import sys
 
 from .. import __version__
 from ..environment import redact_text
-from ..errors import AccelgridError
+from ..errors import EXIT_INVALID, AccelgridError
+from ..progress import tolerant_console
+from ..results import storage_problem
 from ._common import DEFAULT_MATRIX, common_parser
 
 # Command groups, in the order `accelgrid --help` lists them, with the commands each adds.
@@ -110,6 +112,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (see ``accelgrid --help``)."""
+    tolerant_console()
     args = parse(list(sys.argv[1:] if argv is None else argv))
     try:
         return int(args.func(args) or 0)
@@ -125,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        problem = storage_problem(exc)  # a full disk or read-only folder: one line
+        if problem is None:
+            raise
+        print(redact_text(f"accelgrid {args.command}: {problem}"), file=sys.stderr)
+        return EXIT_INVALID
     except KeyboardInterrupt:
         print(f"accelgrid {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import junit, outcomes
 from ..errors import AccelgridError, Regression
+from ..results import refuse_symlink, write_text
 from . import compare, history, model, render_html, render_json, render_markdown
 from . import expect as lost_cells
 from .render_markdown import GITHUB_SUMMARY_LIMIT
@@ -44,9 +45,11 @@ def write(grid_model: dict[str, Any], out: Path) -> dict[str, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "grid.json", "md": out / "grid.md", "html": out / "grid.html"}
-    paths["json"].write_text(render_json.render(grid_model), encoding="utf-8")
-    paths["md"].write_text(render_markdown.render(grid_model), encoding="utf-8")
-    paths["html"].write_text(render_html.render(grid_model), encoding="utf-8")
+    for path in paths.values():  # refused before anything is written
+        refuse_symlink(path)
+    write_text(paths["json"], render_json.render(grid_model))
+    write_text(paths["md"], render_markdown.render(grid_model))
+    write_text(paths["html"], render_html.render(grid_model))
     return paths
 
 

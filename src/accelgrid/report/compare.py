@@ -25,7 +25,7 @@ from typing import Any
 from .. import outcomes, shards
 from ..errors import InvalidInput, UnknownName
 from ..provenance import now
-from ..results import CellResults, discover, dumps, fill_cell_name, load_cell, read_json
+from ..results import CellResults, discover, dumps, fill_cell_name, load_cell, read_json, write_text
 from .model import new_row, row_key
 
 SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VERSION)
@@ -85,25 +85,52 @@ def path_for(folder: Path, cell: str) -> Path:
 def _document(path: Path) -> Any:
     """A baseline file's JSON (bounded, regular files only); ValueError naming the file."""
     data, err = read_json(Path(path))
+    if err and Path(path).is_file() and not Path(path).is_symlink() \
+            and Path(path).stat().st_size == 0:
+        raise ValueError(f"{path}: empty file")
     if err:
         raise ValueError(f"{path}: {err.removeprefix(Path(path).name + ' ')}")
     return data
 
 
 def read(path: Path) -> dict[str, str]:
-    """nodeid -> expected outcome. Raises ValueError naming the file if it is malformed."""
+    """nodeid -> expected outcome. Raises ValueError naming the file if it is malformed:
+    not a regular file, empty, not JSON, a ``schema`` other than :data:`SCHEMA_VERSION`,
+    no tests, or an outcome that is not one of :data:`accelgrid.outcomes.ALL`."""
     data = _document(path)
+    if isinstance(data, dict) and "schema" in data:
+        # Only a known schema may gate: 99 (a newer writer) or 0 read as 1 compares the
+        # wrong thing and may pass everything.
+        version = data["schema"]
+        if type(version) is not int or version != SCHEMA_VERSION:
+            raise ValueError(f"{path}: unknown baseline schema {json_text(version)} "
+                             f"(this accelgrid reads schema {SCHEMA_VERSION})")
+        if "tests" not in data:
+            raise ValueError(f"{path}: schema {SCHEMA_VERSION} but no \"tests\"")
     tests = data.get("tests") if isinstance(data, dict) and "tests" in data else data
     if not isinstance(tests, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in tests.items()):
         raise ValueError(f"{path}: expected {{nodeid: outcome}} (or {{\"tests\": {{...}}}})")
+    if not tests:
+        raise ValueError(f"{path}: holds no tests (a gate on it would compare nothing)")
+    unknown = sorted({v for v in tests.values() if v not in outcomes.ALL})
+    if unknown:
+        raise ValueError(f"{path}: unknown outcome {json_text(unknown[0][:80])} "
+                         f"(expected one of: {', '.join(outcomes.ALL)})")
     return tests
 
 
+def json_text(value: Any) -> str:
+    """``value`` as JSON, bounded, for a message."""
+    text = dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def load_dir(folder: Path, cells: Iterable[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """The baselines of ``cells`` found in ``folder``, and a note per unreadable one."""
+    """The baselines of ``cells`` found in ``folder`` (and notes, none today). A baseline
+    that exists but cannot be read raises InvalidInput naming the file: a gate that
+    skipped it would pass whatever the results are."""
     found: dict[str, dict[str, str]] = {}
-    notes: list[str] = []
     for cell in cells:
         path = path_for(folder, cell)
         if not os.path.lexists(path):
@@ -111,8 +138,8 @@ def load_dir(folder: Path, cells: Iterable[str]) -> tuple[dict[str, dict[str, st
         try:
             found[cell] = read(path)
         except (OSError, ValueError) as exc:
-            notes.append(f"baseline ignored: {exc}")
-    return found, notes
+            raise InvalidInput(f"bad baseline: {exc}") from exc
+    return found, []
 
 
 @dataclass
@@ -178,9 +205,9 @@ def from_results(cell: CellResults) -> dict[str, Any]:
 
 def write(path: Path, doc: dict[str, Any]) -> None:
     """Write a baseline document: one test per line, in the order given."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # One test per line, sorted: baselines are reviewed as diffs in pull requests.
-    path.write_text(dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    # One test per line, sorted: baselines are reviewed as diffs in pull requests. A
+    # symlink planted there is refused (the write would land where it points).
+    write_text(path, dumps(doc, indent=1, sort_keys=False) + "\n")
 
 
 @dataclass
@@ -257,10 +284,13 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
     folder = Path(folder)
     columns, notes = model["columns"], model["notes"]
     rows = {r["nodeid"]: r for r in model["rows"]}
+    if not folder.is_dir():
+        # Asked for a gate: a folder that is not there (a typo, a checkout without it)
+        # must not turn it off.
+        what = "is not a folder" if os.path.lexists(folder) else "does not exist"
+        raise InvalidInput(f"baseline folder {folder} {what}: nothing could be compared")
     baselines, problems = load_dir(folder, sorted({c["cell"] for c in columns}))
     notes += problems
-    if not folder.is_dir():
-        notes.append(f"baseline folder {folder} does not exist: nothing compared")
     totals: Counter[str] = Counter()
     changes: list[dict[str, Any]] = []
     verdicts: dict[tuple[str | None, str], str] = {}  # classify's, per pair met

@@ -15,8 +15,9 @@ from typing import Any
 
 from .. import ops, xpu_prediction
 from ..errors import InvalidInput
-from ..results import write_json
+from ..results import refuse_symlink, write_json, write_text
 from ._common import templates
+from .render_markdown import _md
 
 CELL_FILES = ("ops.json", "ops.md", "ops.html")
 CROSS_FILES = ("ops-grid.json", "ops-grid.md", "ops-grid.html")
@@ -39,9 +40,17 @@ def _section(header: list[str], rows: list[dict[str, Any]], heading: str = "",
 
 def _md_table(header: list[str], rows: list[list[str]], code: bool = True) -> list[str]:
     """A Markdown table; each row's first cell is an op name, set in code when ``code``."""
-    out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    out += [f"| {f'`{r[0]}`' if code else r[0]} | " + " | ".join(r[1:]) + " |" for r in rows]
+    # Every cell escaped as grid.md's are (render_markdown._md): workload names come from
+    # test ids, and GitHub renders raw HTML in Markdown. A code span shows its text as
+    # it is, so there only a backtick or a pipe could break out.
+    out = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + " --- |" * len(header)]
+    out += [f"| {_code(r[0]) if code else _md(r[0])} | " + " | ".join(_md(c) for c in r[1:])
+            + " |" for r in rows]
     return out
+
+
+def _code(text: Any) -> str:
+    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
 
 
 def _html_rows(rows: list[list[Any]]) -> list[dict[str, Any]]:
@@ -125,7 +134,8 @@ def _text(cell: Any) -> str:
 def cell_markdown(data: dict[str, Any]) -> str:
     """Laid out like the seed's hand-made table: op, status, then one column per workload;
     the kernels fallback messages named and the missing ops below."""
-    lines = [f"# Op coverage: {data['cell']} ({data['device_type']}, torch {data['torch']})", ""]
+    lines = [f"# Op coverage: {_md(data['cell'])} ({_md(data['device_type'])}, torch "
+             f"{_md(data['torch'])})", ""]
     for line in _cell_intro(data):
         lines += [line, ""]
     for heading, header, rows, note in _cell_tables(data):
@@ -148,9 +158,11 @@ def _write_pages(out: Path, stem: str, data: dict[str, Any], markdown: str,
     out = Path(out)
     paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md",
              "html": out / f"{stem}.html"}
+    for path in paths.values():  # refused before anything is written
+        refuse_symlink(path)
     write_json(paths["json"], data)   # makes the folder too
-    paths["md"].write_text(markdown, encoding="utf-8")
-    paths["html"].write_text(html, encoding="utf-8")
+    write_text(paths["md"], markdown)
+    write_text(paths["html"], html)
     return paths
 
 
