@@ -158,6 +158,11 @@ def test_a_conftest_hook_reaching_every_suite_keeps_them_all(
     everything = selected(pytester, suites, ["-k", "omicron"])
     assert everything == selected(pytester, suites, [])
     assert suite_scope.suite_paths(suites, ["-k", "omicron"], project, env={}) == suites
+    # Declared local by its author: the same hook is trusted to stay in its suite.
+    (project / "suites" / "omicron" / "conftest.py").write_text(
+        "ACCELGRID_SUITE_LOCAL = True\n" + HOOK_CONFTEST)
+    assert suite_scope.suite_paths(suites, ["-k", "alpha"], project, env={}) \
+        == suite_scope.suite_paths(SUITES, ["-k", "alpha"], project, env={})
     # Fixtures and hooks for its own folder alone: omicron's tests only.
     (project / "suites" / "omicron" / "conftest.py").write_text(
         "def pytest_generate_tests(metafunc):\n    pass\n")

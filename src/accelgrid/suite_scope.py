@@ -18,8 +18,8 @@ test; anything this module does not understand keeps every suite.
   name a suite are ever false: a test id built at run time (``f"{name}-adamw-{impl}"``)
   can hold words that appear in no file, a suite's name does not.
 - Anything else (``-m``, no ``-k``, ``-p``, ``--lf``, ``--rootdir``, an unknown option, an
-  ini file inside a suite, a suite's conftest.py with hooks beyond its folder, ...):
-  every suite.
+  ini file inside a suite, a suite's conftest.py with hooks beyond its folder unless it
+  declares ``ACCELGRID_SUITE_LOCAL = True``, ...): every suite.
 
 What it cannot see: a test id that spells another suite's name only at run time (glued
 from pieces, or read from outside its suite), e.g. ``f"{'smo'}{'ke'}"``.
@@ -80,6 +80,10 @@ _PYTEST_CONFIGS = (("pytest.ini", None), (".pytest.ini", None),
 # suite's conftest.py (pytest_collection_modifyitems, pytest_configure, ...) may select or
 # mark tests of other suites: then every suite is collected.
 _HOOK = re.compile(r"^\s*(?:async\s+)?def\s+pytest_(\w+)", re.M)
+# A suite author's promise that the conftest's other hooks (options, markers, env defaults,
+# plugins that act only on this suite's tests) leave every other suite's tests alone:
+# a module-level ``ACCELGRID_SUITE_LOCAL = True`` in that conftest.py.
+_SUITE_LOCAL = re.compile(r"^ACCELGRID_SUITE_LOCAL\s*=\s*True\b", re.M)
 _LOCAL_HOOKS = frozenset({
     "generate_tests", "make_parametrize_id", "collect_file", "collect_directory",
     "ignore_collect", "pycollect_makeitem", "pycollect_makemodule", "itemcollected",
@@ -224,7 +228,8 @@ def _text(root: Path, suite: str) -> str | None:
             if total > _LIMIT_BYTES:
                 return None
             text = data.decode("utf-8", errors="replace")
-            if name == "conftest.py" and set(_HOOK.findall(text)) - _LOCAL_HOOKS:
+            if (name == "conftest.py" and set(_HOOK.findall(text)) - _LOCAL_HOOKS
+                    and not _SUITE_LOCAL.search(text)):
                 return None
             chunks += [str(path.relative_to(root / suite)), text]
     return "\n".join(chunks).lower()
