@@ -84,6 +84,29 @@ def _wait_gone(marker: bytes, seconds: float = 30.0) -> list[int]:
     return left
 
 
+def _wait_unlocked(path: Path, seconds: float = 15.0) -> bool:
+    """Whether ``path``'s flock can be taken within ``seconds``. A process that is exiting
+    has lost its environment (/proc/PID/environ reads empty once its memory is released)
+    before the kernel closes its files, so the lock can outlive what _processes_with sees."""
+    import fcntl
+
+    deadline = time.monotonic() + seconds
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.1)
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return True
+    finally:
+        os.close(fd)
+
+
 def _start_runner(proj: Path, python: str) -> subprocess.Popen:
     # Its own session, as a CI job or a terminal would start it: kill -9 of its group.
     return subprocess.Popen([python, "-c", RUN_CELL, str(proj)], start_new_session=True,
@@ -131,6 +154,7 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     # Nothing of the killed run survives it: not pytest (own process group), not its
     # worker, not the child a test started.
     assert _wait_gone(_marker(folder)) == []
+    assert _wait_unlocked(folder / results.LOCK)   # and none of them holds the cell's lock
     killed = results.load_cell(folder)
     assert {n.split("::")[-1]: r["outcome"] for n, r in killed.tests.items()} == {
         "test_1": "passed", "test_2": "passed"}
