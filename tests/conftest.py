@@ -3,7 +3,7 @@
 A plain ``pytest`` (the README's test command) runs the quick tests on one xdist worker
 per core (``-n N`` chooses, ``-n 0`` runs them in this process) and leaves out the
 end-to-end set, the tests marked ``slow``: they build real cell envs and run real cells
-(minutes). ``pytest -m slow`` runs that set (``.ci/run`` runs both), in one process
+(minutes). ``pytest -m slow`` runs that set (docs/testing.md: where), in one process
 unless ``-n`` says otherwise (its tests build the same cell env); any ``-m`` given
 decides alone (``-m "slow or not slow"``: everything). The cell envs they build live
 outside the checkout (:func:`cell_envdir`), reused from one run to the next.

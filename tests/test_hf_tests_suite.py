@@ -193,7 +193,8 @@ def _run(tmp_path: Path, args: list[str], **env: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(tmp_path: Path) -> None:
+def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(
+        tmp_path: Path, outside_envdir: Path) -> None:
     sessions.prepared_python(ROOT, load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13"))
     co = _fake_transformers(tmp_path / "co" / "v5.24.0")
     # One run: a broken file is one error record and the other file's tests run (through
