@@ -7,27 +7,18 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from test_ci import _actionlint, _tool
 
 from accelgrid import actions, ci, cli, outcomes, results
 from accelgrid.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 ACTIONS_ENV = {"GITHUB_ACTIONS": "true"}
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name, path=str(BIN))
-    if path is None:
-        pytest.skip(f"{name} is not installed in {BIN}")
-    return path
 
 
 def _cell(folder: Path, records: list[dict]) -> Path:
@@ -157,12 +148,7 @@ def test_a_sharded_cell_becomes_one_job_per_shard(tmp_path: Path) -> None:
     summary = job["steps"][names.index("Step summary and annotations")]
     assert summary["if"] == "always()"
     assert summary["run"] == 'accelgrid ci summary "$ACCELGRID_RESULTS_DIR"'
-    (tmp_path / "wf.yml").write_text(files[ci.WORKFLOW])
-    (tmp_path / "al.yaml").write_text(files[ci.ACTIONLINT])
-    lint = subprocess.run([_tool("actionlint"), "-no-color", "-config-file",
-                           str(tmp_path / "al.yaml"), str(tmp_path / "wf.yml")],
-                          capture_output=True, text=True, timeout=120)
-    assert lint.returncode == 0, lint.stdout
+    _actionlint(tmp_path, files)
     audit = subprocess.run([_tool("zizmor"), "--offline", "--persona", "auditor",
                             "--no-progress", str(tmp_path / "wf.yml")],
                            capture_output=True, text=True, timeout=120)
@@ -186,12 +172,7 @@ def test_an_arc_scale_set_name_is_the_jobs_only_label(tmp_path: Path) -> None:
     assert job["runs-on"] == "arc-intel-gpu"
     assert "arc-intel-gpu" in yaml.safe_load(files[ci.ACTIONLINT])["self-hosted-runner"][
         "labels"]
-    (tmp_path / "wf.yml").write_text(files[ci.WORKFLOW])
-    (tmp_path / "al.yaml").write_text(files[ci.ACTIONLINT])
-    lint = subprocess.run([_tool("actionlint"), "-no-color", "-config-file",
-                           str(tmp_path / "al.yaml"), str(tmp_path / "wf.yml")],
-                          capture_output=True, text=True, timeout=120)
-    assert lint.returncode == 0, lint.stdout
+    _actionlint(tmp_path, files)
 
 
 # --- GPU cells for a pull request: a maintainer's dispatch of a labelled PR -------------

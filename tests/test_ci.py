@@ -43,6 +43,17 @@ def _tool(name: str) -> str:
     return path
 
 
+def _actionlint(tmp_path: Path, files: dict[str, str]) -> None:
+    """The rendered nightly workflow passes actionlint with the rendered runner labels;
+    ``tmp_path / "wf.yml"`` holds it afterwards."""
+    (tmp_path / "wf.yml").write_text(files[ci.WORKFLOW])
+    (tmp_path / "al.yaml").write_text(files[ci.ACTIONLINT])
+    lint = subprocess.run([_tool("actionlint"), "-no-color", "-config-file",
+                           str(tmp_path / "al.yaml"), str(tmp_path / "wf.yml")],
+                          capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 0, lint.stdout
+
+
 def _project(tmp_path: Path, matrix_text: str) -> Path:
     """A folder holding ``matrix_text`` as matrix.yaml, with its suite folders."""
     proj = tmp_path / "proj"
@@ -435,12 +446,7 @@ def test_a_device_over_256_cells_is_split_into_jobs(tmp_path) -> None:
     proc, picked = _run_plan(tmp_path, "schedule", workflow)
     assert proc.returncode == 0, proc.stderr
     assert {k: len(v) for k, v in picked.items()} == {k: len(v) for k, v in jobs.items()}
-    (tmp_path / "wf.yml").write_text(files[ci.WORKFLOW])
-    (tmp_path / "al.yaml").write_text(files[ci.ACTIONLINT])
-    lint = subprocess.run([_tool("actionlint"), "-no-color", "-config-file",
-                           str(tmp_path / "al.yaml"), str(tmp_path / "wf.yml")],
-                          capture_output=True, text=True, timeout=120)
-    assert lint.returncode == 0, lint.stdout
+    _actionlint(tmp_path, files)
 
 
 def test_job_groups_respect_the_limit() -> None:
