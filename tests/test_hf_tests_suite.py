@@ -176,6 +176,12 @@ def _fake_transformers(path: Path) -> Path:
     (path / "tests/models/fine/test_modeling_fine.py").write_text(FINE)
     (path / "tests/models/broken/test_modeling_broken.py").write_text(
         "import no_such_module_anywhere\n")
+    # An import that fails with an OSError (a fixture file missing): its message, not its
+    # errno, is the record's text.
+    (path / "tests/models/gone").mkdir()
+    (path / "tests/models/gone/__init__.py").write_text("")
+    (path / "tests/models/gone/test_modeling_gone.py").write_text(
+        "open('/nonexistent/accelgrid-fixture.txt')\n")
     return path
 
 
@@ -199,7 +205,7 @@ def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(
     co = _fake_transformers(tmp_path / "co" / "v5.24.0")
     # One run: a broken file is one error record and the other file's tests run (through
     # the generated spec, whose own checks pass); no accelerate checkout: one not-run.
-    recs = _run(tmp_path, ["suites/hf_tests", "--hf-transformers", "fine,broken,nosuch"],
+    recs = _run(tmp_path, ["suites/hf_tests", "--hf-transformers", "fine,broken,gone,nosuch"],
                 ACCELGRID_TRANSFORMERS_SRC=str(tmp_path / "co"), ACCELGRID_ACCELERATE_SRC="")
     by_id = {r["nodeid"]: r for r in recs}
     assert by_id["suites/hf_tests/test_accelerate_own.py::checkout"]["message"] == (
@@ -218,6 +224,9 @@ def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(
                                      "OSError: We couldn't connect")
     broken = by_id[f"{base}/broken/test_modeling_broken.py::import"]
     assert broken["outcome"] == "error" and "no_such_module_anywhere" in broken["longrepr"]
+    gone = by_id[f"{base}/gone/test_modeling_gone.py::import"]
+    assert gone["outcome"] == "error" and "FileNotFoundError" in gone["longrepr"] \
+        and "accelgrid-fixture.txt" in gone["longrepr"], gone["longrepr"][-500:]
     nosuch = by_id["suites/hf_tests/test_transformers_own.py::tests/models/nosuch/"
                    "test_modeling_nosuch.py"]
     assert nosuch["outcome"] == "not-run" and "is not in the transformers checkout" \

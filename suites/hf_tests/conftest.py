@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -267,8 +268,12 @@ class UpstreamModule(pytest.Module):
         except BaseException as exc:  # CollectError, ImportError, a SyntaxError, ...
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
-            text = getattr(exc, "args", [""])[0] if exc.args else repr(exc)
-            return [FileError.from_parent(self, name="import", error=str(text)[-4000:])]
+            # pytest's CollectError carries its formatted report as args[0]; any other
+            # error (an OSError's args[0] is its errno) is named with its message.
+            text = (exc.args[0] if exc.args and isinstance(exc.args[0], str)
+                    and not isinstance(exc, OSError)
+                    else "".join(traceback.format_exception(exc)))
+            return [FileError.from_parent(self, name="import", error=text[-4000:])]
 
 
 class Checkout(pytest.File):
