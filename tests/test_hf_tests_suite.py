@@ -119,6 +119,23 @@ def test_hub_errors_are_told_from_other_failures() -> None:
     assert suite.needs_hub(None) is None
 
 
+def test_an_offline_loader_miss_is_a_hub_need(tmp_path: Path, monkeypatch) -> None:
+    # transformers 5.17.0's feature_extraction_utils, offline (as on the H200).
+    miss = OSError("Can't load feature extractor for 'hf-internal-testing/tiny-random-"
+                   "wav2vec2'. If you were trying to load it from 'https://huggingface.co/"
+                   "models', make sure you don't have a local directory with the same name.")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert suite.needs_hub(miss).startswith("OSError: Can't load feature extractor")
+    # A local folder of that name that lacks the file is the test's own problem...
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hf-internal-testing" / "tiny-random-wav2vec2").mkdir(parents=True)
+    assert suite.needs_hub(miss) is None
+    # ... and online the Hub was reachable: a failure.
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert suite.needs_hub(miss) is None
+
+
 def test_selection_entries_name_files() -> None:
     assert suite.test_file("transformers", "bert") == "tests/models/bert/test_modeling_bert.py"
     assert suite.test_file("transformers", "models/t5/test_modeling_t5.py") == \
@@ -151,11 +168,17 @@ def test_not_implemented_and_fallback_table() -> None:
 
 
 # --- in the real cpu-2.13 cell env ----------------------------------------------------
-FINE = '''import unittest
-from transformers.testing_utils import backend_device_count, torch_device
+FINE = '''import os
+import unittest
+from transformers.testing_utils import (backend_device_count, run_test_using_subprocess,
+                                        torch_device)
 
 
 class FineTest(unittest.TestCase):
+    @run_test_using_subprocess   # re-runs itself as `python -m pytest <its id>`
+    def test_in_a_subprocess(self):
+        self.assertEqual(os.environ.get("_INSIDE_SUB_PROCESS"), "1")
+
     def test_device(self):
         self.assertEqual(torch_device, "cpu")
 
@@ -218,6 +241,8 @@ def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(
         == "passed"
     assert by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_count"]["outcome"] \
         == "passed"
+    sub = by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_in_a_subprocess"]
+    assert sub["outcome"] == "passed", sub.get("longrepr", "")[-2000:]
     hub = by_id[f"{base}/fine/test_modeling_fine.py::FineTest::test_hub"]
     assert hub["outcome"] == "not-run", hub
     assert hub["message"].startswith("needs the Hugging Face Hub, and the cell runs offline: "

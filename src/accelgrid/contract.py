@@ -20,6 +20,8 @@ DIRTY = "ACCELGRID_DIRTY"              # "1" when the checkout had local changes
 PASS = "ACCELGRID_PASS"                # which pass of the cell this pytest is (PASSES)
 DEVICE_INDEX = "ACCELGRID_DEVICE_INDEX"  # host index of the device a worker is pinned to
                                          # (all-devices pass: the run's, comma-separated)
+RECORDER_PID = "ACCELGRID_RECORDER_PID"  # set by the cell's pytest (its pid): a pytest a test
+                                         # starts inherits it and records nothing
 KNOWN_ISSUES = "ACCELGRID_KNOWN_ISSUES"  # JSON file of the registry entries for the cell
 CAPTURE_OPS = "ACCELGRID_CAPTURE_OPS"  # "1": record aten ops per test (op-capture profile)
 RUN_ID = "ACCELGRID_RUN_ID"            # this run's id (uuid hex): in every record, env.json

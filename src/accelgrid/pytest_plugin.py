@@ -489,6 +489,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = mine
 
 
+def _nested(config: pytest.Config) -> bool:
+    """Whether this pytest was started by a test of the cell's run (transformers'
+    ``run_test_using_subprocess``, a test of a test runner): it inherits the cell's
+    variables, and recording its tests would mix them into the cell's records. The cell's
+    own pytest marks the environment with its pid; its xdist workers are its own."""
+    owner = os.environ.get(contract.RECORDER_PID)
+    if _worker_id(config) is not None:  # xdist starts its workers as its own children
+        return bool(owner) and owner != str(os.getppid())
+    if owner and owner != str(os.getpid()):
+        return True
+    os.environ[contract.RECORDER_PID] = str(os.getpid())  # inherited by what tests start
+    return False
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devices(*types): run only on these device types")
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
@@ -509,7 +523,7 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         config.pluginmanager.register(RestartBudget(config), "accelgrid-restart-budget")
     folder = os.environ.get(contract.RESULTS)
-    if not folder:
+    if not folder or _nested(config):
         return
     path = Path(folder).absolute()  # a test's chdir must not move the records
     config.pluginmanager.register(WorkerMarker(config, path), "accelgrid-worker-marker")

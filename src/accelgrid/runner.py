@@ -121,6 +121,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     })
     # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
     env.pop(contract.KNOWN_ISSUES, None)
+    env.pop(contract.RECORDER_PID, None)  # a run started from inside a cell's test records
     env.update(known_issues.cell_env(cell, root, folder, hardware=hardware.family,
                                      driver=hardware.driver))
     if cell.hardware_env or cell.driver_env:
