@@ -312,3 +312,45 @@ def test_report_puts_the_reference_cells_outcome_beside_each_failure(tmp_path: P
     assert "| `accelerate/test_optimizer.py::OptimizerTester::test_b` | crashed | not in the " \
         "reference cell | boom |" in md
     assert "| `aten::_foreach_norm.Scalar` | missing | 1: " in md
+
+
+def test_each_captured_hf_test_gets_the_xpu_releases_it_would_hit(tmp_path: Path) -> None:
+    """From a cpu cell's op capture, per HF test the XPU releases on which it would hit a
+    fallback, beside what an xpu cell of the run observed. Upstream facts (intel/
+    torch-xpu-ops, src/ATen/native/xpu/XPUFallback.template; src/aten/ in release/2.4):
+    release/2.4 and release/2.5 list ``linspace.out`` and ``linalg_qr.out``; release/2.6 and release/2.13 list
+    ``linalg_qr.out`` but not ``linspace.out``; ``mm`` is on none."""
+    from accelgrid.report import hf_tests
+
+    a = "suites/hf_tests/transformers/models/vit/test_modeling_vit.py::ViTModelTest::test_a"
+    b = "suites/hf_tests/transformers/models/vit/test_modeling_vit.py::ViTModelTest::test_b"
+    c = "suites/hf_tests/accelerate/test_hooks.py::HooksModelTester::test_c"
+    cpu = _cell(tmp_path, "cpu-2.13", "cpu", {a: "passed", b: "passed", c: "passed"})
+    raw = cpu / "ops-raw"
+    raw.mkdir()
+    rows = [{"nodeid": a, "workload": "w", "ops": {"aten::linspace.default": {
+                 "status": "native", "count": 1}, "aten::mm.default": {"status": "native",
+                                                                          "count": 2}}},
+            {"nodeid": b, "workload": "w", "ops": {"aten::linalg_qr.default": {
+                 "status": "native", "count": 1}}},
+            {"nodeid": c, "workload": "w", "ops": {"aten::mm.default": {
+                 "status": "native", "count": 1}}}]
+    (raw / "gw0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _cell(tmp_path, "xpu-2.5", "xpu", {a: "failed"})
+    pred = hf_tests.summary([tmp_path])["xpu_prediction"]
+    assert pred["from"] == ["cpu-2.13"] and pred["captured_tests"] == 3
+    tests = pred["tests"]
+    assert c not in tests                      # mm: native on every release
+    assert tests[a]["series"]["2.5"] == {"fallback": ["aten::linspace.default"]}
+    assert "2.6" not in tests[a]["series"] and "2.13" not in tests[a]["series"]
+    assert {"2.5", "2.6", "2.13"} <= set(tests[b]["series"])
+    assert tests[a]["observed"] == {"xpu-2.5": "failed"}
+    assert tests[b]["observed"] == {"xpu-2.5": "not in the cell"}
+    md = hf_tests.markdown(hf_tests.summary([tmp_path]))
+    assert "## Predicted on XPU, per test" in md
+    assert "| `transformers/models/vit/test_modeling_vit.py::ViTModelTest::test_a` | - | " \
+        "2.4 (`aten::linspace.default`), 2.5 (`aten::linspace.default`) | failed |" in md
+    # No capture anywhere: said, not an empty table.
+    empty = tmp_path / "none"
+    _cell(empty, "cpu-2.13", "cpu", {a: "passed"})
+    assert "captured its ops" in hf_tests.markdown(hf_tests.summary([empty]))

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes
-from ..results import CellResults, discover, read_cell, write_json
+from .. import outcomes, xpu_prediction
+from ..results import CellResults, discover, read_cell, read_jsonl, write_json
 
 PREFIX = "suites/hf_tests/"
 REFERENCE_DEVICES = ("cuda", "cpu")
@@ -37,6 +37,66 @@ def reference_of(cells: list[CellResults], cell: CellResults) -> CellResults | N
             if other is not cell and _device(other) == device and not other.error:
                 return other
     return None
+
+
+RISKY = ("missing", "fallback")  # the XPU statuses a test would hit, worst first
+
+
+def captured_ops(cell: CellResults) -> dict[str, set[str]]:
+    """Per HF test, the aten ops it called, from the cell's op capture (``ops-raw/``,
+    written in the op-capture profile); {} when the cell did not capture."""
+    out: dict[str, set[str]] = {}
+    for f in sorted((cell.path / "ops-raw").glob("*.jsonl")):
+        records, _ = read_jsonl(f)
+        for rec in records:
+            nodeid, ops = rec.get("nodeid"), rec.get("ops")
+            if isinstance(nodeid, str) and nodeid.startswith(PREFIX) and isinstance(ops, dict):
+                out.setdefault(nodeid, set()).update(o for o in ops if isinstance(o, str))
+    return out
+
+
+def xpu_risk(per_test: dict[str, set[str]], series: Iterable[str] | None = None
+             ) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """Per HF test, the XPU releases on which it would hit a missing op or a CPU fallback
+    (:func:`accelgrid.xpu_prediction.predict`, from ops any device captured):
+    ``{nodeid: {series: {"missing": [ops], "fallback": [ops]}}}``, only tests and series
+    with some. Each op is predicted once per series."""
+    names = sorted(set().union(*per_test.values())) if per_test else []
+    chosen = list(series) if series is not None else xpu_prediction.series_names(
+        xpu_prediction.load_upstream())
+    verdicts = {s: xpu_prediction.predict(names, s) for s in chosen}
+    out: dict[str, dict[str, dict[str, list[str]]]] = {}
+    for nodeid, ops in sorted(per_test.items()):
+        for s in chosen:
+            hit = {k: sorted(o for o in ops if verdicts[s].get(o) == k) for k in RISKY}
+            hit = {k: v for k, v in hit.items() if v}
+            if hit:
+                out.setdefault(nodeid, {})[s] = hit
+    return out
+
+
+def _xpu_predictions(cells: list[CellResults]) -> dict[str, Any]:
+    """The risk of every captured HF test, with what an xpu cell of the run observed."""
+    per_test: dict[str, set[str]] = {}
+    sources = []
+    for cell in cells:
+        if _device(cell) == "xpu":
+            continue  # the prediction is for XPU; an xpu cell's capture is its observation
+        got = captured_ops(cell)
+        if got:
+            sources.append(cell.name)
+            for nodeid, ops in got.items():
+                per_test.setdefault(nodeid, set()).update(ops)
+    risk = xpu_risk(per_test)
+    observed = {c.name: c for c in cells if _device(c) == "xpu" and not c.error}
+    tests = {}
+    for nodeid, by_series in risk.items():
+        tests[nodeid] = {"series": by_series, "observed": {
+            name: (c.tests.get(nodeid) or {}).get("outcome") or "not in the cell"
+            for name, c in sorted(observed.items())}}
+    _, _, date = xpu_prediction.data_horizon()
+    return {"from": sources, "captured_tests": len(per_test), "data_date": date,
+            "tests": tests}
 
 
 def summary(folders: Iterable[Path]) -> dict[str, Any]:
@@ -73,6 +133,7 @@ def summary(folders: Iterable[Path]) -> dict[str, Any]:
             except (OSError, ValueError) as exc:
                 entry["ops_error"] = f"{ops_file}: {exc}"
         out["cells"].append(entry)
+    out["xpu_prediction"] = _xpu_predictions(cells)
     return out
 
 
@@ -111,7 +172,33 @@ def markdown(model: dict[str, Any]) -> str:
         else:
             lines.append("No op was reported not implemented or falling back.")
         lines.append("")
+    lines += _prediction_markdown(model.get("xpu_prediction") or {})
     return "\n".join(lines)
+
+
+def _prediction_markdown(pred: dict[str, Any]) -> list[str]:
+    lines = ["## Predicted on XPU, per test", ""]
+    if not pred.get("from"):
+        return lines + ["No cell of these results captured its ops (the op-capture "
+                        "profile), so nothing is predicted per test.", ""]
+    observed = sorted({c for t in pred["tests"].values() for c in t["observed"]})
+    lines += [f"From the ops {pred['captured_tests']} tests called in "
+              f"{', '.join(pred['from'])} (op capture), each op predicted per XPU release "
+              f"(`accelgrid.xpu_prediction`, upstream data of {pred['data_date']}): the "
+              "releases on which a test would hit a missing op or a CPU fallback.", ""]
+    if not pred["tests"]:
+        return lines + ["None would, on any release.", ""]
+    lines += ["| test | missing on | falls back on | " + "".join(f"{c} | " for c in observed),
+              "|---|---|---|" + "---|" * len(observed)]
+    for nodeid, t in pred["tests"].items():
+        def on(kind: str, t: dict[str, Any] = t) -> str:
+            return ", ".join(f"{s} ({', '.join(f'`{o}`' for o in v[kind][:3])}"
+                             + (" ..." if len(v[kind]) > 3 else "") + ")"
+                             for s, v in t["series"].items() if kind in v) or "-"
+        lines.append(f"| `{nodeid.removeprefix(PREFIX)}` | {on('missing')} | "
+                     f"{on('fallback')} | " + "".join(f"{t['observed'][c]} | "
+                                                      for c in observed))
+    return lines + [""]
 
 
 def write(folders: Iterable[Path], out: Path) -> tuple[dict[str, Any], dict[str, Path]]:
