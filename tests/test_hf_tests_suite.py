@@ -318,8 +318,8 @@ def test_each_captured_hf_test_gets_the_xpu_releases_it_would_hit(tmp_path: Path
     """From a cpu cell's op capture, per HF test the XPU releases on which it would hit a
     fallback, beside what an xpu cell of the run observed. Upstream facts (intel/
     torch-xpu-ops, src/ATen/native/xpu/XPUFallback.template; src/aten/ in release/2.4):
-    release/2.4 and release/2.5 list ``linspace.out`` and ``linalg_qr.out``; release/2.6 and release/2.13 list
-    ``linalg_qr.out`` but not ``linspace.out``; ``mm`` is on none."""
+    release/2.4 and release/2.5 list ``linspace.out`` and ``linalg_qr.out``; release/2.6
+    and release/2.13 list ``linalg_qr.out`` but not ``linspace.out``; ``mm`` is on none."""
     from accelgrid.report import hf_tests
 
     a = "suites/hf_tests/transformers/models/vit/test_modeling_vit.py::ViTModelTest::test_a"

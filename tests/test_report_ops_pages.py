@@ -158,6 +158,13 @@ def test_write_cell(tmp_path: Path) -> None:
     plain = write_cell(tmp_path, "cpu-2.13", {"t.py::a": "passed"})
     assert ops_pages.write_cell(plain) is None
     assert not any((plain / f).exists() for f in ops_pages.CELL_FILES)
+    assert "hf_ops.md" not in (cell / "ops.md").read_text()
+    # A cell whose HF tests wrote their ops table: both pages point at it.
+    (cell / "hf_ops.md").write_text("# table\n")
+    ops_pages.write_cell(cell)
+    for page in ("ops.md", "ops.html"):
+        assert "suites/hf_tests) found not implemented or falling back, with the tests " \
+            "that hit each: hf_ops.md" in (cell / page).read_text()
 
 
 def test_cross_pages(tmp_path: Path) -> None:

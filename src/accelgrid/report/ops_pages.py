@@ -121,6 +121,10 @@ def _cell_intro(data: dict[str, Any]) -> list[str]:
     if fell:
         counts += f" (of the missing, {fell} fell back)"
     out = [counts]
+    if data.get("hf_ops"):
+        out.append(f"Ops Hugging Face's own tests (suites/hf_tests) found not implemented or "
+                   f"falling back, with the tests that hit each: {data['hf_ops']} (beside this "
+                   "page).")
     if data.get("generic_fallback_notice"):
         out.append("XPU printed its once-per-process fallback notice: run the "
                    "`fallback-debug` or `fallback-survey` profile to name every op.")
@@ -173,6 +177,8 @@ def write_cell(folder: Path, data: dict[str, Any] | None = None) -> dict[str, An
     data = ops.aggregate(folder) if data is None else data
     if data is None:
         return None
+    if (folder / "hf_ops.md").is_file():  # written in the cell by suites/hf_tests
+        data = {**data, "hf_ops": "hf_ops.md"}
     _write_pages(folder, "ops", data, cell_markdown(data), cell_html(data))
     return data
 
