@@ -160,3 +160,12 @@ def test_core_for_a_series_without_data_takes_the_nearest_earlier_and_says_so():
     assert ops == core["series"]["2.15"]["ops"]
     assert note.startswith("no core registration data for torch 2.16: torch 2.15's")
     assert xp.core_for(core, "2.3") == ({}, "no core registration data for torch 2.3")
+
+
+def test_ops_predicted_says_what_stands_for_each_release():
+    view = xp.predicted_view({"ops": {"aten::mm.out": "native"}}, ["2.4", "2.13"])
+    for s in ("2.4", "2.13"):
+        line = view["releases"][s]["core_registrations"]
+        assert line.startswith("not this release's own files: ") and "Conv.cpp" in line
+    assert "evidence" in view["releases"]["2.4"]["core_registrations"]
+    assert "evidence" not in view["releases"]["2.13"]["core_registrations"]
