@@ -33,6 +33,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from accelgrid.xpu_prediction import torch_ops
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "accelgrid" / "data"
 _BLOCK = re.compile(r"TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,\s*XPU\s*,\s*\w+\s*\)\s*\{")
@@ -66,18 +68,8 @@ def _version(series: str) -> tuple[int, ...]:
 
 
 def _series_ops(torch_data: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """Every series' ``{op: code}``, rebuilt from the first series and its changes."""
-    out, ops = {}, {}
-    for s in sorted(torch_data["series"], key=_version):
-        e = torch_data["series"][s]
-        if "ops" in e:
-            ops = dict(e["ops"])
-        else:
-            ops = {**ops, **e.get("set", {})}
-            for name in e.get("drop", []):
-                ops.pop(name, None)
-        out[s] = ops
-    return out
+    """Every series' ``{op: code}`` (:func:`accelgrid.xpu_prediction.torch_ops`)."""
+    return {s: torch_ops(torch_data, s) or {} for s in torch_data["series"]}
 
 
 def build(files_dir: Path, spec: dict[str, Any], torch_data: dict[str, Any]) -> dict[str, Any]:

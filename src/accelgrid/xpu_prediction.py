@@ -10,7 +10,9 @@ per release:
   ``tools/extract_torch_registrations.py``): its ``XPU:`` keys, composite kernels
   (``CompositeExplicitAutograd``, ``...NonFunctional``, ``CompositeImplicitAutograd``) and
   ``structured_delegate``s; plus the few hand-written XPU kernels in PyTorch's core
-  (``data/xpu_core_ops.json``: oneDNN matmul and convolution).
+  (``data/xpu_core_ops.json``, per series, tools/extract_core_registrations.py: oneDNN
+  convolution, matmul before 2.6; no release's own file is reachable, so each such
+  prediction's rule says what stands in for it, :func:`core_for`).
 
 One rule, whatever device captured the ops (the capture's own status plays no part), per
 op O and series X.Y (:func:`classify`):
