@@ -160,7 +160,8 @@ decided):
    kernel of a listed base op (`norm.dtype_out` beside a listed `norm.out`) is not
    registered to fall back.
 2. O has an XPU kernel: in torch-xpu-ops' list, in PyTorch's `XPU:` keys or in a core
-   registration: `native`.
+   registration (the series' entry of `xpu_core_ops.json`; a series it lacks takes the
+   nearest earlier one's; the rule text says which source stands in): `native`.
 3. O has a `structured_delegate` D that is `native` or falls back: D's status.
 4. O has a composite kernel or no `dispatch:` at all: `decomposed` (a composite wins over
    the XPU backend fallback: `torch._C._dispatch_dump_table` shows the XPU row as
