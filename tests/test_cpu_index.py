@@ -132,5 +132,31 @@ def test_an_unreachable_cpu_index_and_no_cpu_build_stops_without_a_cuda_build(
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "installing torch's CPU build from pip's configuration" in out and "failed" in out
+    clear = [ln for ln in out.splitlines() if "is neither on" in ln]
+    assert len(clear) == 1 and "torch 2.4.1+cpu is neither on http://127.0.0.1:" in clear[0]
     assert _installed_torch(proj) == []       # never the CUDA build beside it
     assert not (proj / ".nox" / "cpu-2-4" / install.STAMP).exists()
+
+
+# uv 0.x's words for a CPU build pip's configuration lacks, as `nox -s cpu-2.15` printed
+# them here (2026-12-01: the CPU index unreachable, no torch 2.15.0+cpu wheel configured).
+UV_NO_CPU_215 = """\
+Using Python 3.11.7 environment at: /tmp/i23_envdir/cpu-2-15
+error: No solution found when resolving dependencies
+  cause: Because there is no version of torch==2.15.0+cpu and you require torch==2.15.0+cpu, we can conclude that your requirements are unsatisfiable.
+"""  # noqa: E501 (verbatim)
+
+
+def test_a_missing_cpu_build_is_said_in_one_line() -> None:
+    from accelgrid.matrix import load_matrix
+
+    cell = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml").cell("cpu-2.15")
+    line = install.fallback_failure(cell, "torch==2.15.0+cpu", UV_NO_CPU_215)
+    assert line == ("cpu-2.15: torch 2.15.0+cpu is neither on https://download.pytorch.org/"
+                    "whl/cpu (cannot be reached) nor in pip's configuration (its find-links "
+                    "and indexes): put its wheel in a find-links folder or set "
+                    "ACCELGRID_TORCH_INDEX to an index that has it; no other build of torch "
+                    "is taken instead")
+    # Any other failure keeps uv's own words only.
+    assert install.fallback_failure(cell, "torch==2.15.0+cpu", "error: disk full") is None
+    assert install.fallback_failure(cell, "numpy==2.3.5", UV_NO_CPU_215) is None

@@ -31,6 +31,24 @@ def _torch_table(torch_data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+
+def _core_table(core: dict) -> str:
+    """Sources of the core registrations, then per series what stands for it."""
+    lines = ["| source | placed | registers (aten) |", "| --- | --- | --- |"]
+    for src in core["sources"]:
+        placed = (f"not before {src['not_before']}" if src["not_before"] else "not placeable")
+        lines.append(f"| `{src['id']}` | {placed}: {src['dated_by']} | "
+                     + ", ".join(f"`{o}`" for o in src["aten"]) + " |")
+    for ev in core.get("evidence", []):
+        lines.append(f"| evidence ({', '.join(ev['series'])}) | {ev['why']} | "
+                     + ", ".join(f"`{o}`" for o in ev["ops"]) + " |")
+    lines += ["", "| series | core ops | from |", "| --- | ---: | --- |"]
+    for s, e in sorted(core["series"].items(),
+                       key=lambda kv: tuple(int(x) for x in kv[0].split("."))):
+        froms = sorted(set(e["ops"].values()))
+        lines.append(f"| {s} | {len(e['ops'])} | " + "; ".join(f"`{f}`" for f in froms) + " |")
+    return "\n".join(lines) + "\n"
+
 def _observation_table(rows: list[dict]) -> str:
     lines = ["| date | build | op | observed | predicted | agrees | source |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -117,13 +135,17 @@ enough) and writes `src/accelgrid/data/torch_registrations.json`: per op and ser
 itself is not committed. Provenance per series:
 
 {_torch_table(torch_data)}
-Hand-written XPU kernels in PyTorch's core outside the yaml (oneDNN matmul and convolution
-in `aten/src/ATen/native/mkldnn/xpu/`, `m.impl(...)` in `TORCH_LIBRARY_IMPL(aten, XPU, m)`):
-`src/accelgrid/data/xpu_core_ops.json`, with the pytorch/pytorch file and commit each was
-read from (read through the code search's stored copies of pytorch/pytorch, one version
-each; from 2.6 the matmul kernels are also `XPU:` keys of the yaml above), applied from
-{core['applies_from']}.
+Hand-written XPU kernels in PyTorch's core outside the yaml (oneDNN convolution, matmul
+before 2.6, `tensordot.out`: `m.impl(...)` in `TORCH_LIBRARY_IMPL(aten, XPU, m)`), per
+series: `src/accelgrid/data/xpu_core_ops.json`, rebuilt by
+`tools/extract_core_registrations.py` from the sources `tools/core_registrations.json`
+names. No release branch's or tag's copy of these files is reachable here (the code
+index stores pytorch/pytorch only at the commits below; the release commits each wheel's
+`torch/version.py` names are not among them), so no series is read from its own release:
+each source is placed by its content against the per-release yaml facts, and every
+prediction that rests on one says so in its rule.
 
+{_core_table(core)}
 ## 2. The rule
 
 One rule, whatever device captured the ops: the capture's own status plays no part. Per
@@ -138,7 +160,8 @@ decided):
    kernel of a listed base op (`norm.dtype_out` beside a listed `norm.out`) is not
    registered to fall back.
 2. O has an XPU kernel: in torch-xpu-ops' list, in PyTorch's `XPU:` keys or in a core
-   registration: `native`.
+   registration (the series' entry of `xpu_core_ops.json`; a series it lacks takes the
+   nearest earlier one's; the rule text says which source stands in): `native`.
 3. O has a `structured_delegate` D that is `native` or falls back: D's status.
 4. O has a composite kernel or no `dispatch:` at all: `decomposed` (a composite wins over
    the XPU backend fallback: `torch._C._dispatch_dump_table` shows the XPU row as

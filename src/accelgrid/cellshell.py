@@ -132,7 +132,7 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     results.clear_for_run(folder)
     with contextlib.redirect_stdout(note):
         env = runner.cell_env(cell, root, folder, base)
-    first = _first_pass(cell, env)
+    first = _first_pass(cell, env, str(python))
     env.update({**dict(first.env), contract.PASS: first.name})
     return CellEnv(
         cell=cell.name, env_dir=None if no_venv else venvs.env_dir(root, cell), python=python,
@@ -141,11 +141,12 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
         unset=tuple(sorted(k for k in base if k not in env)))
 
 
-def _first_pass(cell: Cell, env: Mapping[str, str]) -> runner.Pass:
-    """The pass a test runs in, as the runner plans it for this host. With several
-    devices the run pins one to each worker: by hand, one process, the first device."""
+def _first_pass(cell: Cell, env: Mapping[str, str], python: str | None = None) -> runner.Pass:
+    """The pass a test runs in, as the runner plans it for this host (an xpu cell's
+    devices counted in its env, as the run counts them). With several devices the run
+    pins one to each worker: by hand, one process, the first device."""
     workers = 1 if env.get(contract.WORKERS, "").strip() else None  # only None matters
-    ids = detect.device_ids(cell.device, dict(env))
+    ids = detect.device_ids(cell.device, dict(env), python, cell.torch)
     plan = runner.passes(cell, workers, ids)
     if plan[0].name == contract.PASS_PINNED:
         plan = runner.passes(cell, None, ids[:1])

@@ -450,6 +450,76 @@ def xpu_inventory(root: str | Path | None = None, tools: bool = True) -> dict[st
 # device -> how to enumerate its devices on this host without importing torch.
 DEVICE_IDS = {"cuda": _nvidia_ids, "xpu": _xpu_ids, "default": lambda: []}
 
+# What the cell's own torch counts, run with the cell's env (its ZE_FLAT_DEVICE_HIERARCHY,
+# ONEAPI_DEVICE_SELECTOR...): the authority for how many devices its tests see. A torch
+# built without XPU (torch.xpu._is_compiled(), in every series from 2.4) cannot say: it
+# prints no number and the next source answers.
+TORCH_XPU_COUNT = ("import torch; print(torch.xpu.device_count() if torch.xpu._is_compiled()"
+                   " else 'torch built without XPU')")
+# One sycl-ls line per device, "[backend:type][backend:N] platform, device version [driver]"
+# (e.g. "[level_zero:gpu][level_zero:0] Intel(R) Level-Zero, Intel(R) Arc(TM) A770
+# Graphics 1.3 [1.3.29735]", intel/intel-extension-for-pytorch#702); Level Zero GPUs only,
+# as torch enumerates them.
+_SYCL_LS_L0_GPU = re.compile(r"^\s*\[(?:ext_oneapi_)?level_zero:gpu[\]:]")
+
+
+def sycl_ls_gpus(text: str) -> list[str]:
+    """The Level Zero GPU lines of ``sycl-ls`` output (OpenCL and CPU lines left out)."""
+    return [ln.strip() for ln in text.splitlines() if _SYCL_LS_L0_GPU.match(ln)]
+
+
+def _run_count(cmd: list[str], env: Mapping[str, str]) -> tuple[int | None, str]:
+    """(stdout's last line as an int, or None; why not) of ``cmd`` run with ``env``."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                              env=dict(env), check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{cmd[0]} did not run: {exc}"
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines or not lines[-1].strip().isdigit():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        last = lines[-1][:200] if lines and not proc.returncode else last
+        return None, f"exit {proc.returncode}: {last}"
+    return int(lines[-1]), ""
+
+
+def cell_xpu_ids(python: str | None, env: Mapping[str, str] | None = None,
+                 root: str | Path | None = None, torch_version: str | None = None
+                 ) -> tuple[list[str], str]:
+    """The xpu device ids a cell's tests will see, and one line saying how that is known:
+    ``torch.xpu.device_count()`` run by the cell env's ``python`` with the cell's ``env``;
+    else the Level Zero GPUs ``sycl-ls`` lists in that env (less the integrated ones
+    torch >= 2.7 drops beside a discrete GPU, :func:`xpu_devices`); else sysfs alone.
+    Where the count agrees with sysfs, sysfs's Level Zero numbering is kept (an iGPU's
+    index stays skipped); where it differs, the count wins (ids 0..N-1), said so."""
+    env = dict(os.environ if env is None else env)
+    sysfs = xpu_devices(root, env, torch_version)
+    used = [str(d.index) for d in sysfs if d.used]
+    count, how = None, ""
+    if python:
+        count, why = _run_count([str(python), "-c", TORCH_XPU_COUNT], env)
+        how = (f"torch.xpu.device_count() in the cell env: {count}" if count is not None
+               else f"torch.xpu.device_count() in the cell env: no count ({why})")
+    if count is None:
+        exe = shutil.which("sycl-ls", path=env.get("PATH"))
+        if exe:
+            try:
+                out = subprocess.run([exe], capture_output=True, text=True, timeout=60,
+                                     env=env, check=False).stdout
+            except (OSError, subprocess.SubprocessError):
+                out = None
+            if out is not None:
+                dropped = sum(1 for d in sysfs if not d.used)
+                count = max(len(sycl_ls_gpus(out)) - dropped, 0)
+                how = ((how + "; " if how else "") + f"sycl-ls: {len(sycl_ls_gpus(out))} "
+                       "Level Zero GPUs" + (f", {dropped} integrated dropped" if dropped
+                                            else ""))
+    if count is None:
+        return used, ((how + "; " if how else "") + f"sysfs: {len(used)} devices")
+    if count == len(used):
+        return used, how + " (sysfs agrees)"
+    return [str(i) for i in range(count)], how + f" (sysfs sees {len(used)}: the count wins)"
+
 
 def _nvidia_memory_gib() -> list[float]:
     lines = _tool_lines(["nvidia-smi", "--query-gpu=memory.total",
@@ -470,15 +540,27 @@ def device_memory_gib(device: str) -> list[float]:
     return DEVICE_MEMORY.get(device, DEVICE_MEMORY["default"])()
 
 
-def device_ids(device: str, env: dict[str, str] | None = None) -> list[str]:
+def device_ids(device: str, env: dict[str, str] | None = None,
+               python: str | None = None, torch_version: str | None = None) -> list[str]:
+    """The ids of ``device``'s devices usable here (:func:`device_ids_how`)."""
+    return device_ids_how(device, env, python, torch_version)[0]
+
+
+def device_ids_how(device: str, env: dict[str, str] | None = None,
+                   python: str | None = None, torch_version: str | None = None
+                   ) -> tuple[list[str], str]:
     """The ids of ``device``'s devices usable here, in the numbering its visibility
-    variable uses. ``ACCELGRID_DEVICES=0,2`` picks a subset; an already-set
-    ``CUDA_VISIBLE_DEVICES`` / ``ZE_AFFINITY_MASK`` limits the choice to those."""
+    variable uses, and how they are known. ``ACCELGRID_DEVICES=0,2`` picks a subset; an
+    already-set ``CUDA_VISIBLE_DEVICES`` / ``ZE_AFFINITY_MASK`` limits the choice to
+    those. For xpu with the cell env's ``python`` the count comes from that env
+    (:func:`cell_xpu_ids`)."""
     env = dict(os.environ if env is None else env)
     chosen = env.get(contract.DEVICES)
     if chosen:
-        return [x.strip() for x in chosen.split(",") if x.strip()]
+        return [x.strip() for x in chosen.split(",") if x.strip()], f"{contract.DEVICES}"
     var = VISIBILITY_VAR.get(device)
     if var and env.get(var):
-        return [x.strip() for x in env[var].split(",") if x.strip()]
-    return DEVICE_IDS.get(device, DEVICE_IDS["default"])()
+        return [x.strip() for x in env[var].split(",") if x.strip()], var
+    if device == "xpu" and python:
+        return cell_xpu_ids(python, env, torch_version=torch_version)
+    return DEVICE_IDS.get(device, DEVICE_IDS["default"])(), "the host's tools"

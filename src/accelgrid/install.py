@@ -72,6 +72,21 @@ CPU_FALLBACK = ("taking torch's CPU build from pip's configuration instead (its 
                 "and indexes)")
 
 
+def fallback_failure(cell: Cell, requirement: str, uv_output: str) -> str | None:
+    """One line for a cpu cell whose CPU index cannot be reached and whose torch CPU build
+    pip's configuration does not have either (uv: "no version of torch==X+cpu"), or
+    None for any other failure. The ``+cpu`` pin is why no CUDA build of the same version
+    stands in for it."""
+    if not requirement.startswith("torch==") or \
+            f"no version of {requirement}" not in uv_output.replace("\n", " "):
+        return None
+    version = requirement.removeprefix("torch==")
+    return (f"{cell.name}: torch {version} is neither on {cell.index} (cannot be reached) "
+            "nor in pip's configuration (its find-links and indexes): put its wheel in a "
+            f"find-links folder or set {contract.TORCH_INDEX} to an index that has it; no "
+            "other build of torch is taken instead")
+
+
 def cpu_build_tag(system: str | None = None, machine: str | None = None) -> str | None:
     """The local version PyTorch's CPU wheels carry on this platform (``cpu`` on Linux and
     Windows x86-64), or None where they carry none (macOS, arm64): there only the check

@@ -547,7 +547,10 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     run_start = time.time() if run_start is None else run_start
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
     deadline = time.monotonic() + limit
-    ids = detect.device_ids(cell.device, env) if workers is None else []
+    ids, how = (detect.device_ids_how(cell.device, env, python, cell.torch)
+                if workers is None else ([], ""))
+    if cell.device == "xpu" and how:
+        print(f"accelgrid: {cell.name}: {len(ids)} xpu devices: {how}", flush=True)
     # Children this process had before the cell (none, from the CLI): not the tests'.
     keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
         else None

@@ -216,6 +216,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
                         f"env holds the cell's pins ({install.STAMP} matches)")
         return False
     installed = True
+    can_fall_back = install.can_fall_back(cell, os.environ.get(contract.TORCH_INDEX))
     for number, step in enumerate(plan.steps, 2):
         # The index options and their URLs are in the description already.
         wanted = " ".join(environment.redact_text(a) for i, a in enumerate(step.args)
@@ -231,7 +232,10 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
             except CommandFailed:
                 out.seek(0)
                 tail = [ln for ln in out.read().splitlines() if ln.strip()][-20:]
-                _fail(session, f"{cell.name}: installing {step.description} failed after "
+                clear = (install.fallback_failure(cell, step.args[0], "\n".join(tail))
+                         if plan.index == "default" and can_fall_back else None)
+                _fail(session, (clear + "\n" if clear else "")
+                      + f"{cell.name}: installing {step.description} failed after "
                       f"{time.monotonic() - start:.1f} s:\n" + "\n".join(tail))
             out.seek(0)
             text = out.read()

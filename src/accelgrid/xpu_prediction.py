@@ -10,7 +10,9 @@ per release:
   ``tools/extract_torch_registrations.py``): its ``XPU:`` keys, composite kernels
   (``CompositeExplicitAutograd``, ``...NonFunctional``, ``CompositeImplicitAutograd``) and
   ``structured_delegate``s; plus the few hand-written XPU kernels in PyTorch's core
-  (``data/xpu_core_ops.json``: oneDNN matmul and convolution).
+  (``data/xpu_core_ops.json``, per series, tools/extract_core_registrations.py: oneDNN
+  convolution, matmul before 2.6; no release's own file is reachable, so each such
+  prediction's rule says what stands in for it, :func:`core_for`).
 
 One rule, whatever device captured the ops (the capture's own status plays no part), per
 op O and series X.Y (:func:`classify`):
@@ -57,7 +59,7 @@ from .opcapture import base_op, overload_family
 __all__ = [
     "COMPARED", "FOREACH_COMPOSITES", "NIGHTLY_BEFORE_127412", "ROUTED", "SEED_SERIES",
     "STATUSES", "agreement_line", "base_op", "choose_series", "compare_with_seed",
-    "counts_table", "data_horizon", "extraction_table", "load_core", "load_nightlies",
+    "core_for", "counts_table", "data_horizon", "extraction_table", "load_core", "load_nightlies",
     "load_observations", "load_seed", "load_torch", "load_upstream", "matrix_series",
     "nightly_series", "observation_agreement", "observed_vs_predicted", "overload_family",
     "predict", "predict_all", "predict_detail", "predict_observation", "predicted_view",
@@ -191,6 +193,7 @@ class _Release:
     core: frozenset[str]  # exact names with a core XPU registration
     complete: bool  # every XPU kernel of the release is known
     beyond: str | None = None  # set for a series past the data: why it is unknown
+    core_note: str = ""  # where the core registrations of this series come from
 
 
 def _families(names: Iterable[str]) -> dict[str, set[str]]:
@@ -217,18 +220,35 @@ def _release(upstream: Mapping[str, Any], series: str, core: Mapping[str, Any],
         torch = {k: (v.replace("E", "") or "B") if k.startswith("_foreach_") else v
                  for k, v in torch.items()}
     native = list(entry["native"])
-    core_names: set[str] = set()
-    if _version(series) >= _version(core.get("applies_from", "0")):
-        native += [e["op"] for e in core.get("native", [])]
-        core_names = {_exact(e["op"]) for e in core.get("native", [])}
+    core_ops, core_note = core_for(core, series)
+    native += list(core_ops)
+    core_names = {_exact(op) for op in core_ops}
     # A stale torch-xpu-ops kernel list (2.14: registrations moved into PyTorch) is made
     # whole again by that release's yaml, whose XPU keys then hold them.
     complete = (entry.get("native_commit", entry["commit"]) == entry["commit"]
                 or torch is not None)
     return _Release(_families(native), _families(entry["fallback"]), torch,
-                    frozenset(_exact(n) for n in native),
+                    frozenset(_exact(n) for n in entry["native"]),
                     frozenset(_exact(n) for n in entry["fallback"]), frozenset(core_names),
-                    complete)
+                    complete, core_note=core_note)
+
+
+def core_for(core: Mapping[str, Any], series: str) -> tuple[dict[str, str], str]:
+    """``({op: source}, note)``: the core XPU registrations (data/xpu_core_ops.json,
+    tools/extract_core_registrations.py) that stand for torch ``series``, and one line
+    on what they are. A series the data lacks takes the nearest earlier one's, said so
+    in the note; before the first, none."""
+    have = sorted(core.get("series", {}), key=_version)
+    known = [s for s in have if _version(s) <= _version(series)]
+    if not known:
+        return {}, f"no core registration data for torch {series}"
+    entry = core["series"][known[-1]]
+    src = sorted({v for v in entry["ops"].values()})
+    note = ("this release's own files" if entry.get("per_release") else
+            "not this release's own files: " + "; ".join(src))
+    if known[-1] != series:
+        note = f"no core registration data for torch {series}: torch {known[-1]}'s ({note})"
+    return dict(entry["ops"]), note
 
 
 def _version(series: str) -> tuple[int, ...]:
@@ -282,7 +302,7 @@ def _classify(name: str, rel: _Release, depth: int = 0) -> tuple[str, str]:
     if "X" in letters:
         return "native", "PyTorch XPU key"
     if exact in rel.core:
-        return "native", "PyTorch core XPU registration"
+        return "native", f"PyTorch core XPU registration ({rel.core_note})"
     if delegate and depth < 3:
         status, _ = _classify(delegate, rel, depth + 1)
         if status in ("native", "fallback"):
@@ -426,12 +446,14 @@ def choose_series(requested: Iterable[str] | None = None, cells: Iterable[Any] |
 
 
 def _release_facts(upstream: Mapping[str, Any], series: str,
-                   torch_data: Mapping[str, Any]) -> dict[str, Any]:
+                   torch_data: Mapping[str, Any],
+                   core: Mapping[str, Any] | None = None) -> dict[str, Any]:
     e = upstream["series"][series]
     src = torch_data.get("series", {}).get(series, {}).get("source", {})
     return {"branch": e["branch"], "commit": e["commit"], "date": e.get("date"),
             "kernel_list_from": e.get("native_commit") or e["commit"],
-            "torch_wheel": src.get("wheel"), "torch_wheel_sha256": src.get("sha256")}
+            "torch_wheel": src.get("wheel"), "torch_wheel_sha256": src.get("sha256"),
+            "core_registrations": core_for(core or {}, series)[1]}
 
 
 def predicted_view(captured: Mapping[str, Any], series: Iterable[str],
@@ -467,7 +489,7 @@ def predicted_view(captured: Mapping[str, Any], series: Iterable[str],
         "captured": {k: captured.get(k) for k in ("cell", "device_type", "torch")}
         | {"sources": list(captured.get("sources") or [])},
         "series": order,
-        "releases": {s: _release_facts(upstream, s, torch_data) for s in order},
+        "releases": {s: _release_facts(upstream, s, torch_data, core) for s in order},
         "workloads": list(captured.get("workloads") or sorted(
             {w for e in out_ops.values() for w in e["workloads"]})),
         "counts": series_counts(preds),
