@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import backends
+from . import backends, devices
 
 # The spec's hook name -> accelgrid's table (the testing_utils table it fills).
 HOOKS: dict[str, str] = {
@@ -46,7 +46,7 @@ def hooks(device: str, resolve: Callable[[str, str], Any] = backends.resolve
     for hook, api in HOOKS.items():
         table = backends.TABLES[api]
         key = device if device in table else "default"
-        impl = table[key]
+        impl = backends.impl(api, device)
         try:
             resolve(api, device)
         except backends.NotClaimed:
@@ -104,6 +104,6 @@ def write(folder: Path, device: str, resolve: Callable[[str, str], Any] = backen
 def accelerate_env(device: str) -> dict[str, str]:
     """The variables accelerate reads for the cell's device."""
     env = {"ACCELERATE_TORCH_DEVICE": device}
-    if device == "cpu":
+    if not devices.get(device).accelerator:
         env["ACCELERATE_USE_CPU"] = "1"
     return env

@@ -28,6 +28,7 @@ import pytest
 
 from . import (
     contract,
+    devices,
     environment,
     junit,
     known_issues_runtime,
@@ -501,6 +502,10 @@ def pytest_configure(config: pytest.Config) -> None:
                             "that sees the host's accelerators (the cell's other tests see "
                             "none: CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")
     known_issues_runtime.configure(config)  # upstream marker; registry xfails
+    try:
+        devices.from_env()  # a spec device is registered before any test asks for it
+    except (devices.SpecError, devices.UnknownDevice) as exc:
+        raise pytest.UsageError(str(exc)) from None
     if _worker_id(config) is not None:
         _safe_events(config)
         lifetime.die_with_parent()  # a worker never outlives its controller
@@ -522,14 +527,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def device_type() -> str:
-    """The cell's device type: ``cpu``, ``cuda``, ``xpu`` or ``mps`` (``ACCELGRID_DEVICE``)."""
-    return os.environ.get(contract.DEVICE, "cpu")
+    """The cell's device type: ``cpu``, ``cuda``, ``xpu``, ``mps`` or a spec file's
+    ``DEVICE_NAME`` (``ACCELGRID_DEVICE``)."""
+    return devices.from_env().name
 
 
 @pytest.fixture(scope="session")
 def device(device_type: str) -> str:
-    """The device tests put tensors on (``"cuda"``, ``"xpu"``, ``"cpu"``, ``"mps"``)."""
-    return device_type
+    """The device tests put tensors on (``"cuda"``, ``"xpu"``, ``"cpu"``, ``"mps"``; a
+    spec device's ``TORCH_DEVICE``, else its name)."""
+    return devices.get(device_type).tensor_device
 
 
 def workload_of(nodeid: str) -> str:

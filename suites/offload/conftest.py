@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from accelgrid import devices
 from accelgrid.backends import device_type
 from accelgrid.outcomes import not_run
 
@@ -33,7 +34,7 @@ def _offload_gate(request: pytest.FixtureRequest, device: str) -> None:
     import offload_helpers
 
     kind = device_type(device)
-    if kind not in offload_helpers.SUPPORTED_DEVICES:
+    if not devices.get(kind).offload:
         pytest.skip(offload_helpers.skip_reason(kind))
     try:
         offload_helpers.import_cpu_offload()
