@@ -37,6 +37,7 @@ from . import (
     provenance,
     results,
     shards,
+    testing,
 )
 
 
@@ -491,7 +492,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "devices(*types): run only on these device types")
+    for help_text in testing.MARKERS.values():  # only_on, skip_on, needs_devices, needs_dtype
+        config.addinivalue_line("markers", help_text)
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
     config.addinivalue_line("markers", "device_alone: needs its device to itself (a timing "
@@ -550,7 +552,8 @@ def workload_of(nodeid: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _only_on_marked_devices(request: pytest.FixtureRequest, device_type: str) -> None:
-    marker = request.node.get_closest_marker("devices")
-    if marker and device_type not in marker.args:
-        pytest.skip(f"runs on {', '.join(marker.args)} only, this cell is {device_type}")
+def _device_marks(request: pytest.FixtureRequest, device_type: str, device: str) -> None:
+    """only_on / skip_on / needs_devices / dtypes' marks (accelgrid.testing), before the test."""
+    why = testing.skip_reason(request.node, device_type, device)
+    if why:
+        pytest.skip(why)

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from accelgrid import devices
-from accelgrid.backends import device_type
-from accelgrid.outcomes import not_run
+from accelgrid.testing import device_type, not_run
 
 # The tests and the resume subprocess import offload_helpers from this folder; make that
 # work under every --import-mode (importlib mode does not put test folders on sys.path).
