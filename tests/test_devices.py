@@ -188,3 +188,24 @@ def test_the_fake_device_runs_the_smoke_suite(mini_project, python) -> None:
     env = json.loads((folder / results.ENV).read_text())
     assert env["device_type"] == "fakeacc"
     assert env["env"]["ACCELGRID_DEVICE_SPEC"] == "fake_device_spec.py"
+
+
+def test_the_transformers_spec_of_a_spec_device_calls_its_hooks(tmp_path, registered,
+                                                                monkeypatch) -> None:
+    """hf_tests' generated TRANSFORMERS_TEST_DEVICE_SPEC for a spec device loads the spec
+    (from the cell's variables) and hands transformers the spec's own hooks."""
+    import runpy
+
+    from accelgrid import hf_spec
+
+    devices.load_spec(FAKE)
+    path, record = hf_spec.write(tmp_path, "fakeacc")
+    assert record["hooks"]["DEVICE_COUNT_FN"]["impl"] == "backends.resolve('device_count', " \
+                                                        "'fakeacc')"
+    assert record["hooks"]["EMPTY_CACHE_FN"]["impl"] is None
+    devices.TYPES.pop("fakeacc")   # as in a fresh transformers process
+    monkeypatch.setenv("ACCELGRID_DEVICE", "fakeacc")
+    monkeypatch.setenv("ACCELGRID_DEVICE_SPEC", str(FAKE))
+    ns = runpy.run_path(str(path))
+    assert ns["DEVICE_NAME"] == "fakeacc"
+    assert ns["DEVICE_COUNT_FN"] is devices.get("fakeacc").apis["device_count"]

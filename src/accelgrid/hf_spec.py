@@ -56,7 +56,12 @@ def hooks(device: str, resolve: Callable[[str, str], Any] = backends.resolve
         except backends.MissingAPI as exc:
             out[hook] = {"api": api, "impl": None, "why": str(exc)}
             continue
-        dotted = impl if isinstance(impl, str) else f"backends.TABLES[{api!r}][{key!r}]"
+        if isinstance(impl, str):
+            dotted = impl
+        elif device in table or key == "default" and impl is table[key]:
+            dotted = f"backends.TABLES[{api!r}][{key!r}]"
+        else:  # a spec device's own hook: the generated file loads the spec first
+            dotted = f"backends.resolve({api!r}, {device!r})"
         out[hook] = {"api": api, "impl": dotted, "why": None}
     return out
 
@@ -69,7 +74,10 @@ def spec_text(device: str, found: Mapping[str, Mapping[str, str | None]]) -> str
         'transformers uses its default and the tests needing them skip."""',
         "import torch  # noqa: F401",
     ]
-    if any((h["impl"] or "").startswith("backends.") for h in found.values()):
+    if any((h["impl"] or "").startswith("backends.resolve(") for h in found.values()):
+        # a device from a spec file: registered from ACCELGRID_DEVICE_SPEC, as in the cell
+        lines += ["from accelgrid import backends, devices", "", "devices.from_env()"]
+    elif any((h["impl"] or "").startswith("backends.") for h in found.values()):
         lines.append("from accelgrid import backends")
     lines += ["", f"DEVICE_NAME = {device!r}"]
     for hook, entry in found.items():
