@@ -100,15 +100,34 @@ def test_only_cli_builds_argument_parsers() -> None:
                        for n in tree.body), f"{rel} has a main(); commands live in cli/"
 
 
-def test_readme_layout_names_every_module() -> None:
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("## Layout"):]
+def test_architecture_layout_names_every_module() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("## Layout"):]
     rows = [ln for ln in table.splitlines() if ln.startswith("| `src/accelgrid/")]
     named = " ".join(rows)
     modules = {p.stem for p in SRC.rglob("*.py")
                if not p.stem.startswith("_") and "templates" not in p.parts}
     missing = sorted(m for m in modules if f"`{m}`" not in named)
-    assert not missing, f"README's layout table does not name {missing}"
+    assert not missing, f"docs/architecture.md's layout table does not name {missing}"
+
+
+def test_architecture_draws_the_layers_import_linter_checks() -> None:
+    """docs/architecture.md's drawing names every module of .importlinter's layers, in
+    the same order from top to bottom."""
+    import configparser
+    import re
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / ".importlinter")
+    layers = [[m.strip() for m in re.split(r"[|:]", line) if m.strip()]
+              for line in cfg["importlinter:contract:layers"]["layers"].split("\n") if line]
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    drawing = doc[doc.index("```"):doc.index("## The data's path")]
+    # Each layer's line starts with its first module, in .importlinter's order.
+    at = [re.search(rf"^ {re.escape(layer[0])}(?![\w])", drawing, re.M) for layer in layers]
+    assert all(at), [layer[0] for layer, m in zip(layers, at, strict=True) if not m]
+    at = [m.start() for m in at]
+    assert at == sorted(at), "the drawing's layers are not in .importlinter's order"
 
 
 def test_readme_first_screen_counts_are_the_cpu_baselines() -> None:

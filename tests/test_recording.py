@@ -340,13 +340,13 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
 def test_nvidia_driver_from_the_kernels_file(tmp_path, monkeypatch, text, want) -> None:
     # Every test process reports its torch facts; nvidia-smi's NVML start-up in each of
     # them took up to seconds on a multi-GPU host: the kernel's own file answers at once.
-    from accelgrid import provenance
+    from accelgrid.devices import cuda
 
     (tmp_path / "version").write_text(text)
-    monkeypatch.setattr(provenance.shutil, "which", lambda name: pytest.fail("nvidia-smi run"))
-    assert provenance._nvidia_driver(str(tmp_path / "version")) == want
-    monkeypatch.setattr(provenance.shutil, "which", lambda name: None)
-    assert provenance._nvidia_driver(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(cuda.shutil, "which", lambda name: pytest.fail("nvidia-smi run"))
+    assert cuda.driver_version(str(tmp_path / "version")) == want
+    monkeypatch.setattr(cuda.shutil, "which", lambda name: None)
+    assert cuda.driver_version(str(tmp_path / "missing")) is None
 
 
 def test_recorded_properties_land_in_the_test_record(mini_project, python) -> None:

@@ -4,7 +4,9 @@ In the style of transformers' ``testing_utils`` (``BACKEND_MANUAL_SEED`` and fri
 table maps a device type to either a dotted attribute path under ``torch`` (resolved lazily,
 so a missing API is reported with its exact name, e.g. ``torch.xpu.memory_allocated`` on
 torch 2.4 — pytorch/pytorch#127929), a callable, or ``None`` when the device does not claim
-the feature. ``"default"`` is used for device types not listed.
+the feature. ``"default"`` is used for device types not listed. The entries come from the
+device modules (:mod:`accelgrid.devices`, ``DeviceType.apis``); a device registered from a
+spec file later is found there.
 
 Suites call :func:`dispatch`; it raises :class:`NotClaimed` (tests turn that into a skip)
 or :class:`MissingAPI` (tests turn that into a failure naming the API).
@@ -16,7 +18,9 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-Impl = str | Callable[..., Any] | None
+from . import devices
+
+Impl = devices.Impl
 
 
 class NotClaimed(Exception):
@@ -27,76 +31,26 @@ class MissingAPI(AttributeError):
     """The device claims the feature but the installed torch lacks the API."""
 
 
-def _cpu_memory_unsupported(*_: Any) -> Any:
-    raise NotClaimed("cpu does not track device memory allocations")
-
+# What a device that does not list an API gets.
+DEFAULTS: dict[str, Impl] = {api: None for api in devices.APIS} | {
+    "manual_seed": "torch.manual_seed"}
 
 TABLES: dict[str, dict[str, Impl]] = {
-    "manual_seed": {
-        "cuda": "torch.cuda.manual_seed",
-        "xpu": "torch.xpu.manual_seed",
-        "mps": "torch.mps.manual_seed",
-        "default": "torch.manual_seed",
-    },
-    "synchronize": {
-        "cuda": "torch.cuda.synchronize",
-        "xpu": "torch.xpu.synchronize",
-        "mps": "torch.mps.synchronize",
-        "cpu": "torch.cpu.synchronize",
-        "default": None,
-    },
-    "device_count": {
-        "cuda": "torch.cuda.device_count",
-        "xpu": "torch.xpu.device_count",
-        "cpu": "torch.cpu.device_count",
-        "mps": lambda: 1,
-        "default": None,
-    },
-    "device_name": {
-        "cuda": "torch.cuda.get_device_name",
-        "xpu": "torch.xpu.get_device_name",
-        "default": None,
-    },
-    "memory_allocated": {
-        "cuda": "torch.cuda.memory_allocated",
-        "xpu": "torch.xpu.memory_allocated",
-        "mps": "torch.mps.current_allocated_memory",
-        "default": None,
-    },
-    "max_memory_allocated": {
-        "cuda": "torch.cuda.max_memory_allocated",
-        "xpu": "torch.xpu.max_memory_allocated",
-        "default": None,
-    },
-    "reset_peak_memory_stats": {
-        "cuda": "torch.cuda.reset_peak_memory_stats",
-        "xpu": "torch.xpu.reset_peak_memory_stats",
-        "default": None,
-    },
-    "empty_cache": {
-        "cuda": "torch.cuda.empty_cache",
-        "xpu": "torch.xpu.empty_cache",
-        "mps": "torch.mps.empty_cache",
-        "default": None,
-    },
-    "Stream": {
-        "cuda": "torch.cuda.Stream",
-        "xpu": "torch.xpu.Stream",
-        "default": None,
-    },
-    "Event": {
-        "cuda": "torch.cuda.Event",
-        "xpu": "torch.xpu.Event",
-        "mps": "torch.mps.event.Event",
-        "default": None,
-    },
-    "is_bf16_supported": {
-        "cuda": "torch.cuda.is_bf16_supported",
-        "xpu": "torch.xpu.is_bf16_supported",
-        "cpu": lambda: True,
-        "default": None,
-    },
+    api: {**{d.name: d.apis[api] for d in devices.BUILTIN if api in d.apis},
+          "default": DEFAULTS[api]}
+    for api in devices.APIS
 }
+
+
+def impl(api: str, dtype: str) -> Impl:
+    """The table entry of ``api`` for device type ``dtype`` (None: not claimed)."""
+    table = TABLES[api]
+    if dtype in table:
+        return table[dtype]
+    kind = devices.find(dtype)  # a device registered from a spec file
+    if kind is not None and api in kind.apis:
+        return kind.apis[api]
+    return table.get("default")
 
 
 def device_type(device: Any) -> str:
@@ -106,14 +60,13 @@ def device_type(device: Any) -> str:
 
 def resolve(api: str, device: Any) -> Callable[..., Any]:
     """The implementation of ``api`` for ``device``; raises NotClaimed / MissingAPI."""
-    table = TABLES[api]
     dtype = device_type(device)
-    impl = table.get(dtype, table.get("default"))
-    if impl is None:
+    found = impl(api, dtype)
+    if found is None:
         raise NotClaimed(f"{dtype} does not claim {api}")
-    if callable(impl):
-        return impl
-    module_path, _, attr = impl.rpartition(".")
+    if callable(found):
+        return found
+    module_path, _, attr = found.rpartition(".")
     try:
         owner = importlib.import_module(module_path)
     except ImportError:
@@ -122,7 +75,7 @@ def resolve(api: str, device: Any) -> Callable[..., Any]:
         owner = getattr(owner, module_path.rpartition(".")[2], None)
     fn = getattr(owner, attr, None) if owner is not None else None
     if fn is None:
-        raise MissingAPI(f"{impl} is missing in this torch build")
+        raise MissingAPI(f"{found} is missing in this torch build")
     return fn
 
 
@@ -133,5 +86,4 @@ def dispatch(api: str, device: Any, *args: Any, **kwargs: Any) -> Any:
 
 def claims(api: str, device: Any) -> bool:
     """Whether the device type claims ``api`` at all (regardless of torch version)."""
-    table = TABLES[api]
-    return table.get(device_type(device), table.get("default")) is not None
+    return impl(api, device_type(device)) is not None

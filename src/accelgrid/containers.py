@@ -32,7 +32,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import contract, environment, install, results, runner
+from . import contract, devices, environment, install, results, runner
 from .errors import InvalidInput
 from .matrix import Cell, Matrix, Runtime, control_problem
 
@@ -394,13 +394,8 @@ class Engine:
         return [*cmd, str(containerfile.parent)]
 
     def device_args(self, cell: Cell) -> list[str]:
-        if cell.device == "xpu":
-            return ["--device", "/dev/dri"]
-        if cell.device == "cuda":
-            # docker: the NVIDIA runtime hook; podman/buildah: CDI (nvidia-ctk cdi generate).
-            return ["--gpus", "all"] if self.name == "docker" else [
-                "--device", "nvidia.com/gpu=all"]
-        return []
+        kind = devices.find(cell.device)  # the device module's container_args
+        return kind.container_device_args(self.name) if kind else []
 
     def run_commands(self, cell: Cell, tag: str, results: Path, pytest_args: Sequence[str],
                      env: Mapping[str, str]) -> list[list[str]]:

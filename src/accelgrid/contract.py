@@ -11,7 +11,9 @@ from __future__ import annotations
 
 # --- set by the runner for each pytest it starts ---------------------------------------
 CELL = "ACCELGRID_CELL"                # cell name; the plugin is inert without it
-DEVICE = "ACCELGRID_DEVICE"            # cpu | cuda | xpu | mps
+DEVICE = "ACCELGRID_DEVICE"            # cpu | cuda | xpu | mps | a spec file's DEVICE_NAME
+DEVICE_SPEC = "ACCELGRID_DEVICE_SPEC"  # the spec file of a device outside the four
+                                       # (matrix devices.<d>.spec; accelgrid.devices.spec)
 TORCH = "ACCELGRID_TORCH"              # the cell's torch series, e.g. "2.13"
 PROFILE = "ACCELGRID_PROFILE"          # the cell's env profile
 RESULTS = "ACCELGRID_RESULTS"          # the cell's results folder (recording is on)
@@ -41,10 +43,6 @@ PASS_HOST_ACCELERATORS = "host-accelerators"
 # Where several workers share a device, the tests marked device_alone run after them in
 # this pass: one worker per device, nothing else on it (timing premises, peak memory).
 PASS_DEVICE_ALONE = "device-alone"
-
-# How a process is pinned to some of the host's devices: set before torch is imported
-# (the runner pins xdist workers; suites read it to size a world).
-VISIBILITY_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 # --- set by the user (or CI) -----------------------------------------------------------
 RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import contract
+from . import contract, devices
 from .matrix import Cell
 
 INTEL = 0x8086
@@ -387,16 +387,14 @@ def resolve_hardware(cell: Cell, env: Mapping[str, str] | None = None,
                           None, note)
 
 
-# How a process is pinned to some of the host's devices (set before torch is imported).
-VISIBILITY_VAR = contract.VISIBILITY_VAR
+# How a process is pinned to some of the host's devices (set before torch is imported):
+# each device module's visibility_var (accelgrid.devices).
+VISIBILITY_VAR = {d.name: d.visibility_var for d in devices.BUILTIN if d.visibility_var}
 
 # What hides every accelerator from a cpu cell's tests (set before torch is imported), so
 # code that picks its device from what the host has (torchao's CPUOffloadOptimizer) sees a
-# CPU-only host, as the cell claims. CUDA: an empty CUDA_VISIBLE_DEVICES shows no GPU.
-# XPU: torch enumerates Level Zero GPUs only (c10/xpu/XPUFunctions.cpp), and a discarding
-# ONEAPI_DEVICE_SELECTOR filter drops them all (an empty ZE_AFFINITY_MASK would mean "all").
-# MPS: no variable hides it; a cpu cell on Apple silicon still sees MPS.
-HIDE_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "ONEAPI_DEVICE_SELECTOR": "!level_zero:gpu"}
+# CPU-only host, as the cell claims: each device module's ``hide`` (MPS has none).
+HIDE_ACCELERATORS = devices.hidden_accelerators()
 
 
 def _nvidia_ids() -> list[str]:

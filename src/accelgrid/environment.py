@@ -13,6 +13,8 @@ import sys
 import urllib.parse
 from collections.abc import Mapping
 
+from . import devices
+
 # Flags torch / the Intel graphics compiler parse as integers when torch loads.
 INTEGER_FLAGS = frozenset(
     {
@@ -87,23 +89,17 @@ def flag_value_problem(name: str, value: str) -> str | None:
     return None
 
 
-# Flags that only one device's runtime reads: set for another device they do nothing,
-# which makes a cell claim a configuration it never had.
-_DEVICE_FLAGS = (
-    ("xpu", re.compile(r"^(PYTORCH_\w*XPU\w*|ZE_\w+|IGC_\w+|SYCL_\w+|"
-                       r"OverrideDefaultFP64Settings|NEOReadDebugKeys)$")),
-    ("mps", re.compile(r"^(PYTORCH_\w*MPS\w*|MTL_\w+)$")),
-    ("cuda", re.compile(r"^(PYTORCH_\w*CUDA\w*|CUBLAS_\w+|CUDNN_\w+)$")),
-)
+# Flags that only one device's runtime reads (each device module's ``flags``): set for
+# another device they do nothing, which makes a cell claim a configuration it never had.
 
 
 def flag_device(name: str) -> str | None:
     """The device whose runtime reads env var ``name`` (``xpu`` for ZE_/IGC_/SYCL_ and
     PYTORCH_*XPU*, ``mps`` for PYTORCH_*MPS*, ``cuda`` for PYTORCH_*CUDA*/CUBLAS_/CUDNN_),
     or None for a flag every device may use."""
-    for device, pattern in _DEVICE_FLAGS:
-        if pattern.match(name):
-            return device
+    for kind in devices.TYPES.values():
+        if kind.reads_flag(name):
+            return kind.name
     return None
 
 

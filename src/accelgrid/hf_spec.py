@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import backends
+from . import backends, devices
 
 # The spec's hook name -> accelgrid's table (the testing_utils table it fills).
 HOOKS: dict[str, str] = {
@@ -46,7 +46,7 @@ def hooks(device: str, resolve: Callable[[str, str], Any] = backends.resolve
     for hook, api in HOOKS.items():
         table = backends.TABLES[api]
         key = device if device in table else "default"
-        impl = table[key]
+        impl = backends.impl(api, device)
         try:
             resolve(api, device)
         except backends.NotClaimed:
@@ -56,7 +56,12 @@ def hooks(device: str, resolve: Callable[[str, str], Any] = backends.resolve
         except backends.MissingAPI as exc:
             out[hook] = {"api": api, "impl": None, "why": str(exc)}
             continue
-        dotted = impl if isinstance(impl, str) else f"backends.TABLES[{api!r}][{key!r}]"
+        if isinstance(impl, str):
+            dotted = impl
+        elif device in table or key == "default" and impl is table[key]:
+            dotted = f"backends.TABLES[{api!r}][{key!r}]"
+        else:  # a spec device's own hook: the generated file loads the spec first
+            dotted = f"backends.resolve({api!r}, {device!r})"
         out[hook] = {"api": api, "impl": dotted, "why": None}
     return out
 
@@ -69,7 +74,10 @@ def spec_text(device: str, found: Mapping[str, Mapping[str, str | None]]) -> str
         'transformers uses its default and the tests needing them skip."""',
         "import torch  # noqa: F401",
     ]
-    if any((h["impl"] or "").startswith("backends.") for h in found.values()):
+    if any((h["impl"] or "").startswith("backends.resolve(") for h in found.values()):
+        # a device from a spec file: registered from ACCELGRID_DEVICE_SPEC, as in the cell
+        lines += ["from accelgrid import backends, devices", "", "devices.from_env()"]
+    elif any((h["impl"] or "").startswith("backends.") for h in found.values()):
         lines.append("from accelgrid import backends")
     lines += ["", f"DEVICE_NAME = {device!r}"]
     for hook, entry in found.items():
@@ -104,6 +112,6 @@ def write(folder: Path, device: str, resolve: Callable[[str, str], Any] = backen
 def accelerate_env(device: str) -> dict[str, str]:
     """The variables accelerate reads for the cell's device."""
     env = {"ACCELERATE_TORCH_DEVICE": device}
-    if device == "cpu":
+    if not devices.get(device).accelerator:
         env["ACCELERATE_USE_CPU"] = "1"
     return env

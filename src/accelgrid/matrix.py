@@ -15,6 +15,7 @@ with those devices. :func:`select` filters cells.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import re
@@ -25,7 +26,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import compat, contract, environment
+from . import compat, contract, devices, environment
 from .errors import UnknownName
 from .validation import (
     Problem,
@@ -119,6 +120,7 @@ class Device:
     runtime: tuple[Runtime, ...] = ()
     hardware: dict[str, Hardware] = dataclasses.field(default_factory=dict)
     drivers: dict[str, Hardware] = dataclasses.field(default_factory=dict)
+    spec: str | None = None   # a device outside the four: its spec file (accelgrid.devices.spec)
 
 
 @dataclass(frozen=True)
@@ -384,8 +386,44 @@ def _injection_problems(node: Any, smap: SourceMap, path: tuple = ()) -> list[Pr
     return problems
 
 
+def _device_spec_problems(name: str, spec: str | None, root: Path, smap: SourceMap
+                          ) -> list[Problem]:
+    """A device outside accelgrid.devices' modules needs a spec file declaring it; the
+    file is read, not run (it imports the backend, which this process may lack)."""
+    where = ("devices", name, "spec") if spec else ("devices", name)
+    if spec is None:
+        if devices.find(name) is None:
+            known = [d.name for d in devices.BUILTIN]
+            return [smap.problem(where, (
+                f"unknown name '{name}'; expected one of: {', '.join(known)}"
+                f"{suggest(name, known)} (another device type is declared by a spec: "
+                "FILE.py, docs/adding-a-device.md)"))]
+        return []
+    if devices.find(name) is not None:
+        return [smap.problem(where, f"'{name}' is a built-in device type; a spec file "
+                                    "declares a device of another name")]
+    path = root / spec
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as exc:
+        return [smap.problem(where, f"cannot read the device spec {spec}: {exc}")]
+    declared = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "DEVICE_NAME" for t in node.targets)
+                and isinstance(node.value, ast.Constant)]
+    if declared != [name]:
+        found = f"DEVICE_NAME = {declared[-1]!r}" if declared else "no DEVICE_NAME = '...'"
+        return [smap.problem(where, f"{spec} has {found}; it must declare "
+                                    f"DEVICE_NAME = {name!r}")]
+    return []
+
+
 def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]:
-    problems: list[Problem] = []
+    # Device names first, alone (as the schema's checks are): every later check of a
+    # misspelt device would only repeat it.
+    problems: list[Problem] = [p for dev, spec in data["devices"].items()
+                               for p in _device_spec_problems(dev, spec.get("spec"), root, smap)]
+    if problems:
+        return problems
     devices = list(data["devices"])
     series = list(data["torch"])
     profiles = list(data["profiles"])
@@ -550,6 +588,7 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             runtime=tuple(_runtime(r) for r in spec.get("runtime") or ()),
             hardware=_hardware(spec.get("hardware")),
             drivers=_hardware(spec.get("drivers")),
+            spec=spec.get("spec"),
         )
     torch = {
         key: TorchSeries(key, {k: v for k, v in spec.items() if k in PIN_NAMES},
@@ -800,7 +839,10 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         suite_paths=tuple(s.path for s in suites),
         packages=tuple(packages),
         env={**device.env, **{k: v for s in suites for k, v in s.env.items()}, **profile.env,
-             **_env(combo.get("env"))},
+             **_env(combo.get("env")),
+             # the in-cell plugin loads the spec (relative: to the matrix's folder, where
+             # the cell's pytest starts)
+             **({contract.DEVICE_SPEC: device.spec} if device.spec else {})},
         index=device.index,
         torch_requirement=torch_req,
         runner_labels=labels,

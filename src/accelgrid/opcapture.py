@@ -37,6 +37,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+from . import devices
+
 # Exact upstream texts (torch-xpu-ops XPUFallback.template, PyTorch MPSFallback.mm).
 # XPU prints "happends" and a trailing space.
 XPU_FALLBACK_ONCE = (
@@ -56,13 +58,13 @@ _NOT_IMPLEMENTED = re.compile(
     r"The operator '(aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)' is not currently implemented "
     r"for the (XPU|MPS|CUDA) device")
 
-DISPATCH_KEY = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
+DISPATCH_KEY = {d.name: d.dispatch_key for d in devices.BUILTIN}
 # The flag that makes a device's catch-all fallback run unimplemented ops on the CPU
-# instead of raising "not currently implemented" (XPUFallback.template: the boxed
-# ``TORCH_LIBRARY_IMPL(_, XPU, m)`` fallback; MPSFallback.mm likewise). Such ops print the
-# same fallback message as ops registered to fall back one by one, so the dispatcher tells
-# them apart: a per-op registration is a kernel on the device's key, the catch-all is not.
-ENABLE_FALLBACK = {"xpu": "PYTORCH_ENABLE_XPU_FALLBACK", "mps": "PYTORCH_ENABLE_MPS_FALLBACK"}
+# instead of raising "not currently implemented" (each device module's fallback_flag).
+# Such ops print the same fallback message as ops registered to fall back one by one, so
+# the dispatcher tells them apart: a per-op registration is a kernel on the device's key,
+# the catch-all is not.
+ENABLE_FALLBACK = {d.name: d.fallback_flag for d in devices.BUILTIN if d.fallback_flag}
 
 
 def base_op(name: str) -> str:

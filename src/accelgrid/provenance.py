@@ -10,14 +10,11 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
-import re
-import shutil
 import socket
-import subprocess
 import sys
 from typing import Any
 
-from . import contract, environment
+from . import contract, devices, environment
 
 PACKAGES = (
     "torch", "torchao", "transformers", "accelerate", "torchvision", "triton",
@@ -47,35 +44,6 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     return out
 
 
-NVIDIA_DRIVER_PROC = "/proc/driver/nvidia/version"
-# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..." (or "... Open Kernel
-# Module for x86_64  580.159.04 ...").
-_NVRM_VERSION = re.compile(r"^NVRM version:.*?Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s",
-                           re.MULTILINE)
-
-
-def _nvidia_driver(proc_file: str = NVIDIA_DRIVER_PROC) -> str | None:
-    """The NVIDIA kernel driver's version: from the kernel's own file (no process), else
-    from nvidia-smi, whose NVML start-up takes up to seconds on a multi-GPU host and
-    every test process of a run would pay it at once."""
-    try:
-        with open(proc_file, encoding="utf-8", errors="replace") as fh:
-            found = _NVRM_VERSION.search(fh.read(4096))
-        if found:
-            return found.group(1)
-    except OSError:
-        pass
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.strip().splitlines()[0] if out.strip() else None
-
-
 def torch_facts(device_type: str) -> dict[str, Any]:
     """torch's version and build, and the devices of ``device_type`` it sees."""
     try:
@@ -85,36 +53,21 @@ def torch_facts(device_type: str) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "version": torch.__version__,
         "git_version": getattr(torch.version, "git_version", None),
-        "cuda_runtime": getattr(torch.version, "cuda", None),
-        "xpu_runtime": getattr(torch.version, "xpu", None),
+        # torch.version.cuda / .xpu: the runtime the build is for (device modules' runtime_attr)
+        **{f"{d.runtime_attr}_runtime": getattr(torch.version, d.runtime_attr, None)
+           for d in devices.BUILTIN if d.runtime_attr},
         "debug": getattr(torch.version, "debug", None),
     }
-    devices: list[dict[str, Any]] = []
+    found: list[dict[str, Any]] = []
     driver = None
     try:
-        if device_type == "cuda" and torch.cuda.is_available():
-            for i in range(torch.cuda.device_count()):
-                props = torch.cuda.get_device_properties(i)
-                devices.append({"index": i, "name": props.name,
-                                "memory_bytes": props.total_memory,
-                                "capability": f"{props.major}.{props.minor}"})
-            driver = _nvidia_driver()
-        elif device_type == "xpu" and hasattr(torch, "xpu") and torch.xpu.is_available():
-            for i in range(torch.xpu.device_count()):
-                props = torch.xpu.get_device_properties(i)
-                devices.append({"index": i, "name": props.name,
-                                "memory_bytes": getattr(props, "total_memory", None)})
-                driver = getattr(props, "driver_version", driver)
-        elif device_type == "mps" and torch.backends.mps.is_available():
-            devices.append({"index": 0, "name": f"Apple {platform.machine()}"})
-            driver = platform.mac_ver()[0] or None
-        elif device_type == "cpu":
-            devices.append({"index": 0, "name": platform.processor() or platform.machine(),
-                            "threads": torch.get_num_threads()})
+        kind = devices.find(device_type)
+        if kind is not None:
+            found, driver = kind.torch_devices(torch)
     except Exception as exc:  # noqa: BLE001 - record, don't fail the run over provenance
         facts["device_error"] = f"{type(exc).__name__}: {exc}"
-    facts["device_count"] = len(devices)
-    facts["devices"] = devices
+    facts["device_count"] = len(found)
+    facts["devices"] = found
     facts["driver"] = driver
     return facts
 

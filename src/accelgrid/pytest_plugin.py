@@ -28,6 +28,7 @@ import pytest
 
 from . import (
     contract,
+    devices,
     environment,
     junit,
     known_issues_runtime,
@@ -36,6 +37,7 @@ from . import (
     provenance,
     results,
     shards,
+    testing,
 )
 
 
@@ -504,7 +506,8 @@ def _nested(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "devices(*types): run only on these device types")
+    for help_text in testing.MARKERS.values():  # only_on, skip_on, needs_devices, needs_dtype
+        config.addinivalue_line("markers", help_text)
     config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
                             "process (runs in a separate pass, never beside pinned workers)")
     config.addinivalue_line("markers", "device_alone: needs its device to itself (a timing "
@@ -515,6 +518,10 @@ def pytest_configure(config: pytest.Config) -> None:
                             "that sees the host's accelerators (the cell's other tests see "
                             "none: CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")
     known_issues_runtime.configure(config)  # upstream marker; registry xfails
+    try:
+        devices.from_env()  # a spec device is registered before any test asks for it
+    except (devices.SpecError, devices.UnknownDevice) as exc:
+        raise pytest.UsageError(str(exc)) from None
     if _worker_id(config) is not None:
         _safe_events(config)
         lifetime.die_with_parent()  # a worker never outlives its controller
@@ -536,14 +543,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def device_type() -> str:
-    """The cell's device type: ``cpu``, ``cuda``, ``xpu`` or ``mps`` (``ACCELGRID_DEVICE``)."""
-    return os.environ.get(contract.DEVICE, "cpu")
+    """The cell's device type: ``cpu``, ``cuda``, ``xpu``, ``mps`` or a spec file's
+    ``DEVICE_NAME`` (``ACCELGRID_DEVICE``)."""
+    return devices.from_env().name
 
 
 @pytest.fixture(scope="session")
 def device(device_type: str) -> str:
-    """The device tests put tensors on (``"cuda"``, ``"xpu"``, ``"cpu"``, ``"mps"``)."""
-    return device_type
+    """The device tests put tensors on (``"cuda"``, ``"xpu"``, ``"cpu"``, ``"mps"``; a
+    spec device's ``TORCH_DEVICE``, else its name)."""
+    return devices.get(device_type).tensor_device
 
 
 def workload_of(nodeid: str) -> str:
@@ -557,7 +566,8 @@ def workload_of(nodeid: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _only_on_marked_devices(request: pytest.FixtureRequest, device_type: str) -> None:
-    marker = request.node.get_closest_marker("devices")
-    if marker and device_type not in marker.args:
-        pytest.skip(f"runs on {', '.join(marker.args)} only, this cell is {device_type}")
+def _device_marks(request: pytest.FixtureRequest, device_type: str, device: str) -> None:
+    """only_on / skip_on / needs_devices / dtypes' marks (accelgrid.testing), before the test."""
+    why = testing.skip_reason(request.node, device_type, device)
+    if why:
+        pytest.skip(why)

@@ -73,6 +73,10 @@ CELL_FILES = (TESTS, ENV, COLLECTED, SUMMARY)
 # Folders never searched for cells: tool state, and a cell's own per-worker folder.
 SKIP_DIRS = {".git", ".nox", ".venv", "venv", "node_modules", "__pycache__", RUNNING}
 MAX_DEPTH = 6
+# Where `accelgrid repro` writes (<results>/repro/<issue>/<cell>/): a grid of the cells'
+# results leaves it out (else each reproduced cell would be a second column, cpu-2.13#2);
+# naming <results>/repro/<issue> shows those runs.
+REPRO_DIR = "repro"
 
 
 RESULTS_DIR = "results"
@@ -1193,6 +1197,9 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
                 notes.append(f"{path}: a file, not a results folder; ignored")
         elif not path.is_dir() or is_cell(path):
             found.append(path)
+        elif path.name == REPRO_DIR:
+            notes.append(f"{path}: reproductions (accelgrid repro), left out of the cells' "
+                         f"grid; name {path}/<issue> to show them")
         else:
             inner = _search(path)
             found += inner or [path]
@@ -1217,7 +1224,8 @@ def _search(top: Path) -> list[Path]:
             continue
         if len(here.parts) - base >= MAX_DEPTH:
             dirnames[:] = []
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
+                             and d != REPRO_DIR)
     return cells
 
 

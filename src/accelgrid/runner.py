@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import contract, detect, known_issues, lifetime, ops, progress, results, suite_scope
+from . import contract, detect, devices, known_issues, lifetime, ops, progress, results, suite_scope
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell
 from .versions import version_key
@@ -157,9 +157,9 @@ UNKNOWN_MEMORY_PER_DEVICE = 2
 MAX_WORKERS_PER_DEVICE = 64   # ACCELGRID_WORKERS_PER_DEVICE's bound
 # Whether processes may use one device of this type at the same time: then the pass that
 # sees every device runs beside the pinned workers (its ranks share their GPUs) instead of
-# after them. CUDA and XPU GPUs are time-shared between processes; a CUDA GPU set to an
-# exclusive compute mode is not (ACCELGRID_SERIAL_PASSES=1 there). mps is one device.
-SHARED_BY_PROCESSES: dict[str, bool] = {"cuda": True, "xpu": True, "mps": False}
+# after them: each device module's shared_by_processes (accelgrid.devices).
+SHARED_BY_PROCESSES: dict[str, bool] = {d.name: d.shared_by_processes
+                                        for d in devices.BUILTIN if d.accelerator}
 # pytest options that read or write pytest's cache (.pytest_cache): two sessions at once
 # would lose each other's last-failed list, so a run using them keeps its passes serial.
 CACHE_OPTIONS = {

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accelgrid import backends, contract, lifetime
+from accelgrid import backends, devices, lifetime
 
 pytestmark = pytest.mark.multi_device
 
@@ -28,16 +28,14 @@ CPU_WORLD = 2  # gloo on CPU needs no devices: two processes prove the path
 
 
 def _backend(device: str) -> str:
-    if device == "cuda":
-        return "nccl"
-    if device == "xpu":
-        has_xccl = getattr(dist, "is_xccl_available", lambda: False)()
-        if not has_xccl:
-            pytest.skip(f"torch {torch.__version__} has no xccl backend for xpu")
-        return "xccl"
-    if device == "cpu":
-        return "gloo"
-    pytest.skip(f"no collective backend for {device}")
+    """The device module's collective backend (accelgrid.devices), where this torch has it."""
+    kind = devices.get(device)
+    if kind.collective_backend is None:
+        pytest.skip(f"no collective backend for {device}")
+    if kind.collective_check and not getattr(dist, kind.collective_check, lambda: False)():
+        pytest.skip(f"torch {torch.__version__} has no {kind.collective_backend} backend "
+                    f"for {device}")
+    return kind.collective_backend
 
 
 def _world(device: str) -> int:
@@ -45,7 +43,7 @@ def _world(device: str) -> int:
     if device == "cpu":
         return CPU_WORLD
     count = backends.dispatch("device_count", device)
-    var = contract.VISIBILITY_VAR.get(device)
+    var = devices.get(device).visibility_var
     visible = [d for d in os.environ.get(var or "", "").split(",") if d.strip()]
     # A visibility list torch does not honour would put ranks on devices not chosen.
     assert not visible or count <= len(visible), (
@@ -71,7 +69,7 @@ def test_collectives_and_ddp(device: str, tmp_path: Path) -> None:
              for f in sorted(out.glob("rank-*.json"))]
     assert sorted(r["rank"] for r in ranks) == list(range(world))
     assert all(r["world"] == world for r in ranks)
-    var = contract.VISIBILITY_VAR.get(device)
+    var = devices.get(device).visibility_var
     # Shown by -rA: the world and where its ranks ran, in the run's visible devices.
     print(f"world {world} on {sorted(r['device'] for r in ranks)}"
           + (f" with {var}={os.environ.get(var)}" if var else ""))

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from accelgrid.backends import dispatch
+from accelgrid.testing import dispatch
 
 from . import parity
 from .optimizers import CLIP_FOREACH, REFERENCE_IMPL, adamw_flags

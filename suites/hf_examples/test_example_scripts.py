@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid.outcomes import not_run
+from accelgrid.testing import not_run
 
 from .scripts import ENV_SRC, MAX_STEPS, SCRIPTS, load_inputs, missing_modules, prepare
 from .workloads import MissingModelClass

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import torch
 
-from accelgrid.outcomes import not_run
+from accelgrid.testing import not_run
 
 from . import harness, parity
 from .workloads import MissingModelClass

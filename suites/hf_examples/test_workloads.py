@@ -17,7 +17,7 @@ import copy
 import pytest
 import torch
 
-from accelgrid.outcomes import not_run
+from accelgrid.testing import not_run
 
 from . import harness, optimizers, parity
 from .workloads import RANDOM_LOSS, WORKLOADS, MissingModelClass

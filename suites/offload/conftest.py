@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid.backends import device_type
-from accelgrid.outcomes import not_run
+from accelgrid import devices
+from accelgrid.testing import device_type, not_run
 
 # The tests and the resume subprocess import offload_helpers from this folder; make that
 # work under every --import-mode (importlib mode does not put test folders on sys.path).
@@ -33,7 +33,7 @@ def _offload_gate(request: pytest.FixtureRequest, device: str) -> None:
     import offload_helpers
 
     kind = device_type(device)
-    if kind not in offload_helpers.SUPPORTED_DEVICES:
+    if not devices.get(kind).offload:
         pytest.skip(offload_helpers.skip_reason(kind))
     try:
         offload_helpers.import_cpu_offload()

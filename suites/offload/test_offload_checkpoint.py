@@ -25,8 +25,7 @@ import pytest
 import torch
 from torch import nn
 
-from accelgrid.backends import device_type
-from accelgrid.outcomes import not_run
+from accelgrid.testing import device_type, not_run
 
 RESUME_SCRIPT = Path(__file__).with_name("offload_resume.py")
 

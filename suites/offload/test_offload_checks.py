@@ -23,7 +23,7 @@ import offload_helpers as h
 import pytest
 import torch
 
-from accelgrid.backends import device_type
+from accelgrid.testing import device_type
 
 # Upstream's model, narrower (the same 6 trainable tensors, 4 offloaded, 2 on device): the
 # checks of a 20-step run take seconds on two CPU cores.

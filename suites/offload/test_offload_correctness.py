@@ -24,8 +24,7 @@ import offload_helpers as h
 import pytest
 import torch
 
-from accelgrid.backends import device_type
-from accelgrid.outcomes import not_run
+from accelgrid.testing import device_type, dtypes, not_run
 
 # offload_gradients frees device grads after each backward, so it cannot accumulate.
 CONFIGS = [(False, 1), (False, 2), (True, 1)]
@@ -90,7 +89,7 @@ def _run_pair(
     "offload_gradients,grad_accum", CONFIGS, ids=[f"offload_grad={g}-accum={a}" for g, a in CONFIGS]
 )
 @pytest.mark.parametrize("base", list(BASE_OPTIMIZERS))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@dtypes("float32", "bfloat16")
 def test_matches_on_device_optimizer(
     offload_cls: type,
     device: str,
@@ -108,7 +107,7 @@ def test_matches_on_device_optimizer(
     _run_pair(offload_cls, device, dtype, base, offload_gradients, grad_accum, schedule=True)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@dtypes("float32", "bfloat16")
 def test_matches_on_device_optimizer_constant_lr(
     offload_cls: type, device: str, dtype: torch.dtype
 ) -> None:

@@ -12,8 +12,7 @@ import offload_helpers as h
 import pytest
 import torch
 
-from accelgrid.backends import device_type, dispatch
-from accelgrid.outcomes import not_run
+from accelgrid.testing import device_type, dispatch, not_run
 
 GiB = 2**30
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelgrid.outcomes import not_run
+from accelgrid.testing import not_run
 
 pytestmark = pytest.mark.upstream("huggingface/transformers#41250")
 

@@ -16,7 +16,7 @@ import importlib.util
 import pytest
 import torch
 
-from accelgrid.outcomes import not_run
+from accelgrid.testing import not_run
 
 pytestmark = pytest.mark.upstream("pytorch/ao#958")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from accelgrid.testing import only_on
+
 pytestmark = pytest.mark.upstream("pytorch/pytorch#127929")
 
 API = ("memory_allocated", "max_memory_allocated", "reset_peak_memory_stats")
@@ -20,9 +22,8 @@ def test_xpu_memory_api_exists() -> None:
     assert not missing, f"torch {torch.__version__}: torch.xpu lacks {', '.join(missing)}"
 
 
+@only_on("cuda", "xpu", reason="device memory stats are a cuda/xpu API")
 def test_memory_stats_track_allocations(device: str) -> None:
-    if device not in ("cuda", "xpu"):
-        pytest.skip(f"device memory stats are a cuda/xpu API; this cell is {device}")
     mod = getattr(torch, device)
     mod.synchronize()
     mod.reset_peak_memory_stats()

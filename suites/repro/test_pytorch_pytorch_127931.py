@@ -28,6 +28,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from accelgrid.testing import only_on
+
 pytestmark = pytest.mark.upstream("pytorch/pytorch#127931")
 
 Lists = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
@@ -116,10 +118,9 @@ def test_adamw_foreach_matches_single_tensor(device: str) -> None:
         torch.testing.assert_close(p.detach().cpu(), q.detach().cpu())
 
 
+@only_on("xpu", reason="XPU-to-CPU fallback is an xpu matter")
 @pytest.mark.parametrize("case", sorted(SNIPPETS))
 def test_foreach_without_cpu_fallback(device: str, case: str) -> None:
-    if device != "xpu":
-        pytest.skip(f"XPU-to-CPU fallback is an xpu matter; this cell is {device}")
     code = ("import warnings; warnings.simplefilter('always')\n"
             "import torch\nd = 'xpu'\n"
             "a, b, c = ([torch.rand(s, device=d) + 0.5 for s in [(7,), (3, 5)]] "

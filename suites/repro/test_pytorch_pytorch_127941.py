@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from accelgrid.testing import only_on
+
 pytestmark = pytest.mark.upstream("pytorch/pytorch#127941")
 
 OPS = {
@@ -44,10 +46,9 @@ FALLBACK = re.compile(r"The operator '(aten::\S+?)'? on the XPU backend is falli
                       r"|Aten Op fallback from XPU to CPU happ")
 
 
+@only_on("xpu", reason="XPU-to-CPU fallback is an xpu matter")
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_no_cpu_fallback(device: str, op: str) -> None:
-    if device != "xpu":
-        pytest.skip(f"XPU-to-CPU fallback is an xpu matter; this cell is {device}")
     code = ("import warnings; warnings.simplefilter('always')\n"
             "import torch, torch.nn.functional as F\n"
             f"d = 'xpu'\nr = {OPS[op]}\ntorch.xpu.synchronize()\n")

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from accelgrid import backends
-from accelgrid.backends import device_type
+from accelgrid.testing import device_type, skip_on
 
 BF16_EPS = torch.finfo(torch.bfloat16).eps  # 2**-7: one ulp of bf16 at 1.0
 FP32_EPS = torch.finfo(torch.float32).eps  # 2**-23
@@ -247,12 +247,9 @@ def test_device_available(device: str) -> None:
     check_available(device)
 
 
+@skip_on("cpu", reason="cpu is one logical device by definition (torch.cpu.device_count() "
+                        "is always 1): no count to check")
 def test_device_count_and_name(device: str) -> None:
-    if device_type(device) == "cpu":
-        pytest.skip(
-            "cpu is one logical device by definition (torch.cpu.device_count() is "
-            "always 1): no count to check"
-        )
     check_device_count(device)
 
 
@@ -322,6 +319,8 @@ def fp64_mechanism(flags: dict[str, str], has_fp64: bool | None,
             "arch_list": arch_list, "build_fp64_conv_emu": FP64_CONV_EMU.get(series, "unknown")}
 
 
+@skip_on(float64=False, reason="no float64 on this device (torch.float64 tensors are refused "
+                              "on the MPS device)")
 def test_float64_math(device: str, request: pytest.FixtureRequest) -> None:
     """float64 on the device, matching the CPU to double precision. Records (test record
     ``properties``) the fp64 emulation flags in effect and, on xpu, whether the device
@@ -332,8 +331,6 @@ def test_float64_math(device: str, request: pytest.FixtureRequest) -> None:
 
     flags = {name: os.environ[name] for name in FP64_FLAGS if name in os.environ}
     request.node.user_properties.append(("fp64_flags", flags))
-    if device == "mps":
-        pytest.skip("mps has no float64 (torch.float64 tensors are refused on the MPS device)")
     if device == "xpu":
         has_fp64 = bool(torch.xpu.get_device_properties(0).has_fp64)
         request.node.user_properties.append(("has_fp64", has_fp64))
@@ -387,9 +384,8 @@ def test_available_check_catches_an_unavailable_device(
     _fails(check_available, device, r"is_available\(\) is False")
 
 
+@skip_on("cpu", reason="the count check does not run on the cpu (one logical device)")
 def test_count_check_catches_a_phantom_device(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if device_type(device) == "cpu":
-        pytest.skip("the count check does not run on the cpu (one logical device)")
     real = backends.resolve("device_count", device)
     monkeypatch.setitem(backends.TABLES["device_count"], device_type(device), lambda: real() + 1)
     with pytest.raises(RuntimeError):  # the phantom index cannot hold a tensor
@@ -408,11 +404,10 @@ def test_fp32_check_catches_a_kernel_off_by_1e_4(
 # Its premise (a copy still in flight when synchronize is called) broke once in five runs
 # with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/).
 @pytest.mark.device_alone
+@skip_on("cpu", reason="the synchronize check does not run on the cpu (nothing to wait for)")
 def test_synchronize_check_catches_a_no_op_synchronize(
     device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if device_type(device) == "cpu":
-        pytest.skip("the synchronize check does not run on the cpu (nothing to wait for)")
     real = backends.resolve("synchronize", device)
     monkeypatch.setitem(backends.TABLES["synchronize"], device_type(device), lambda: None)
     _fails(check_synchronize, device, "had not landed")
