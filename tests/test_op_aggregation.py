@@ -265,3 +265,64 @@ def test_a_status_aggregate_does_not_know_ranks_as_unknown(tmp_path: Path, other
     merged = ops.merge([{"cell": "a", "ops": {op: {"status": "cuda-only"}}},
                         {"cell": "b", "ops": {op: {"status": other}}}])
     assert merged["ops"][op]["status"] == want
+
+
+def test_a_status_aggregate_does_not_know_is_listed_where_unknown_is(tmp_path: Path) -> None:
+    """ops.json lists the worst first; a status from a newer capture sorts as ``unknown``
+    does (between fallback and decomposed), not first nor last."""
+    statuses = {"aten::addmm.default": "native", "aten::roll.default": "fallback",
+                "aten::nll_loss2d_forward.default": "missing",
+                "aten::linspace.default": "decomposed", "aten::cdist.default": "cuda-only"}
+    data = ops.aggregate(cell_folder(tmp_path, [[record("a", statuses)]]))
+    assert [data["ops"][op]["status"] for op in data["ops"]] == [
+        "missing", "fallback", "cuda-only", "decomposed", "native"]
+
+
+@pytest.mark.parametrize("status", ["native", "decomposed", "unknown", "fallback"])
+def test_missing_how_is_only_for_missing_ops(status: str) -> None:
+    """A message can name a kernel of an op the capture classified otherwise (the
+    not-implemented error of one overload, the fell-back notice of another): only an op
+    whose status is ``missing`` says how it came to be missing."""
+    named = {"missing_seen": {"aten::roll.out": ["a"]},
+             "missing_fell_back": {"aten::roll.out": ["a"]}}
+    assert ops.missing_how({"status": status, **named}) is None
+    assert ops.missing_how({"status": "missing", **named}) == "not-implemented"
+    assert ops.missing_how({"status": "missing",
+                            "missing_fell_back": named["missing_fell_back"]}) == "fell-back"
+    assert ops.missing_how({"status": "missing"}) is None
+    grid = ops.cross_cell([_cell("cuda-2.5", "2.5.1", {"aten::roll.default": status})
+                           | {"ops": {"aten::roll.default": {"status": status, **named}}}])
+    assert grid["missing_how"] == {}
+
+
+_GOOD_INFO = {"status": "native", "count": 2, "phases": {"forward": 2}}
+# Record shapes aggregate cannot read (CI artifacts can arrive damaged: issue 16): each is
+# skipped whole, the good record beside it counted as if alone.
+DAMAGED = {
+    "workload-list": {"workload": ["w"]},
+    "device-type-dict": {"device_type": {"x": 1}},
+    "missing-string": {"missing": "aten::roll.out"},
+    "missing-mixed": {"missing": ["aten::roll.out", {"op": "x"}]},
+    "fallback-seen-string": {"fallback_seen": "aten::roll.out"},
+    "fallback-seen-mixed": {"fallback_seen": ["aten::roll.out", 1]},
+    "fell-back-string": {"missing_fell_back": "aten::roll.out"},
+    "fell-back-mixed": {"missing_fell_back": ["aten::roll.out", None]},
+    "ops-list": {"ops": ["aten::roll.default"]},
+    "ops-one-info-string": {"ops": {"aten::addmm.default": _GOOD_INFO,
+                                    "aten::roll.default": "native"}},
+    "status-list": {"ops": {"aten::roll.default": {**_GOOD_INFO, "status": ["native"]}}},
+    "count-string": {"ops": {"aten::roll.default": {**_GOOD_INFO, "count": "2"}}},
+    "count-bool": {"ops": {"aten::roll.default": {**_GOOD_INFO, "count": True}}},
+    "phases-list": {"ops": {"aten::roll.default": {**_GOOD_INFO, "phases": [2]}}},
+    "phase-count-mixed": {"ops": {"aten::roll.default": {
+        **_GOOD_INFO, "phases": {"forward": 2, "backward": "2"}}}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+def test_aggregate_skips_a_damaged_record_whole(tmp_path: Path, case: str) -> None:
+    good = record("good", {"aten::roll.default": "fallback"})
+    good["fallback_seen"] = ["aten::roll.default"]
+    bad = {**record("bad", {"aten::roll.default": "missing"}), **DAMAGED[case]}
+    alone = ops.aggregate(cell_folder(tmp_path / "alone", [[good]]))
+    assert ops.aggregate(cell_folder(tmp_path / "both", [[bad, good]])) == alone

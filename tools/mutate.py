@@ -202,8 +202,10 @@ def _run_child(copy_root: Path, rel: str, text: str, tests: list[str], timeout: 
                 os.dup2(devnull, 2)
             import pytest
 
+            # no:xdist: in this process (a plain pytest of tests/ starts a worker per core,
+            # each importing torch again: 60 s a mutant instead of 10 here).
             rc = pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-                              "-W", "ignore", *tests])
+                              "-p", "no:xdist", "-W", "ignore", *tests])
             os._exit(int(rc))
         except BaseException:  # noqa: BLE001  (any crash of the mutant kills it)
             os._exit(3)
