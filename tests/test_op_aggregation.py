@@ -326,3 +326,49 @@ def test_aggregate_skips_a_damaged_record_whole(tmp_path: Path, case: str) -> No
     bad = {**record("bad", {"aten::roll.default": "missing"}), **DAMAGED[case]}
     alone = ops.aggregate(cell_folder(tmp_path / "alone", [[good]]))
     assert ops.aggregate(cell_folder(tmp_path / "both", [[bad, good]])) == alone
+
+
+def test_cross_cell_checks_xpu_cells_against_their_release() -> None:
+    """An xpu cell is checked against the prediction for its torch series; a cuda cell
+    beside it is not. addmm has an XPU kernel in torch-xpu-ops' release/2.5
+    (yaml/xpu_functions.yaml): observed falling back on xpu-2.5 it is a disagreement,
+    named with the cell; observed native it agrees."""
+    op = "aten::addmm.default"
+    cells = [_cell("xpu-2.5", "2.5.1", {op: "fallback"}, "xpu"),
+             _cell("cuda-2.5", "2.5.1", {op: "fallback"})]
+    grid = ops.cross_cell(cells)
+    assert set(grid["predicted"]) == {"xpu-2.5"}
+    assert grid["predicted"]["xpu-2.5"]["predicted"][op] == "native"
+    assert [(d["cell"], d["op"]) for d in grid["disagreements"]] == [("xpu-2.5", op)]
+    agree = ops.cross_cell([_cell("xpu-2.5", "2.5.1", {op: "native"}, "xpu")])
+    assert agree["disagreements"] == []
+    assert agree["predicted"]["xpu-2.5"]["counts"]["agree"] == 1
+    assert ops.cross_cell(cells[1:])["predicted"] == {}
+
+
+def test_cross_cell_orders_cells_by_device_then_torch_series() -> None:
+    """Columns by device, then torch series as versions (2.10 after 2.9, not as text),
+    then name; "stopped falling back" reads each device's cells in that order."""
+    op = "aten::roll.default"
+    grid = ops.cross_cell([_cell("cuda-2.10", "2.10.0", {op: "native"}),
+                           _cell("cpu-2.6", "2.6.0", {op: "native"}, "cpu"),
+                           _cell("cuda-2.9", "2.9.1", {op: "fallback"}),
+                           _cell("cpu-2.5", "2.5.1", {op: "native"}, "cpu")])
+    assert grid["cells"] == ["cpu-2.5", "cpu-2.6", "cuda-2.9", "cuda-2.10"]
+    assert grid["stopped_falling_back"] == {op: {"cuda": "2.10.0"}}
+
+
+def test_cross_cell_keeps_what_the_messages_named_per_cell() -> None:
+    """linspace's captured default overload, named by a CPU-fallback message as
+    ``aten::linspace.out`` on xpu-2.5 (the seed's own row); nll_loss2d_forward missing
+    there (pytorch/pytorch#127937: not implemented for XPU), seen as raised."""
+    cell = {"cell": "xpu-2.5", "device_type": "xpu", "torch": "2.5.1", "ops": {
+        "aten::linspace.default": {"status": "fallback",
+                                   "fallback_seen": {"aten::linspace.out": ["swin"]}},
+        "aten::nll_loss2d_forward.default": {
+            "status": "missing", "missing_seen": {"aten::nll_loss2d_forward": ["swin"]}},
+        "aten::addmm.default": {"status": "native"}}}
+    grid = ops.cross_cell([cell])
+    assert grid["fallback_seen"] == {"aten::linspace.default": {"xpu-2.5": ["aten::linspace.out"]}}
+    assert grid["missing_how"] == {"aten::nll_loss2d_forward.default": {
+        "xpu-2.5": "not-implemented"}}

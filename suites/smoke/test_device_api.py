@@ -647,3 +647,17 @@ def test_bf16_check_skips_only_where_the_device_reports_no_bf16(
     monkeypatch.setitem(backends.TABLES["is_bf16_supported"], kind, lambda: False)
     with pytest.raises(pytest.skip.Exception, match="reports no bf16 support"):
         check_bf16_autocast(device)
+
+
+def test_assert_within_names_the_worst_element() -> None:
+    """Two elements off: the message names the count and the one furthest past its bound
+    (a NaN counts as the furthest)."""
+    ref = torch.zeros(4, dtype=torch.float64)
+    bound = torch.full((4,), 1e-3, dtype=torch.float64)
+    got = torch.tensor([0.0, 0.5, 0.0, 0.25])
+    with pytest.raises(pytest.fail.Exception, match=r"2 of 4 elements.*worst: 0\.5 vs 0"):
+        assert_within(got, ref, bound, "x")
+    got[2] = math.nan
+    with pytest.raises(pytest.fail.Exception, match=r"3 of 4 elements.*worst: nan"):
+        assert_within(got, ref, bound, "x")
+    assert_within(torch.full((4,), 9e-4), ref, bound, "x")
