@@ -262,9 +262,10 @@ def test_a_status_aggregate_does_not_know_ranks_as_unknown(tmp_path: Path, other
         folder = cell_folder(tmp_path / str(i), [[record(w, {op: s}) for w, s in
                                                   zip("ab", order, strict=True)]])
         assert ops.aggregate(folder)["ops"][op]["status"] == want
-    merged = ops.merge([{"cell": "a", "ops": {op: {"status": "cuda-only"}}},
-                        {"cell": "b", "ops": {op: {"status": other}}}])
-    assert merged["ops"][op]["status"] == want
+    for pair in (["cuda-only", other], [other, "cuda-only"]):
+        merged = ops.merge([{"cell": c, "ops": {op: {"status": s}}}
+                            for c, s in zip("ab", pair, strict=True)])
+        assert merged["ops"][op]["status"] == want
 
 
 def test_a_status_aggregate_does_not_know_is_listed_where_unknown_is(tmp_path: Path) -> None:
@@ -372,3 +373,13 @@ def test_cross_cell_keeps_what_the_messages_named_per_cell() -> None:
     assert grid["fallback_seen"] == {"aten::linspace.default": {"xpu-2.5": ["aten::linspace.out"]}}
     assert grid["missing_how"] == {"aten::nll_loss2d_forward.default": {
         "xpu-2.5": "not-implemented"}}
+
+
+def test_cross_cell_uses_the_torch_xpu_ops_data_it_is_given() -> None:
+    """``upstream`` given (the packaged data without release/2.5, say) is what the xpu
+    cells are checked against, not the packaged data."""
+    packaged = xpu_prediction.load_upstream()
+    without = {**packaged, "series": {s: v for s, v in packaged["series"].items() if s != "2.5"}}
+    cell = _cell("xpu-2.5", "2.5.1", {"aten::addmm.default": "native"}, "xpu")
+    assert "error" not in ops.cross_cell([cell])["predicted"]["xpu-2.5"]
+    assert "error" in ops.cross_cell([cell], upstream=without)["predicted"]["xpu-2.5"]
