@@ -352,10 +352,10 @@ def test_cross_cell_orders_cells_by_device_then_torch_series() -> None:
     then name; "stopped falling back" reads each device's cells in that order."""
     op = "aten::roll.default"
     grid = ops.cross_cell([_cell("cuda-2.10", "2.10.0", {op: "native"}),
-                           _cell("cpu-2.6", "2.6.0", {op: "native"}, "cpu"),
+                           _cell("cpu-2.13", "2.13.0", {op: "native"}, "cpu"),
                            _cell("cuda-2.9", "2.9.1", {op: "fallback"}),
-                           _cell("cpu-2.5", "2.5.1", {op: "native"}, "cpu")])
-    assert grid["cells"] == ["cpu-2.5", "cpu-2.6", "cuda-2.9", "cuda-2.10"]
+                           _cell("cpu-2.6", "2.6.0", {op: "native"}, "cpu")])
+    assert grid["cells"] == ["cpu-2.6", "cpu-2.13", "cuda-2.9", "cuda-2.10"]
     assert grid["stopped_falling_back"] == {op: {"cuda": "2.10.0"}}
 
 
