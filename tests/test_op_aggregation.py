@@ -262,6 +262,124 @@ def test_a_status_aggregate_does_not_know_ranks_as_unknown(tmp_path: Path, other
         folder = cell_folder(tmp_path / str(i), [[record(w, {op: s}) for w, s in
                                                   zip("ab", order, strict=True)]])
         assert ops.aggregate(folder)["ops"][op]["status"] == want
-    merged = ops.merge([{"cell": "a", "ops": {op: {"status": "cuda-only"}}},
-                        {"cell": "b", "ops": {op: {"status": other}}}])
-    assert merged["ops"][op]["status"] == want
+    for pair in (["cuda-only", other], [other, "cuda-only"]):
+        merged = ops.merge([{"cell": c, "ops": {op: {"status": s}}}
+                            for c, s in zip("ab", pair, strict=True)])
+        assert merged["ops"][op]["status"] == want
+
+
+def test_a_status_aggregate_does_not_know_is_listed_where_unknown_is(tmp_path: Path) -> None:
+    """ops.json lists the worst first; a status from a newer capture sorts as ``unknown``
+    does (between fallback and decomposed), not first nor last."""
+    statuses = {"aten::addmm.default": "native", "aten::roll.default": "fallback",
+                "aten::nll_loss2d_forward.default": "missing",
+                "aten::linspace.default": "decomposed", "aten::cdist.default": "cuda-only"}
+    data = ops.aggregate(cell_folder(tmp_path, [[record("a", statuses)]]))
+    assert [data["ops"][op]["status"] for op in data["ops"]] == [
+        "missing", "fallback", "cuda-only", "decomposed", "native"]
+
+
+@pytest.mark.parametrize("status", ["native", "decomposed", "unknown", "fallback"])
+def test_missing_how_is_only_for_missing_ops(status: str) -> None:
+    """A message can name a kernel of an op the capture classified otherwise (the
+    not-implemented error of one overload, the fell-back notice of another): only an op
+    whose status is ``missing`` says how it came to be missing."""
+    named = {"missing_seen": {"aten::roll.out": ["a"]},
+             "missing_fell_back": {"aten::roll.out": ["a"]}}
+    assert ops.missing_how({"status": status, **named}) is None
+    assert ops.missing_how({"status": "missing", **named}) == "not-implemented"
+    assert ops.missing_how({"status": "missing",
+                            "missing_fell_back": named["missing_fell_back"]}) == "fell-back"
+    assert ops.missing_how({"status": "missing"}) is None
+    grid = ops.cross_cell([_cell("cuda-2.5", "2.5.1", {"aten::roll.default": status})
+                           | {"ops": {"aten::roll.default": {"status": status, **named}}}])
+    assert grid["missing_how"] == {}
+
+
+_GOOD_INFO = {"status": "native", "count": 2, "phases": {"forward": 2}}
+# Record shapes aggregate cannot read (CI artifacts can arrive damaged: issue 16): each is
+# skipped whole, the good record beside it counted as if alone.
+DAMAGED = {
+    "workload-list": {"workload": ["w"]},
+    "device-type-dict": {"device_type": {"x": 1}},
+    "missing-string": {"missing": "aten::roll.out"},
+    "missing-mixed": {"missing": ["aten::roll.out", {"op": "x"}]},
+    "fallback-seen-string": {"fallback_seen": "aten::roll.out"},
+    "fallback-seen-mixed": {"fallback_seen": ["aten::roll.out", 1]},
+    "fell-back-string": {"missing_fell_back": "aten::roll.out"},
+    "fell-back-mixed": {"missing_fell_back": ["aten::roll.out", None]},
+    "ops-list": {"ops": ["aten::roll.default"]},
+    "ops-one-info-string": {"ops": {"aten::addmm.default": _GOOD_INFO,
+                                    "aten::roll.default": "native"}},
+    "status-list": {"ops": {"aten::roll.default": {**_GOOD_INFO, "status": ["native"]}}},
+    "count-string": {"ops": {"aten::roll.default": {**_GOOD_INFO, "count": "2"}}},
+    "count-bool": {"ops": {"aten::roll.default": {**_GOOD_INFO, "count": True}}},
+    "phases-list": {"ops": {"aten::roll.default": {**_GOOD_INFO, "phases": [2]}}},
+    "phase-count-mixed": {"ops": {"aten::roll.default": {
+        **_GOOD_INFO, "phases": {"forward": 2, "backward": "2"}}}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+def test_aggregate_skips_a_damaged_record_whole(tmp_path: Path, case: str) -> None:
+    good = record("good", {"aten::roll.default": "fallback"})
+    good["fallback_seen"] = ["aten::roll.default"]
+    bad = {**record("bad", {"aten::roll.default": "missing"}), **DAMAGED[case]}
+    alone = ops.aggregate(cell_folder(tmp_path / "alone", [[good]]))
+    assert ops.aggregate(cell_folder(tmp_path / "both", [[bad, good]])) == alone
+
+
+def test_cross_cell_checks_xpu_cells_against_their_release() -> None:
+    """An xpu cell is checked against the prediction for its torch series; a cuda cell
+    beside it is not. addmm has an XPU kernel in torch-xpu-ops' release/2.5
+    (yaml/xpu_functions.yaml): observed falling back on xpu-2.5 it is a disagreement,
+    named with the cell; observed native it agrees."""
+    op = "aten::addmm.default"
+    cells = [_cell("xpu-2.5", "2.5.1", {op: "fallback"}, "xpu"),
+             _cell("cuda-2.5", "2.5.1", {op: "fallback"})]
+    grid = ops.cross_cell(cells)
+    assert set(grid["predicted"]) == {"xpu-2.5"}
+    assert grid["predicted"]["xpu-2.5"]["predicted"][op] == "native"
+    assert [(d["cell"], d["op"]) for d in grid["disagreements"]] == [("xpu-2.5", op)]
+    agree = ops.cross_cell([_cell("xpu-2.5", "2.5.1", {op: "native"}, "xpu")])
+    assert agree["disagreements"] == []
+    assert agree["predicted"]["xpu-2.5"]["counts"]["agree"] == 1
+    assert ops.cross_cell(cells[1:])["predicted"] == {}
+
+
+def test_cross_cell_orders_cells_by_device_then_torch_series() -> None:
+    """Columns by device, then torch series as versions (2.10 after 2.9, not as text),
+    then name; "stopped falling back" reads each device's cells in that order."""
+    op = "aten::roll.default"
+    grid = ops.cross_cell([_cell("cuda-2.10", "2.10.0", {op: "native"}),
+                           _cell("cpu-2.13", "2.13.0", {op: "native"}, "cpu"),
+                           _cell("cuda-2.9", "2.9.1", {op: "fallback"}),
+                           _cell("cpu-2.6", "2.6.0", {op: "native"}, "cpu")])
+    assert grid["cells"] == ["cpu-2.6", "cpu-2.13", "cuda-2.9", "cuda-2.10"]
+    assert grid["stopped_falling_back"] == {op: {"cuda": "2.10.0"}}
+
+
+def test_cross_cell_keeps_what_the_messages_named_per_cell() -> None:
+    """linspace's captured default overload, named by a CPU-fallback message as
+    ``aten::linspace.out`` on xpu-2.5 (the seed's own row); nll_loss2d_forward missing
+    there (pytorch/pytorch#127937: not implemented for XPU), seen as raised."""
+    cell = {"cell": "xpu-2.5", "device_type": "xpu", "torch": "2.5.1", "ops": {
+        "aten::linspace.default": {"status": "fallback",
+                                   "fallback_seen": {"aten::linspace.out": ["swin"]}},
+        "aten::nll_loss2d_forward.default": {
+            "status": "missing", "missing_seen": {"aten::nll_loss2d_forward": ["swin"]}},
+        "aten::addmm.default": {"status": "native"}}}
+    grid = ops.cross_cell([cell])
+    assert grid["fallback_seen"] == {"aten::linspace.default": {"xpu-2.5": ["aten::linspace.out"]}}
+    assert grid["missing_how"] == {"aten::nll_loss2d_forward.default": {
+        "xpu-2.5": "not-implemented"}}
+
+
+def test_cross_cell_uses_the_torch_xpu_ops_data_it_is_given() -> None:
+    """``upstream`` given (the packaged data without release/2.5, say) is what the xpu
+    cells are checked against, not the packaged data."""
+    packaged = xpu_prediction.load_upstream()
+    without = {**packaged, "series": {s: v for s, v in packaged["series"].items() if s != "2.5"}}
+    cell = _cell("xpu-2.5", "2.5.1", {"aten::addmm.default": "native"}, "xpu")
+    assert "error" not in ops.cross_cell([cell])["predicted"]["xpu-2.5"]
+    assert "error" in ops.cross_cell([cell], upstream=without)["predicted"]["xpu-2.5"]

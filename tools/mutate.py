@@ -23,7 +23,9 @@ child per mutant that writes the mutant into the copy and runs pytest in-process
 Writes ``results/mutation/<module>.json`` (every mutant and its outcome) and prints the
 survivors; the kill figures and the reviewed survivors live in docs/mutation.md.
 Exit 0 when every mutant not marked equivalent in tools/mutation.toml was killed, 1 if
-some survived, 2 on bad arguments.
+some survived, 2 on bad arguments. A mutant marked ``device_only`` (its code runs only on
+an accelerator: a GPU cell's tests kill it) that survives on this host is reported as such
+and left out of the figure, not counted as killed.
 """
 
 from __future__ import annotations
@@ -202,8 +204,10 @@ def _run_child(copy_root: Path, rel: str, text: str, tests: list[str], timeout: 
                 os.dup2(devnull, 2)
             import pytest
 
+            # no:xdist: in this process (a plain pytest of tests/ starts a worker per core,
+            # each importing torch again: 60 s a mutant instead of 10 here).
             rc = pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-                              "-W", "ignore", *tests])
+                              "-p", "no:xdist", "-W", "ignore", *tests])
             os._exit(int(rc))
         except BaseException:  # noqa: BLE001  (any crash of the mutant kills it)
             os._exit(3)
@@ -244,9 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     source = (ROOT / rel).read_text(encoding="utf-8")
     all_mutants = mutants(source, entry.get("names"))
     equivalent = {int(k): why for k, why in entry.get("equivalent", {}).items()}
+    device_only = {int(k): why for k, why in entry.get("device_only", {}).items()}
     if args.show:
         for m, _ in all_mutants:
-            mark = "  (equivalent)" if m.index in equivalent else ""
+            mark = ("  (equivalent)" if m.index in equivalent else
+                    "  (device only)" if m.index in device_only else "")
             print(f"{m.index:4} line {m.line:4}: {m.what}{mark}")
         return 0
     chosen = all_mutants
@@ -286,17 +292,23 @@ def main(argv: list[str] | None = None) -> int:
                                  max(60.0, 5 * base_s), args.verbose)
             results.append({"index": m.index, "line": m.line, "mutation": m.what,
                             "outcome": outcome, "equivalent": equivalent.get(m.index),
+                            "device_only": device_only.get(m.index),
                             "seconds": round(time.monotonic() - t0, 1)})
             flag = "" if outcome != "survived" else (
-                "  equivalent" if m.index in equivalent else "  SURVIVED")
+                "  equivalent" if m.index in equivalent else
+                "  device only" if m.index in device_only else "  SURVIVED")
             print(f"{m.index:4} line {m.line:4}: {m.what:28} {outcome}{flag}", file=sys.stderr)
         (copy_root / rel).write_text(source, encoding="utf-8")
-    survivors = [r for r in results if r["outcome"] == "survived" and r["equivalent"] is None]
-    scored = [r for r in results if r["equivalent"] is None]
+    left = [r for r in results if r["outcome"] == "survived" and r["equivalent"] is None
+            and r["device_only"] is not None]
+    survivors = [r for r in results if r["outcome"] == "survived" and r["equivalent"] is None
+                 and r["device_only"] is None]
+    scored = [r for r in results if r["equivalent"] is None and r not in left]
     killed = len(scored) - len(survivors)
     figure = 100.0 * killed / len(scored) if scored else 100.0
     summary = {"module": args.module, "path": rel, "mutants": len(results),
-               "equivalent": len(results) - len(scored), "killed": killed,
+               "equivalent": len(results) - len(scored) - len(left), "killed": killed,
+               "device_only_survived": len(left),
                "survived": len(survivors), "kill_percent": round(figure, 1),
                "seconds": round(time.monotonic() - started, 1),
                "load_average": round(os.getloadavg()[0], 1), "results": results}
@@ -304,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.module}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"{args.module}: {killed} of {len(scored)} non-equivalent mutants killed "
-          f"({figure:.1f} %), {len(results) - len(scored)} equivalent, in "
+          f"({figure:.1f} %), {len(results) - len(scored) - len(left)} equivalent, "
+          f"{len(left)} device-only left for a GPU cell, in "
           f"{summary['seconds']:.0f} s; {out / (args.module + '.json')}")
     for r in survivors:
         print(f"  survived {r['index']:4} line {r['line']}: {r['mutation']}")

@@ -185,3 +185,35 @@ def test_ddp_check_holds_the_ranks_to_each_other(times: float, fails: bool) -> N
 def test_ddp_check_catches_non_finite_weights(value: float, rank: int | None) -> None:
     with pytest.raises(AssertionError):
         check_ddp_weights(_with(_fake_ranks(2), rank, 0, value=value))
+
+
+def _trained_as_the_worker_trains(world: int) -> list[dict]:
+    """The ranks' reports, made in this process the way dist_worker.py makes them (its
+    Linear(8, 2), weights from seed 0, rank r's batches of 16 from a generator seeded r,
+    SGD lr=0.1, 2 steps: written out here, not taken from STEPS/LR), with DDP's gradient
+    all-reduce done by hand: DDP averages the gradients over the ranks (the
+    DistributedDataParallel documentation: gradients are averaged across processes)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p))
+    initial = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gens = [torch.Generator().manual_seed(r) for r in range(world)]
+    for _ in range(2):
+        grads = []
+        for gen in gens:
+            opt.zero_grad()
+            model(torch.randn(16, 8, generator=gen)).pow(2).mean().backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for p, *per_rank in zip(model.parameters(), *grads, strict=True):
+            p.grad = torch.stack(per_rank).mean(0)
+        opt.step()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+    return [{"initial": initial, "weights": weights} for _ in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_check_accepts_ranks_trained_as_the_worker_trains_them(world: int) -> None:
+    check_ddp_weights(_trained_as_the_worker_trains(world))

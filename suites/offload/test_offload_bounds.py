@@ -245,3 +245,105 @@ def test_trajectory_names_the_first_step_that_differs() -> None:
         h.assert_trajectory_close(before, bad, good, tol)
     with pytest.raises(AssertionError):
         h.assert_trajectory_close(before, good[:1], good, tol)
+
+
+# --- the rest of the checker: zero updates, magnitudes, messages, shapes --------------------
+
+
+def test_a_reference_that_left_some_elements_alone_is_compared_element_by_element() -> None:
+    """Embedding rows no token of the batch used get no gradient: the reference moved the
+    tensor but not those elements. The tensor is compared as moved (the offload leaving
+    the same rows alone passes), not as one the reference did not move."""
+    de = _updates()
+    de[:100] = 0.0
+    assert from_zero(de.clone(), checked("short", "fp32"), de) == []
+
+
+def test_the_ulp_is_taken_at_the_larger_magnitude_of_the_two_runs() -> None:
+    """fp32 parameters that cross 1.0 upwards: before 1 - 4 ulps below one (2**-24 each),
+    after 1 + 2 ulps above (2**-23 each). The two runs' parameters round at the ulp of
+    the larger magnitude, 2**-23: an update 2 such ulps off the reference's is inside
+    ``ulps=2``; taken at the smaller magnitude (2**-24) it would not be."""
+    tol = h.TOLERANCES["fp32"]
+    before = torch.full((10,), 1.0 - 4 * 2.0**-24)
+    expected = torch.full((10,), 1.0 + 2 * 2.0**-23)
+    assert problems(before, expected + 2 * 2.0**-23, expected, tol) == []
+    assert problems(before, expected + 3 * 2.0**-23, expected, tol)
+
+
+def test_the_message_names_the_worst_element_and_the_largest_move() -> None:
+    de = _updates()
+    actual = de.clone()
+    actual[7] += 10 * float(de.abs().max())
+    actual[11] += 5 * float(de.abs().max())
+    [line] = from_zero(actual, checked("short", "fp32"), de)
+    assert "worst element 7:" in line, line
+    before = torch.ones(100)
+    moved = before.clone()
+    moved[3], moved[4] = 1.5, 1.25
+    [line] = problems(before, moved, before.clone(), checked("short", "fp32"))
+    assert "moved by up to 0.5" in line, line
+
+
+def test_a_shape_or_dtype_that_differs_is_an_error() -> None:
+    """The runs must hold the same parameters: a bf16 run against an fp32 reference (same
+    shape) or another shape is an error, not a comparison."""
+    tol = checked("short", "fp32")
+    w = torch.zeros(4)
+    with pytest.raises(AssertionError):
+        problems(w, w.bfloat16() + 1e-3, w + 1e-3, tol)
+    with pytest.raises(AssertionError):
+        problems(w, torch.zeros(2, 2) + 1e-3, w + 1e-3, tol)
+
+
+def test_assert_updates_close_fails_on_a_problem_and_passes_without() -> None:
+    tol = checked("short", "fp32")
+    before = {"w": torch.zeros(4)}
+    good = {"w": torch.full((4,), 1e-3)}
+    h.assert_updates_close(before, good, good, tol)
+    with pytest.raises(AssertionError, match="updates differ from the reference"):
+        h.assert_updates_close(before, {"w": torch.full((4,), 2e-3)}, good, tol)
+
+
+def test_the_tolerance_tables_cannot_be_changed_in_place() -> None:
+    """TOLERANCES is shared by every test of a cell's process: a test that loosened one in
+    place would loosen it for the tests after it."""
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        h.TOLERANCES["fp32"].rtol = 1.0  # type: ignore[misc]
+
+
+# --- assert_params_close (the save/load checks) ---------------------------------------------
+
+
+def test_params_close_allows_the_outlier_count_rounded_up_and_no_more() -> None:
+    """1,001 elements, outlier_fraction 1e-2: ceil(10.01) = 11 elements may miss
+    rtol/atol (within outlier_atol); a 12th fails naming the count; one element past
+    outlier_atol fails even alone."""
+    e = torch.zeros(1001)
+    tol = {"rtol": 0.0, "atol": 1e-4, "outlier_fraction": 1e-2, "outlier_atol": 1e-2}
+
+    def off(k: int, by: float = 5e-3) -> dict[str, torch.Tensor]:
+        a = e.clone()
+        a[:k] = by
+        return {"w": a}
+
+    h.assert_params_close(off(11), {"w": e}, **tol)
+    with pytest.raises(AssertionError, match="parameter w: 12 of 1001 elements outside"):
+        h.assert_params_close(off(12), {"w": e}, **tol)
+    with pytest.raises(AssertionError, match="parameter w"):
+        h.assert_params_close(off(1, by=2e-2), {"w": e}, **tol)
+    with pytest.raises(AssertionError, match="parameter w"):
+        h.assert_params_close(off(1), {"w": e}, rtol=0.0, atol=1e-4)   # no outliers asked
+
+
+def test_params_close_with_outliers_needs_the_same_shape_and_dtype() -> None:
+    e = torch.zeros(8)
+    tol = {"rtol": 0.0, "atol": 1e-4, "outlier_fraction": 0.5, "outlier_atol": 1e-2}
+    with pytest.raises(AssertionError):
+        h.assert_params_close({"w": e.bfloat16()}, {"w": e}, **tol)
+    with pytest.raises(AssertionError):
+        h.assert_params_close({"w": torch.zeros(1)}, {"w": e}, **tol)
+    with pytest.raises(AssertionError):
+        h.assert_params_close({"v": e}, {"w": e}, **tol)

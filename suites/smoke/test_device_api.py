@@ -548,3 +548,111 @@ def test_bf16_check_catches_a_non_finite_result(device: str, monkeypatch: pytest
                                                 value: float) -> None:
     _planted_matmul(monkeypatch, torch.bfloat16, lambda a, b: value)
     _fails(check_bf16_autocast, device, "bf16 autocast matmul")
+
+
+# --- the checks' own inputs: precision, claims, wrong values --------------------------------
+
+
+@pytest.mark.parametrize(("kind", "precision", "tf32", "u"), [
+    # torch.set_float32_matmul_precision's documentation: "highest" computes in float32
+    # (24-bit significand: unit roundoff 2**-24), "high" in TensorFloat32 (10 stored bits:
+    # 2**-11), "medium" in bfloat16 (8 bits: 2**-8). Setting
+    # torch.backends.cuda.matmul.allow_tf32 moves the precision to "high" (torch 2.13,
+    # measured here): CUDA's TF32 needs no case of its own beyond that.
+    ("cpu", "highest", False, 2.0**-24),
+    ("cpu", "high", None, 2.0**-11),
+    ("cpu", "medium", None, 2.0**-8),
+    ("cuda", "highest", False, 2.0**-24),
+    ("cuda", "highest", True, 2.0**-11),
+    ("cuda", "medium", None, 2.0**-8),
+    ("xpu", "high", None, 2.0**-11),
+])
+def test_fp32_unit_roundoff_follows_the_matmul_precision(kind: str, precision: str,
+                                                         tf32: bool | None, u: float) -> None:
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(precision)
+        if tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        assert fp32_matmul_unit_roundoff(kind) == u
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+def test_available_check_catches_a_tensor_with_wrong_values(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.ones on the device returns the right device but wrong values (a broken fill
+    kernel): the check fails on the values alone."""
+    real = torch.ones
+    monkeypatch.setattr(torch, "ones", lambda *a, **k: real(*a, **k) * 0.5)
+    _fails(check_available, device, "a tensor on")
+
+
+def test_available_check_catches_another_current_accelerator(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch >= 2.6 on an accelerator: torch.accelerator must name the cell's device type."""
+    kind = device_type(device)
+    if kind == "cpu" or getattr(torch, "accelerator", None) is None:
+        pytest.skip("torch.accelerator names an accelerator: none on the cpu")
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cpu"))
+    _fails(check_available, device, "current_accelerator")
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: None)
+    _fails(check_available, device, "current_accelerator")
+
+
+def test_fp32_check_catches_a_result_in_another_dtype(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fp32 matmul that returns float64 (right values, wrong dtype) fails."""
+    real = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__",
+                        lambda a, b: real(a.double(), b.double()) if a.dtype == torch.float32
+                        else real(a, b))
+    _fails(check_matmul, device, "")
+
+
+def test_fp32_check_catches_a_fill_that_writes_another_value(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = torch.Tensor.fill_
+    monkeypatch.setattr(torch.Tensor, "fill_", lambda self, v: real(self, v * 2))
+    _fails(check_matmul, device, "")
+
+
+def test_bf16_check_skips_only_where_the_device_reports_no_bf16(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device that claims is_bf16_supported and reports False skips the check; one that
+    reports True, or claims no such API (the cpu), runs it: a check that skipped there
+    would pass every plant above unseen."""
+    kind = device_type(device)
+    if backends.claims("is_bf16_supported", device) and not call("is_bf16_supported", device):
+        pytest.skip(f"{device} reports no bf16 support")
+    try:
+        check_bf16_autocast(device)
+    except pytest.skip.Exception as exc:
+        pytest.fail(f"the bf16 check skipped on {device}: {exc}")
+    monkeypatch.setitem(backends.TABLES["is_bf16_supported"], kind, lambda: True)
+    try:
+        check_bf16_autocast(device)
+    except pytest.skip.Exception as exc:
+        pytest.fail(f"the bf16 check skipped where bf16 is reported: {exc}")
+    monkeypatch.setitem(backends.TABLES["is_bf16_supported"], kind, lambda: False)
+    with pytest.raises(pytest.skip.Exception, match="reports no bf16 support"):
+        check_bf16_autocast(device)
+
+
+def test_assert_within_names_the_worst_element() -> None:
+    """Two elements off: the message names the count and the one furthest past its bound
+    (a NaN counts as the furthest)."""
+    ref = torch.zeros(4, dtype=torch.float64)
+    bound = torch.full((4,), 1e-3, dtype=torch.float64)
+    got = torch.tensor([0.0, 0.5, 0.0, 0.25])
+    with pytest.raises(pytest.fail.Exception, match=r"2 of 4 elements.*worst: 0\.5 vs 0"):
+        assert_within(got, ref, bound, "x")
+    got[2] = math.nan
+    with pytest.raises(pytest.fail.Exception, match=r"3 of 4 elements.*worst: nan"):
+        assert_within(got, ref, bound, "x")
+    assert_within(torch.full((4,), 9e-4), ref, bound, "x")
