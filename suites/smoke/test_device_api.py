@@ -177,8 +177,9 @@ def check_synchronize(device: str) -> None:
     # Everything issued behind the busy work, once before it and waited for: in a fresh
     # process the first launch of a kernel loads it (CUDA's lazy loading, the default
     # since CUDA 12.2), and that load waited for the queued work, so the copy was done
-    # before the host looked (the device-alone pass on an H200, 13 of 13 runs:
-    # docs/h200-2026-12-01/workers-per-device/). Zeros: the host copy stays unwritten.
+    # before the host looked (the device-alone pass on an H200, 13 of 13 runs; with
+    # CUDA_MODULE_LOADING=EAGER, or this warm-up, it held: docs/h200-2026-12-01b/).
+    # Zeros: the host copy stays unwritten.
     src.fill_(0.0)
     host.copy_(src, non_blocking=True)
     if Event is not None:
@@ -438,7 +439,8 @@ def test_fp32_check_catches_a_kernel_off_by_1e_4(
 
 
 # Its premise (a copy still in flight when synchronize is called) broke once in five runs
-# with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/).
+# with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/), when the
+# busy work was matmuls sized by timing; it stays in the device-alone pass.
 @pytest.mark.device_alone
 def test_synchronize_check_catches_a_no_op_synchronize(
     device: str, monkeypatch: pytest.MonkeyPatch
