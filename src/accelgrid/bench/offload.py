@@ -622,7 +622,9 @@ def run(
     header = (
         f"torch {meta['torch']}, torchao {meta['torchao']}, {name}; pinned copies "
         f"H2D {bandwidth['h2d_gbps']:.1f} GB/s, D2H {bandwidth['d2h_gbps']:.1f} GB/s; "
-        f"{tokens} x {width} batch (transformer: sequences of {first['bench_seq']}), median "
+        f"{tokens} x {width} batch (transformer: sequences of {first['bench_seq']}; "
+        f"mlp-gelu: {helpers.DENORMAL_BATCH} rows, its width and depth from the size, in "
+        "the JSON), median "
         f"of {steps} steps, {first['threads']} CPU threads, each run in its own process. "
         "grad² denormal: share of "
         "gradient elements whose square is a denormal float; v denormal: share of Adam's "
