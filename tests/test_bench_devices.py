@@ -198,3 +198,48 @@ def _state(pid: int) -> str:
         return "gone"
     return next((ln.split(":", 1)[1] for ln in status.splitlines()
                  if ln.startswith("State:")), "")
+
+
+WAITS_SECOND = '''
+import os
+import time
+from pathlib import Path
+
+def test_waits_the_second_time():
+    marker = Path(os.environ["BENCH_MARKER"])
+    if not marker.exists():  # the first run ends at once
+        marker.write_text("")
+        return
+    marker.write_text(str(os.getpid()))
+    time.sleep(120)
+'''
+
+
+@pytest.mark.slow  # end to end: a whole bench or cell run
+def test_a_stopped_bench_keeps_the_runs_that_ended(mini_project, tmp_path: Path) -> None:
+    """Each run is written as it ends: SIGTERM during the second leaves the first in
+    bench-devices.json (a device call that runs out of time loses only the run in
+    flight)."""
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_waits.py").write_text(WAITS_SECOND)
+    marker = tmp_path / "pid"
+    env = {**os.environ, "ACCELGRID_DEVICES": "0,1", "ACCELGRID_SKIP_DETECT": "1",
+           "BENCH_MARKER": str(marker)}
+    proc = subprocess.Popen([sys.executable, "-m", "accelgrid", "--matrix",
+                             str(proj / "matrix.yaml"), "bench", "devices", "--cell",
+                             "xpu-2.13", "--no-venv", "--counts", "1",
+                             "--workers-per-device", "1,1", "--out", str(tmp_path / "out")],
+                            cwd=proj, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not marker.exists() or not marker.read_text():   # the second run's test runs
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stdout + stderr
+    report = json.loads((tmp_path / "out" / "bench-devices.json").read_text())
+    assert [(r["per_device"], r["counts"]["passed"]) for r in report["runs"]] == [("1", 1)]
+    assert report["sharing"][0]["runs"] == 1
+    assert "| 1 | 1 | 1 |" in (tmp_path / "out" / "bench-devices.md").read_text()

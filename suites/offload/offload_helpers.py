@@ -159,7 +159,7 @@ def bench_mlp(
     ``gelu``: the denormal case (``mlp-gelu``): Linear's default init (each layer shrinks
     the stream about sqrt(3)-fold) and a GELU between the layers (about half again), with
     nothing renormalising it, so activations and gradients shrink layer after layer; with
-    :data:`DENORMAL_DEPTH` layers, :data:`DENORMAL_BATCH` rows and :func:`bench_loss`'s
+    :func:`denormal_depth` layers, :data:`DENORMAL_BATCH` rows and :func:`bench_loss`'s
     mean of squares nearly every squared gradient is a denormal float: the case that makes
     the CPU optimizer step slow (see :func:`flush_denormals`)."""
     model = mlp(width, depth, device, dtype)
@@ -202,24 +202,36 @@ class TransformerBlock(nn.Module):
 
 BENCH_MODELS = ("transformer", "mlp", "mlp-gelu")
 # mlp-gelu at every size: bias-free layers, 64 rows, loss out.pow(2).mean(), the width
-# scaled to the size. On an H200 (torch 2.11) 15 x Linear(8192) so gave 99.7 % denormal
-# squared gradients and a 6.4x slower offloaded step (issue #28). Narrower layers give
-# larger gradients (about 2.3x per halving of the width, measured on the CPU, while each
-# layer more shrinks them about 11x: 2048 wide, 15 layers 31 %, 16 layers 99.5 %), so
-# narrower stacks get a layer more per 7x narrower than DENORMAL_WIDTH. The bench fails a
-# run whose share is below DENORMAL_MIN: the model stopped being the denormal case.
-DENORMAL_DEPTH = 15
-DENORMAL_WIDTH = 8192
+# scaled to the size, the depth from the width. Each layer more shrinks the gradients
+# 9.3-12.4x, each doubling of the width 2.0-2.35x, and the share of squared gradients that
+# are denormal jumps within one layer (CPU, fp32, Linear's init, seed 0: 128 wide 16 / 17 /
+# 18 layers 17.3 / 94.4 / 100 %; 512 wide 16 / 17: 66.5 / 100 %; 1024: 91.5 / 100 %; 2048:
+# 15 / 16: 31.5 / 99.5 %; 4096: 57.1 / 99.98 %). 15 x Linear(8192) gave 84.3 % on an H200
+# (docs/offload.md), short of DENORMAL_MIN: 15 layers is one too few at every width up to
+# 8192. So every stack is at least as deep, in those terms, as the measured reference
+# DENORMAL_REF_DEPTH x Linear(DENORMAL_REF_WIDTH), with the factors that give the most
+# layers, rounded up; and never shallower than the reference (wider stacks would need
+# fewer by these factors, but nothing measured says so). The bench fails a run whose share
+# is below DENORMAL_MIN: the model stopped being the denormal case.
+DENORMAL_REF_WIDTH = 2048
+DENORMAL_REF_DEPTH = 16
+DENORMAL_GRAD_PER_LAYER = 9.0
+DENORMAL_GRAD_PER_DOUBLING = 2.35
 DENORMAL_BATCH = 64
 DENORMAL_MIN = 0.9
 
 
 def denormal_depth(width: int) -> int:
-    """Layers of an ``mlp-gelu`` ``width`` wide: :data:`DENORMAL_DEPTH` from
-    :data:`DENORMAL_WIDTH` on, one more per factor of 7 narrower."""
-    if width >= DENORMAL_WIDTH:
-        return DENORMAL_DEPTH
-    return DENORMAL_DEPTH + math.ceil(math.log(DENORMAL_WIDTH / width) / math.log(7))
+    """Layers of an ``mlp-gelu`` ``width`` wide: :data:`DENORMAL_REF_DEPTH`, and for a
+    stack narrower than :data:`DENORMAL_REF_WIDTH` its larger gradients paid for in layers
+    (:data:`DENORMAL_GRAD_PER_DOUBLING` per halving against
+    :data:`DENORMAL_GRAD_PER_LAYER` per layer), rounded up."""
+    doublings = max(0.0, math.log2(DENORMAL_REF_WIDTH / width))
+    layers = DENORMAL_REF_DEPTH + doublings * (
+        math.log(DENORMAL_GRAD_PER_DOUBLING) / math.log(DENORMAL_GRAD_PER_LAYER))
+    return math.ceil(round(layers, 9))
+
+
 BENCH_SEQ = 256  # tokens per sequence of the transformer's batch
 
 
@@ -234,7 +246,7 @@ def bench_shape(kind: str, size_b: float, width: int, tokens: int) -> tuple[int,
     multiple of 64), with :func:`denormal_depth` layers; the others keep ``width`` and
     ``tokens`` and take as many layers as the size needs."""
     if kind == "mlp-gelu":
-        wide = max(64, round((size_b * 1e9 / DENORMAL_DEPTH) ** 0.5 / 64) * 64)
+        wide = max(64, round((size_b * 1e9 / DENORMAL_REF_DEPTH) ** 0.5 / 64) * 64)
         wide = max(64, round((size_b * 1e9 / denormal_depth(wide)) ** 0.5 / 64) * 64)
         return wide, denormal_depth(wide), DENORMAL_BATCH
     return width, max(1, round(size_b * 1e9 / bench_params_per_layer(kind, width))), tokens

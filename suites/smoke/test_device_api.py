@@ -69,17 +69,31 @@ def assert_within(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, wha
         )
 
 
+# Clock cycles a spin kernel runs per second of busy work: no GPU clocks its SMs faster
+# than 3 GHz, so a spin of seconds * SPIN_HZ cycles lasts at least ``seconds`` (longer on a
+# slower clock, which only widens the window).
+SPIN_HZ = 3e9
+
+
 def busy_work(device: str, seconds: float = 0.05) -> None:
-    """Queue about ``seconds`` of matmuls on the current stream of ``device`` (timed on a
-    warm one), so that work issued after it is still pending when the host looks. Waits
+    """Queue at least ``seconds`` of device work on the current stream of ``device``, so
+    that work issued after it is still pending when the host looks.
+
+    Where the device module has a spin kernel (``torch.cuda._sleep(cycles)``: one thread
+    busy-waiting on the SM clock, what PyTorch's own stream tests use) it spins a fixed
+    number of cycles, which no timing on the host can get wrong; else it queues matmuls
+    sized by the fastest of a few timed on a warm one (the first in a fresh process can be
+    many times slower, and sized by it the queue drained before the host looked). Waits
     with the device module's own synchronize, not the dispatch table's under test."""
-    sync = getattr(torch, device_type(device)).synchronize
+    module = getattr(torch, device_type(device))
+    spin = getattr(module, "_sleep", None)
+    if spin is not None:
+        spin(int(seconds * SPIN_HZ))
+        return
+    sync = module.synchronize
     x = torch.randn(2048, 2048, device=device)
-    x @ x  # warm-up: library handles, kernel selection
+    (x @ x) * 1e-3  # warm-up: library handles, kernel selection, both kernels loaded
     sync()
-    # The fastest of a few: in a fresh process the first timed matmul can be many times
-    # slower (clocks still ramping up), and sized by it the queue drained before the host
-    # looked (an H200's device-alone pass, docs/h200-2026-12-01/workers-per-device/).
     one = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
@@ -159,13 +173,32 @@ def check_synchronize(device: str) -> None:
     except RuntimeError as exc:
         pytest.skip(f"no pinned host memory for an asynchronous copy on {kind}: {exc}")
     Event = backends.resolve("Event", device) if backends.claims("Event", device) else None
-    busy_work(device)
-    src = torch.full((1 << 20,), 7.0, device=device)
+    src = torch.empty(1 << 20, device=device)
+    # Everything issued behind the busy work, once before it and waited for: in a fresh
+    # process the first launch of a kernel loads it (CUDA's lazy loading, the default
+    # since CUDA 12.2), and that load waited for the queued work, so the copy was done
+    # before the host looked (the device-alone pass on an H200, 13 of 13 runs; with
+    # CUDA_MODULE_LOADING=EAGER, or this warm-up, it held: docs/h200-2026-12-01b/).
+    # Zeros: the host copy stays unwritten.
+    src.fill_(0.0)
     host.copy_(src, non_blocking=True)
     if Event is not None:
-        done = Event()
+        Event().record()
+    getattr(torch, kind).synchronize()
+    began = Event(enable_timing=True) if Event is not None else None
+    if began is not None:
+        began.record()
+    busy_work(device)
+    src.fill_(7.0)
+    host.copy_(src, non_blocking=True)
+    if Event is not None:
+        done = Event(enable_timing=True)
         done.record()
-        assert not done.query(), "premise: the copy was done before synchronize (too fast)"
+        if done.query():
+            done.synchronize()
+            pytest.fail(f"premise: the copy was done before synchronize (too fast): the "
+                        f"busy work and the copy took {began.elapsed_time(done):.1f} ms "
+                        "on the device", pytrace=False)
     call("synchronize", device)
     assert bool((host == 7.0).all()), (
         f"after synchronize() the device->host copy had not landed: "
@@ -402,7 +435,8 @@ def test_fp32_check_catches_a_kernel_off_by_1e_4(
 
 
 # Its premise (a copy still in flight when synchronize is called) broke once in five runs
-# with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/).
+# with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/), when the
+# busy work was matmuls sized by timing; it stays in the device-alone pass.
 @pytest.mark.device_alone
 @skip_on("cpu", reason="the synchronize check does not run on the cpu (nothing to wait for)")
 def test_synchronize_check_catches_a_no_op_synchronize(

@@ -154,6 +154,9 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
                     entry["messages"] = {x: str(last[x].get("message") or "")[:500]
                                          for x in entry["failed"]}
                     report["runs"].append(entry)
+                    if out:  # as each run ends: a bench stopped later keeps this one
+                        write_outputs(out, "bench-devices", _summed(report, per_device),
+                                      markdown(_summed(report, per_device)))
                     print(f"[{len(report['runs'])}/{total}] {n} device(s)"
                           + (f", {k} worker(s) each" if k else "") + ": "
                           f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
@@ -165,12 +168,18 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report["load_end"] = load_average()
-    report["scaling"] = scaling(report["runs"])
-    if per_device:
-        report["sharing"] = sharing(report["runs"])
+    report = _summed(report, per_device)
     if out:
         where = write_outputs(out, "bench-devices", report, markdown(report))
         print(f"wrote {where / 'bench-devices.json'} and {where / 'bench-devices.md'}")
+    return report
+
+
+def _summed(report: dict[str, Any], per_device: Sequence[str] | None) -> dict[str, Any]:
+    """The report with its tables computed from the runs so far."""
+    report = {**report, "scaling": scaling(report["runs"])}
+    if per_device:
+        report["sharing"] = sharing(report["runs"])
     return report
 
 

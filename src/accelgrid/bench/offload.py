@@ -351,15 +351,16 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     plain = {group(r): r.get("peak_gib") for r in rows if r["mode"] == "none"}
     lines = [
         "| model | params | dtype | mode | flush | peak GiB | saving | step ms "
-        "| GB moved each way | floor ms | step / floor | grad² denormal | v denormal |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| GB moved each way | floor ms | step / floor | grad² denormal | v denormal "
+        "| host RSS GiB |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         params = f"{r['params'] / 1e9:.3g} B" if "params" in r else f"~{r['size_b']} B"
         flush = "on" if r.get("flush_denormals") else "off"
         head = f"| {r.get('model', 'mlp')} | {params} | {r['dtype']} | {r['mode']} | {flush} |"
         if "error" in r:
-            lines.append(f"{head} {r['error']} |" + " |" * 7)
+            lines.append(f"{head} {r['error']} |" + " |" * 7 + f" {_rss(r)} |")
             continue
         ref = plain.get(group(r))
         saving = 1 - r["peak_gib"] / ref if ref and r["mode"] != "none" else None
@@ -367,9 +368,17 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"{head} {r['peak_gib']:.2f} | {_fmt(saving, '.0%')} | {r['step_ms']:.1f} "
             f"| {r['bytes_each_way'] / 1e9:.2f} | {r['floor_ms']:.1f} "
             f"| {_fmt(r['step_over_floor'], '.2f')} | {_pct(r.get('grad_sq_denormal'))} "
-            f"| {_pct(r.get('state_denormal'))} |"
+            f"| {_pct(r.get('state_denormal'))} | {_rss(r)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _rss(row: dict[str, Any]) -> str:
+    """The row's process's peak host RSS (GiB), ``≤ x`` where only a bound is known."""
+    if row.get("host_rss_peak_gib") is not None:
+        return f"{row['host_rss_peak_gib']:.2f}"
+    bound = row.get("host_rss_peak_at_most_gib")
+    return f"≤ {bound:.2f}" if bound is not None else "–"
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -428,23 +437,42 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
 # CPU optimizer states kept by reference cycles of torchao's gradient hooks, freed memory
 # glibc's per-thread arenas keep) goes back to the system with it, so run 13 of 20 sees
 # the memory run 1 saw. A process the kernel's OOM killer ends is that row's outcome.
+# It reports its own peak resident set with its result (each row's host memory, so growth
+# from one configuration to the next shows in the records): VmHWM, the high-water mark of
+# its own address space; not ru_maxrss, which a child forked from the bench starts at the
+# bench's own size (Linux keeps it across exec). None where /proc has no VmHWM.
 _CHILD = (
-    "import importlib, json, sys\n"
+    "import importlib, json, re, sys\n"
     "module, name = sys.argv[1].rsplit(':', 1)\n"
     "task = json.loads(open(sys.argv[2], encoding='utf-8').read())\n"
     "result = getattr(importlib.import_module(module), name)(task)\n"
+    "try:\n"
+    "    status = open('/proc/self/status', encoding='utf-8').read()\n"
+    "    result['host_rss_peak_kib'] = int(re.search(r'VmHWM:\\s*(\\d+)', status)[1])\n"
+    "except (OSError, TypeError):\n"
+    "    result['host_rss_peak_kib'] = None\n"
     "with open(sys.argv[3], 'w', encoding='utf-8') as fh:\n"
     "    json.dump(result, fh)\n"
 )
+
+
+def _children_peak_kib() -> int:
+    """The largest ``ru_maxrss`` of this process's waited-for children, in KiB (Linux):
+    an upper bound of each one's own peak."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
 
 def isolated(task: dict[str, Any], target: str) -> dict[str, Any]:
     """``target(task)`` (``module:function``, returning a JSON-able dict) in a new Python
     process (its own process group, stopped with the caller); its result, or
     ``{"error": ...}`` saying how the process died: a signal (SIGKILL: most likely the
-    kernel's OOM killer), an exit status with the last line it printed."""
+    kernel's OOM killer), an exit status with the last line it printed. Either way with
+    ``host_rss_peak_gib``, the process's peak resident set (its own figure; None where it
+    gave none), and for one that died ``host_rss_peak_at_most_gib``: its peak was at most
+    the largest ``ru_maxrss`` of this process's children so far."""
     import json
-    import signal
     import tempfile
 
     from .. import lifetime
@@ -458,9 +486,19 @@ def isolated(task: dict[str, Any], target: str) -> dict[str, Any]:
             print(line, file=sys.stderr, flush=True)
         if done.returncode == 0 and result_path.is_file():
             try:
-                return json.loads(result_path.read_text(encoding="utf-8"))
+                result = json.loads(result_path.read_text(encoding="utf-8"))
             except ValueError as exc:
-                return {"error": f"its result could not be read: {exc}"}
+                result = {"error": f"its result could not be read: {exc}"}
+            kib = result.pop("host_rss_peak_kib", None)
+            return {**result, "host_rss_peak_gib": None if kib is None else kib / 2**20}
+    return {**_died(done), "host_rss_peak_gib": None,
+            "host_rss_peak_at_most_gib": _children_peak_kib() / 2**20}
+
+
+def _died(done: Any) -> dict[str, Any]:
+    """How a configuration's process that left no result ended."""
+    import signal
+
     if done.returncode < 0:
         sig = -done.returncode
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else sig
@@ -584,12 +622,14 @@ def run(
     header = (
         f"torch {meta['torch']}, torchao {meta['torchao']}, {name}; pinned copies "
         f"H2D {bandwidth['h2d_gbps']:.1f} GB/s, D2H {bandwidth['d2h_gbps']:.1f} GB/s; "
-        f"{tokens} x {width} batch (transformer: sequences of {first['bench_seq']}), median "
+        f"{tokens} x {width} batch (transformer: sequences of {first['bench_seq']}; "
+        f"mlp-gelu: {helpers.DENORMAL_BATCH} rows, its width and depth from the size, in "
+        "the JSON), median "
         f"of {steps} steps, {first['threads']} CPU threads, each run in its own process. "
         "grad² denormal: share of "
         "gradient elements whose square is a denormal float; v denormal: share of Adam's "
         "exp_avg_sq that is one; flush: denormals flushed to zero in every thread of the "
-        "CPU optimizer.\n\n"
+        "CPU optimizer; host RSS: the peak resident set of the run's process.\n\n"
     )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -614,7 +654,7 @@ def run(
             _log(
                 f"{head} {row['params'] / 1e9:.3g} B params, peak {row['peak_gib']:.2f} GiB, "
                 f"step {row['step_ms']:.1f} ms (floor {row['floor_ms']:.1f} ms), grad² "
-                f"denormal {_pct(row.get('grad_sq_denormal'))} "
+                f"denormal {_pct(row.get('grad_sq_denormal'))}, host RSS {_rss(row)} GiB "
                 f"[{time.perf_counter() - started:.0f} s]"
             )
 
