@@ -20,6 +20,7 @@ group kills the group when the runner ends the pass or dies, even by SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -414,43 +415,87 @@ class CellBusy(AccelgridError):
     """Another run of the cell holds its results folder."""
 
 
-@contextlib.contextmanager
-def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[int | None]:
-    """Hold ``results/<cell>/.lock`` (flock) for the run; yields its fd (pytest inherits
-    it, so even a pytest that outlived its runner keeps the folder locked). Raises
-    :class:`CellBusy` with one line naming the holder when another run has it."""
-    cell_folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # Windows: no flock; runs are not guarded against each other
-        yield None
-        return
-    path = cell_folder / results.LOCK
-    results.refuse_symlink(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder, _ = results.read_json(path)
-            who = ""
-            if isinstance(holder, dict):
-                who = (f" (run {holder.get('run_id')}, pid {holder.get('pid')} on "
-                       f"{holder.get('host')}, since {holder.get('start')})")
-            raise CellBusy(f"{cell}: another run of this cell is in progress{who}; "
-                           f"{cell_folder} is locked until it ends") from None
-        except OSError as exc:  # e.g. a file system without locks: say so, run anyway
-            print(f"accelgrid: {cell}: cannot lock {path} ({exc}); running unguarded",
-                  file=sys.stderr, flush=True)
-        from .provenance import now
+LOCK_NAME = "accelgrid-cell-lock-"  # + a digest of the cell folder's real path
 
-        holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),
-                                  "host": socket.gethostname(), "start": now()})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, holder_text.encode(), 0)
-        yield fd
+
+def name_lock(cell_folder: Path) -> socket.socket | None:
+    """The cell's lock that no file operation can undo (Linux): a Unix socket bound to an
+    abstract name made from the cell folder's real path. The kernel frees the name when
+    the last process holding the socket ends, so a test that deletes ``.lock``, its cell
+    folder or results/ cannot let a second run in, which a flock on a file it deleted
+    would (the second run locks a new file). None where there are no abstract names
+    (macOS, Windows) or the bind fails otherwise: the flock alone guards the folder.
+    Raises :class:`BlockingIOError` when another process holds the name. Abstract names
+    are per network namespace: across namespaces (two containers sharing the folder) the
+    flock still guards it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import hashlib
+
+    digest = hashlib.sha256(os.path.realpath(cell_folder).encode()).hexdigest()[:48]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind("\0" + LOCK_NAME + digest)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise BlockingIOError(exc.errno, "held by another run") from None
+        return None
+    return sock
+
+
+@contextlib.contextmanager
+def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, ...]]:
+    """Hold the cell's :func:`name_lock` and ``results/<cell>/.lock`` (flock) for the run;
+    yields their fds (pytest inherits them, so even a pytest that outlived its runner
+    keeps the folder locked). Raises :class:`CellBusy` with one line naming the holder
+    when another run has it."""
+    path = cell_folder / results.LOCK
+    try:
+        held = name_lock(cell_folder)
+    except BlockingIOError:
+        raise CellBusy(_busy(cell, cell_folder)) from None
+    try:
+        cell_folder.mkdir(parents=True, exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; runs are not guarded against each other
+            yield ()
+            return
+        results.refuse_symlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CellBusy(_busy(cell, cell_folder)) from None
+            except OSError as exc:  # e.g. a file system without locks: say so, run anyway
+                if held is None:
+                    print(f"accelgrid: {cell}: cannot lock {path} ({exc}); running unguarded",
+                          file=sys.stderr, flush=True)
+            from .provenance import now
+
+            holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),
+                                      "host": socket.gethostname(), "start": now()})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder_text.encode(), 0)
+            yield (fd,) if held is None else (fd, held.fileno())
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
+        if held is not None:
+            held.close()
+
+
+def _busy(cell: str, cell_folder: Path) -> str:
+    """The one line saying which run holds the cell (as its lock file names it)."""
+    holder, _ = results.read_json(cell_folder / results.LOCK)
+    who = " (its lock file is gone or unreadable)"
+    if isinstance(holder, dict):
+        who = (f" (run {holder.get('run_id')}, pid {holder.get('pid')} on "
+               f"{holder.get('host')}, since {holder.get('start')})")
+    return (f"{cell}: another run of this cell is in progress{who}; "
+            f"{cell_folder} is locked until it ends")
 
 
 def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
@@ -471,7 +516,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     run_start = time.time()
     run_id = uuid.uuid4().hex
     chosen = selection(pytest_args)
-    with cell_lock(cell_folder, cell.name, run_id) as lock_fd:
+    with cell_lock(cell_folder, cell.name, run_id) as lock_fds:
         folder = results.run_folder(cell_folder, run_id, partial=bool(chosen))
         if chosen:
             results.prune_runs(cell_folder, RUNS_KEPT - 1)
@@ -493,7 +538,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
                 print(f"accelgrid: {cell.name}: collecting {', '.join(scope)} only (the "
                       "selection can take no test from the other suites)", flush=True)
         return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
-                           run, () if lock_fd is None else (lock_fd,), run_start)
+                           run, lock_fds, run_start)
 
 
 def serial_reason(env: dict[str, str], pytest_args: Sequence[str]) -> str | None:
