@@ -649,11 +649,89 @@ def test_an_interrupted_install_is_detected_and_a_reinstall_repairs_it(tmp_path)
     assert gone and gone.startswith("tiny-1.0: 1 of ") and gone.endswith(
         " files missing, e.g. tiny/core.py"), gone  # uv adds INSTALLER, pycache...
     assert install.verify(env, python, "tiny") == gone
-    uv_install("--reinstall")  # what the session does, once, with one line saying why
+    assert install.incomplete(env) == ["tiny"]
+    uv_install("--reinstall-package", "tiny")  # what the session does, with one line
     assert install.missing_files(env) is None and install.verify(env, python, "tiny") is None
+    assert install.incomplete(env) == []
     # A broken import is caught even with every file there.
     core.write_text("raise ImportError('half-written')\n")
     assert "import tiny fails: ImportError: half-written" in install.verify(env, python, "tiny")
+
+
+def _torch_files(envdir: Path) -> list[Path]:
+    """The files torch's RECORD lists in ``envdir``, that are there (shared libraries first:
+    the largest, linked last by uv, what a kill leaves out)."""
+    import csv
+
+    [info] = envdir.glob("lib/python*/site-packages/torch-*.dist-info")
+    with open(info / "RECORD", newline="") as fh:
+        rows = [info.parent / row[0] for row in csv.reader(fh) if row and row[0]]
+    there = [p for p in rows if p.is_file() and "dist-info" not in str(p)]
+    return sorted(there, key=lambda p: (".so" not in p.name, str(p)))
+
+
+def _session(proj: Path, *args: str, cli: bool = False) -> subprocess.CompletedProcess:
+    """``nox -s cpu-2.13 ARGS`` in ``proj`` (with ``cli``: ``accelgrid run cpu-2.13``)."""
+    cmd = ([sys.executable, "-m", "accelgrid", "--matrix", str(proj / "matrix.yaml"), "run",
+            "cpu-2.13"] if cli else
+           [sys.executable, "-m", "nox", "-f", str(proj / "noxfile.py"), "-s", "cpu-2.13"])
+    return subprocess.run([*cmd, *args], cwd=proj, capture_output=True, text=True,
+                          timeout=900, env={**os.environ,
+                                            "ACCELGRID_RESULTS_DIR": str(proj / "results")})
+
+
+@pytest.mark.slow
+def test_an_interrupted_env_build_is_repaired_by_the_next_session(mini_project) -> None:
+    """Real cell sessions of a one-cell project (torch from the local wheels): an env whose
+    torch lost files (stamp kept: damaged since; stamp gone: the kill came mid-install)
+    is found out by the next ``nox -s`` / ``accelgrid run``, reinstalled with one line
+    saying so, and the cell runs on a whole torch."""
+    from accelgrid import install
+
+    proj = mini_project(noxfile=True)
+    (proj / "src").symlink_to(ROOT / "src")  # the env's .pth names the project's src/
+    (proj / "suites" / "payload" / "test_torch.py").write_text(
+        "import torch\n\ndef test_add():\n    assert (torch.ones(2) + 1).sum() == 4\n")
+    envdir = proj / ".nox" / "cpu-2-13"
+    built = _session(proj, "--install-only")
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    stamp = envdir / install.STAMP
+    assert stamp.is_file() and install.missing_files(envdir) is None
+
+    def damage() -> list[Path]:
+        gone = _torch_files(envdir)[:400]
+        for p in gone:
+            p.unlink()
+        return gone
+
+    # 1. Damaged after its stamp (a kill of a later reinstall, a cleaner): a full run.
+    gone = damage()
+    done = _session(proj)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "reinstalling" in ln]
+    assert done.returncode == 0 and len(said) == 1, out[-4000:]
+    assert "the env lost files since its install (torch-2.13.0" in said[0], said
+    assert "files missing" in said[0] and said[0].endswith(": reinstalling its packages")
+    assert all(p.exists() for p in gone) and install.missing_files(envdir) is None
+    assert install.env_holds(envdir, json.loads(stamp.read_text()))
+
+    # 2. Killed mid-install: no stamp (dropped before the install), files missing (uv
+    # alone would see torch's metadata and change nothing). Through the CLI this time.
+    gone = damage()
+    stamp.unlink()
+    done = _session(proj, cli=True)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "reinstalling" in ln]
+    assert done.returncode == 0 and len(said) == 1, out[-4000:]
+    assert "the env is incomplete, an interrupted earlier install (torch-2.13.0" in said[0]
+    assert all(p.exists() for p in gone) and stamp.is_file()
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    assert [r["outcome"] for r in recs if r["nodeid"].endswith("::test_add")] == ["passed"]
+
+    # 3. A warm, whole env: nothing reinstalled, nothing said.
+    done = _session(proj)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "reinstalling" not in out, out[-4000:]
 
 
 # --- full disk, read-only folder, odd consoles, long ids (issue 27) ----------------------
