@@ -793,6 +793,87 @@ def test_a_read_only_folder_is_one_line(small_disk, tmp_path, capsys) -> None:
     assert "Read-only file system" in err and str(small_disk / "b") in err, err
 
 
+FILLS_THE_DISK = '''
+import os
+from pathlib import Path
+
+def test_a_first():
+    pass
+
+def test_b_fills_the_disk():
+    with open(Path(os.environ["ACCELGRID_RESULTS"]) / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"x" * 65536)
+        except OSError:
+            pass
+
+def test_c_fails_at_length():
+    assert 0, "m" * 100000
+
+def test_d_after():
+    pass
+'''
+
+# `accelgrid run` with its results folder on a 2 MiB tmpfs of a private mount namespace
+# (root: unshare -m; else a user namespace, unshare -Urm), copied out once the run ended:
+# the namespace and its file system end with the command.
+ON_SMALL_DISK = ('mount -t tmpfs -o size=2m tmpfs "$0" && { [ -z "$RO" ] || mount -o '
+                 'remount,ro "$0"; } && ACCELGRID_RESULTS_DIR="$0" "$@"; rc=$?; '
+                 'cp -a "$0"/. "$COPY"/; exit $rc')
+
+
+def _run_on_small_disk(proj: Path, tmp_path: Path, read_only: bool = False
+                       ) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    import shutil
+
+    unshare = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-Urm"]
+    if shutil.which("unshare") is None or subprocess.run(
+            [*unshare, "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True
+    ).returncode:
+        pytest.skip("no private mount namespace to mount a small tmpfs in (needs root or "
+                    "unprivileged user namespaces, and util-linux's unshare)")
+    disk, copy = tmp_path / "disk", tmp_path / "copy"
+    disk.mkdir()
+    copy.mkdir()
+    done = subprocess.run(
+        [*unshare, "sh", "-c", ON_SMALL_DISK, str(disk), sys.executable, "-m", "accelgrid",
+         "--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
+        cwd=proj, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "COPY": str(copy), "RO": "1" if read_only else ""})
+    return done, disk, copy / "cpu-2.13"
+
+
+def test_a_disk_that_fills_during_the_run_is_one_line_and_keeps_the_records(
+        mini_project, tmp_path) -> None:
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_fill.py").write_text(FILLS_THE_DISK)
+    done, disk, folder = _run_on_small_disk(proj, tmp_path)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "No space left on device" in ln]
+    assert done.returncode != 0 and len(said) == 1, out[-4000:]
+    assert f"cannot write {disk}/cpu-2.13" in said[0], said
+    assert "Traceback" not in out and "pytest exited with" not in out, out[-4000:]
+    # What was recorded before the disk filled is there and readable, nothing torn,
+    # nothing recorded as not-run because pytest gave up.
+    recs, problems = _records(folder)
+    assert not problems, problems
+    assert recs["test_a_first"]["outcome"] == "passed"
+    assert not [r for r in recs.values() if "pytest exited" in (r.get("message") or "")]
+    assert all("No space left on device" in r["message"] for r in recs.values()
+               if r["outcome"] == "not-run")  # where there was room to say why
+
+
+def test_a_read_only_results_folder_stops_the_run_in_one_line(mini_project, tmp_path) -> None:
+    proj = mini_project(noxfile=True)
+    done, disk, folder = _run_on_small_disk(proj, tmp_path, read_only=True)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "Read-only file system" in ln]
+    assert done.returncode != 0 and len(said) == 1, out[-4000:]
+    assert f"cannot write {disk}" in said[0] and "Traceback" not in out, out[-4000:]
+    assert not folder.exists()  # nothing ran, nothing written
+
+
 def test_a_console_that_is_not_utf8_never_crashes(tmp_path) -> None:
     cell = write_cell(tmp_path / "results", "cpu-2.13", {
         "suites/s/t.py::test_é—✓[日本]": "failed", "suites/s/t.py::b": "passed"})

@@ -659,6 +659,12 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
         print(f"accelgrid: {cell.name}: ended {len(left_behind)} process(es) the tests left "
               f"running (pid {', '.join(map(str, left_behind[:5]))})", flush=True)
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
+    full = results.storage_failure(folder) if rc and not stop_reason else None
+    if full is not None:  # the disk filled (or went read-only) under pytest: say that
+        with contextlib.suppress(OSError):
+            results.finalize(folder, str(results.storage_problem(full)), run,
+                             timing={"passes": timed, "run_start": run_start})
+        raise full
     summary = results.finalize(folder, reason, run,
                                timing={"passes": timed, "run_start": run_start})
     captured = ops.aggregate(folder)
