@@ -884,6 +884,38 @@ def test_a_console_that_is_not_utf8_never_crashes(tmp_path) -> None:
     assert b"Traceback" not in done.stderr
 
 
+NOT_ASCII = '''
+import pytest
+
+@pytest.mark.parametrize("x", ["é—✓日本"])
+def test_named(x):
+    assert 0, "failed on " + x
+
+def test_fine():
+    print("✓ printed")
+'''
+
+
+def test_the_end_of_a_run_on_a_console_that_is_not_utf8(mini_project) -> None:
+    """A real run (``accelgrid run``) whose failure names characters an ASCII console
+    cannot show: the end of the run says so with escapes, exit 1 (a failure), no crash."""
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_names.py").write_text(NOT_ASCII)
+    done = subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
+                           str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
+                          cwd=proj, capture_output=True, timeout=600,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C",
+                               "ACCELGRID_RESULTS_DIR": str(proj / "results")})
+    out = (done.stdout + done.stderr).decode("ascii")  # nothing but ASCII reached it
+    assert done.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "UnicodeEncodeError" not in out, out[-3000:]
+    failed = [ln for ln in out.splitlines() if "FAILED" in ln and "test_named" in ln]
+    assert len(failed) == 1 and "\\xe9" in failed[0], failed  # escaped, not dropped
+    recs, _ = _records(proj / "results" / "cpu-2.13")
+    assert {n: r["outcome"] for n, r in recs.items()} == {"test_named[é—✓日本]": "failed",
+                                                          "test_fine": "passed"}
+
+
 LONG_ID = '''
 import pytest
 
@@ -939,13 +971,40 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _cgroup_or_skip() -> None:
+    from accelgrid import lifetime
+
+    probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
+    if probe is None:
+        pytest.skip("no writable cgroup v2 with cgroup.kill here (needs root or a "
+                    "delegated cgroup, Linux 5.14+): the subreaper variant covers it")
+    os.rmdir(probe)
+
+
+def _cgroups_left() -> list[str]:
+    from accelgrid import lifetime
+
+    probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
+    if probe is None:
+        return []
+    os.rmdir(probe)
+    return [n for n in os.listdir(os.path.dirname(probe))
+            if n.startswith(lifetime.CGROUP_PREFIX) and "probe-" not in n]
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("way", ["cgroup", "subreaper"])
 def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_path,
-                                                   monkeypatch) -> None:
+                                                   monkeypatch, capsys, way) -> None:
     import time
 
     from accelgrid import lifetime
 
+    if way == "cgroup":
+        _cgroup_or_skip()
+    else:  # no cgroup to be had: the sweep of what this process adopted
+        monkeypatch.setattr(lifetime, "cell_cgroup", lambda run_id: None)
+    before = _cgroups_left()
     pidfile = tmp_path / "daemon.pid"
     monkeypatch.setenv("DAEMON_PIDFILE", str(pidfile))
     proj = mini_project()
@@ -964,6 +1023,61 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
                                                           "test_after": "passed"}
     assert took < 120, took  # no wait on the daemon (it would sleep 300 s)
     assert lifetime.children(os.getpid()) == [] or pid not in lifetime.children(os.getpid())
+    said = [ln for ln in capsys.readouterr().out.splitlines() if "the tests left" in ln]
+    assert len(said) == 1 and f"pid {pid}" in said[0], said
+    assert _cgroups_left() == before  # the run's cgroups are removed
+
+
+HANGS_AFTER_A_DAEMON = DAEMON.replace("def test_after():\n    pass", (
+    "def test_hangs():\n"
+    "    Path(os.environ['DAEMON_PIDFILE'] + '.hanging').write_text('')\n"
+    "    time.sleep(600)"))
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+def test_kill_9_of_the_runner_ends_a_daemon_through_the_cgroup(mini_project, python,
+                                                               tmp_path) -> None:
+    """What the subreaper cannot do (it dies with the runner): the guard ends the pass's
+    cgroup, the daemon in a session of its own with it, and removes the cgroup."""
+    import signal
+    import time
+
+    _cgroup_or_skip()
+    before = _cgroups_left()
+    pidfile = tmp_path / "daemon.pid"
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_daemon.py").write_text(HANGS_AFTER_A_DAEMON)
+    code = ("import sys; from pathlib import Path; from accelgrid import runner; "
+            "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
+            "runner.run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
+            "sys.executable, p, p / 'results')")
+    first = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, "DAEMON_PIDFILE": str(pidfile)})
+    pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not Path(str(pidfile) + ".hanging").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "no hanging test"
+            time.sleep(0.1)
+        pid = int(pidfile.read_text())
+        assert _alive(pid) and os.getsid(pid) != os.getsid(first.pid)  # a session of its own
+        assert len(_cgroups_left()) == len(before) + 1
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 15
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), f"daemon {pid} outlived the killed runner"
+        while _cgroups_left() != before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _cgroups_left() == before
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 # --- the offload bench keeps what it measured (issue 27) ---------------------------------

@@ -605,6 +605,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
               + ("multi-device tests beside them" if beside else
                  "then multi-device tests" + (f" ({serial})" if serial else "")), flush=True)
     stop_reason: list[str] = []
+    left_behind: list[int] = []   # pids of what the tests left running, ended
     rc = 0
     watch = progress.Progress(cell.name, folder)
     log = folder / results.PYTEST_LOG
@@ -633,7 +634,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
         ended = _run_pytests(
             [(cmd, {**env, **dict(run_pass.env), contract.PASS: run_pass.name}, pass_log)
              for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True)],
-            root, left, stop_reason, keep_fds, tick=watch.poll)
+            root, left, stop_reason, keep_fds, tick=watch.poll, ended=left_behind)
         _append_logs(log, logs[1:])
         # (a pass the run was stopped before starting has no entry)
         for (run_pass, _), (pass_rc, start, end) in zip(jobs, ended, strict=False):
@@ -653,8 +654,10 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
         if stop_reason:
             break
     # Daemons the tests left (double fork + setsid, out of every process group): ended
-    # now, at the cell's end, never after it (this process adopted them: subreaper).
-    left_behind = [] if keep_children is None else lifetime.end_adopted(keep=keep_children)
+    # with their pass's cgroup where there is one, else now, at the cell's end, never after
+    # it (this process adopted them: subreaper).
+    if keep_children is not None:
+        left_behind += lifetime.end_adopted(keep=keep_children)
     if left_behind:
         print(f"accelgrid: {cell.name}: ended {len(left_behind)} process(es) the tests left "
               f"running (pid {', '.join(map(str, left_behind[:5]))})", flush=True)
@@ -715,11 +718,14 @@ TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
                  limit: float, stop_reason: list[str], keep_fds: tuple[int, ...] = (),
-                 tick: Callable[[], None] | None = None) -> list[tuple[int, float, float]]:
+                 tick: Callable[[], None] | None = None, ended: list[int] | None = None
+                 ) -> list[tuple[int, float, float]]:
     """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
     output goes to its log file (a file, not a pipe: kept even when this process dies
-    first), ``tick`` runs about every :data:`TICK_S` while they run. Returns (exit code,
-    start, end) per started job, epoch seconds."""
+    first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
+    cgroup of its own where one can be made (:func:`accelgrid.lifetime.cell_cgroup`),
+    ended with it; the pids ended that way (what its tests left) go to ``ended``.
+    Returns (exit code, start, end) per started job, epoch seconds."""
     # Each in its own process group (the cell limit and signals reach every xdist worker
     # and what the tests start), no terminal input (a background group reading it would
     # be stopped), killed by the kernel if this process dies, and a guard in that group
@@ -727,6 +733,7 @@ def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], 
     posix = os.name == "posix"
     procs: list[subprocess.Popen] = []
     guards: list[subprocess.Popen | None] = []
+    cgroups: list[str] = []
     starts: list[float] = []
 
     def _forward(signum: int, _frame: object) -> None:
@@ -739,20 +746,29 @@ def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], 
             if stop_reason:
                 break
             extra: dict[str, object] = {}
+            cgroup = None
             if posix:
-                extra = {"process_group": 0, "preexec_fn": lifetime.death_signal_preexec(),
-                         "pass_fds": keep_fds}
+                cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID, uuid.uuid4().hex)}-"
+                                              f"{env.get(contract.PASS, len(procs))}")
+                if cgroup is not None:
+                    cgroups.append(cgroup)
+                extra = {"process_group": 0, "pass_fds": keep_fds,
+                         "preexec_fn": lifetime.death_signal_preexec(cgroup=cgroup)}
             starts.append(time.time())
             with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
                 proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
                                         stdout=out, stderr=subprocess.STDOUT if out else None,
                                         **extra)
             procs.append(proc)
-            guards.append(_start_guard(proc.pid) if posix else None)
+            guards.append(_start_guard(proc.pid, cgroup) if posix else None)
         ends = _wait_all(procs, time.monotonic() + max(limit, 1.0), limit, stop_reason, tick)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        for cgroup in cgroups:  # what the tests left, daemons included
+            gone = lifetime.end_cgroup(cgroup)
+            if ended is not None:
+                ended.extend(gone)
         for guard in guards:
             _end_guard(guard)  # whatever a pass left in its group goes with it
     out = []
@@ -806,11 +822,13 @@ def _append_logs(log: Path, others: Sequence[Path]) -> None:
         other.unlink()
 
 
-def _start_guard(pgid: int) -> subprocess.Popen | None:
+def _start_guard(pgid: int, cgroup: str | None = None) -> subprocess.Popen | None:
     """The guard (:data:`accelgrid.lifetime.GUARD_CODE`) in process group ``pgid``: it
-    kills the group once its stdin closes, i.e. when this process ends the pass or dies."""
+    kills the group (and ``cgroup``) once its stdin closes, i.e. when this process ends
+    the pass or dies."""
     try:
-        guard = subprocess.Popen([sys.executable, "-I", "-c", lifetime.GUARD_CODE],
+        guard = subprocess.Popen([sys.executable, "-I", "-c", lifetime.GUARD_CODE,
+                                  *([cgroup] if cgroup else [])],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  process_group=pgid)
         # Ready once it ignores the group's SIGTERM/SIGINT (a signal sent before then
