@@ -649,11 +649,89 @@ def test_an_interrupted_install_is_detected_and_a_reinstall_repairs_it(tmp_path)
     assert gone and gone.startswith("tiny-1.0: 1 of ") and gone.endswith(
         " files missing, e.g. tiny/core.py"), gone  # uv adds INSTALLER, pycache...
     assert install.verify(env, python, "tiny") == gone
-    uv_install("--reinstall")  # what the session does, once, with one line saying why
+    assert install.incomplete(env) == ["tiny"]
+    uv_install("--reinstall-package", "tiny")  # what the session does, with one line
     assert install.missing_files(env) is None and install.verify(env, python, "tiny") is None
+    assert install.incomplete(env) == []
     # A broken import is caught even with every file there.
     core.write_text("raise ImportError('half-written')\n")
     assert "import tiny fails: ImportError: half-written" in install.verify(env, python, "tiny")
+
+
+def _torch_files(envdir: Path) -> list[Path]:
+    """The files torch's RECORD lists in ``envdir``, that are there (shared libraries first:
+    the largest, linked last by uv, what a kill leaves out)."""
+    import csv
+
+    [info] = envdir.glob("lib/python*/site-packages/torch-*.dist-info")
+    with open(info / "RECORD", newline="") as fh:
+        rows = [info.parent / row[0] for row in csv.reader(fh) if row and row[0]]
+    there = [p for p in rows if p.is_file() and "dist-info" not in str(p)]
+    return sorted(there, key=lambda p: (".so" not in p.name, str(p)))
+
+
+def _session(proj: Path, *args: str, cli: bool = False) -> subprocess.CompletedProcess:
+    """``nox -s cpu-2.13 ARGS`` in ``proj`` (with ``cli``: ``accelgrid run cpu-2.13``)."""
+    cmd = ([sys.executable, "-m", "accelgrid", "--matrix", str(proj / "matrix.yaml"), "run",
+            "cpu-2.13"] if cli else
+           [sys.executable, "-m", "nox", "-f", str(proj / "noxfile.py"), "-s", "cpu-2.13"])
+    return subprocess.run([*cmd, *args], cwd=proj, capture_output=True, text=True,
+                          timeout=900, env={**os.environ,
+                                            "ACCELGRID_RESULTS_DIR": str(proj / "results")})
+
+
+@pytest.mark.slow
+def test_an_interrupted_env_build_is_repaired_by_the_next_session(mini_project) -> None:
+    """Real cell sessions of a one-cell project (torch from the local wheels): an env whose
+    torch lost files (stamp kept: damaged since; stamp gone: the kill came mid-install)
+    is found out by the next ``nox -s`` / ``accelgrid run``, reinstalled with one line
+    saying so, and the cell runs on a whole torch."""
+    from accelgrid import install
+
+    proj = mini_project(noxfile=True)
+    (proj / "src").symlink_to(ROOT / "src")  # the env's .pth names the project's src/
+    (proj / "suites" / "payload" / "test_torch.py").write_text(
+        "import torch\n\ndef test_add():\n    assert (torch.ones(2) + 1).sum() == 4\n")
+    envdir = proj / ".nox" / "cpu-2-13"
+    built = _session(proj, "--install-only")
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    stamp = envdir / install.STAMP
+    assert stamp.is_file() and install.missing_files(envdir) is None
+
+    def damage() -> list[Path]:
+        gone = _torch_files(envdir)[:400]
+        for p in gone:
+            p.unlink()
+        return gone
+
+    # 1. Damaged after its stamp (a kill of a later reinstall, a cleaner): a full run.
+    gone = damage()
+    done = _session(proj)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "reinstalling" in ln]
+    assert done.returncode == 0 and len(said) == 1, out[-4000:]
+    assert "the env lost files since its install (torch-2.13.0" in said[0], said
+    assert "files missing" in said[0] and said[0].endswith(": reinstalling its packages")
+    assert all(p.exists() for p in gone) and install.missing_files(envdir) is None
+    assert install.env_holds(envdir, json.loads(stamp.read_text()))
+
+    # 2. Killed mid-install: no stamp (dropped before the install), files missing (uv
+    # alone would see torch's metadata and change nothing). Through the CLI this time.
+    gone = damage()
+    stamp.unlink()
+    done = _session(proj, cli=True)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "reinstalling" in ln]
+    assert done.returncode == 0 and len(said) == 1, out[-4000:]
+    assert "the env is incomplete, an interrupted earlier install (torch-2.13.0" in said[0]
+    assert all(p.exists() for p in gone) and stamp.is_file()
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    assert [r["outcome"] for r in recs if r["nodeid"].endswith("::test_add")] == ["passed"]
+
+    # 3. A warm, whole env: nothing reinstalled, nothing said.
+    done = _session(proj)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "reinstalling" not in out, out[-4000:]
 
 
 # --- full disk, read-only folder, odd consoles, long ids (issue 27) ----------------------
@@ -715,6 +793,87 @@ def test_a_read_only_folder_is_one_line(small_disk, tmp_path, capsys) -> None:
     assert "Read-only file system" in err and str(small_disk / "b") in err, err
 
 
+FILLS_THE_DISK = '''
+import os
+from pathlib import Path
+
+def test_a_first():
+    pass
+
+def test_b_fills_the_disk():
+    with open(Path(os.environ["ACCELGRID_RESULTS"]) / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"x" * 65536)
+        except OSError:
+            pass
+
+def test_c_fails_at_length():
+    assert 0, "m" * 100000
+
+def test_d_after():
+    pass
+'''
+
+# `accelgrid run` with its results folder on a 2 MiB tmpfs of a private mount namespace
+# (root: unshare -m; else a user namespace, unshare -Urm), copied out once the run ended:
+# the namespace and its file system end with the command.
+ON_SMALL_DISK = ('mount -t tmpfs -o size=2m tmpfs "$0" && { [ -z "$RO" ] || mount -o '
+                 'remount,ro "$0"; } && ACCELGRID_RESULTS_DIR="$0" "$@"; rc=$?; '
+                 'cp -a "$0"/. "$COPY"/; exit $rc')
+
+
+def _run_on_small_disk(proj: Path, tmp_path: Path, read_only: bool = False
+                       ) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    import shutil
+
+    unshare = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-Urm"]
+    if shutil.which("unshare") is None or subprocess.run(
+            [*unshare, "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True
+    ).returncode:
+        pytest.skip("no private mount namespace to mount a small tmpfs in (needs root or "
+                    "unprivileged user namespaces, and util-linux's unshare)")
+    disk, copy = tmp_path / "disk", tmp_path / "copy"
+    disk.mkdir()
+    copy.mkdir()
+    done = subprocess.run(
+        [*unshare, "sh", "-c", ON_SMALL_DISK, str(disk), sys.executable, "-m", "accelgrid",
+         "--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
+        cwd=proj, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "COPY": str(copy), "RO": "1" if read_only else ""})
+    return done, disk, copy / "cpu-2.13"
+
+
+def test_a_disk_that_fills_during_the_run_is_one_line_and_keeps_the_records(
+        mini_project, tmp_path) -> None:
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_fill.py").write_text(FILLS_THE_DISK)
+    done, disk, folder = _run_on_small_disk(proj, tmp_path)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "No space left on device" in ln]
+    assert done.returncode != 0 and len(said) == 1, out[-4000:]
+    assert f"cannot write {disk}/cpu-2.13" in said[0], said
+    assert "Traceback" not in out and "pytest exited with" not in out, out[-4000:]
+    # What was recorded before the disk filled is there and readable, nothing torn,
+    # nothing recorded as not-run because pytest gave up.
+    recs, problems = _records(folder)
+    assert not problems, problems
+    assert recs["test_a_first"]["outcome"] == "passed"
+    assert not [r for r in recs.values() if "pytest exited" in (r.get("message") or "")]
+    assert all("No space left on device" in r["message"] for r in recs.values()
+               if r["outcome"] == "not-run")  # where there was room to say why
+
+
+def test_a_read_only_results_folder_stops_the_run_in_one_line(mini_project, tmp_path) -> None:
+    proj = mini_project(noxfile=True)
+    done, disk, folder = _run_on_small_disk(proj, tmp_path, read_only=True)
+    out = done.stdout + done.stderr
+    said = [ln for ln in out.splitlines() if "Read-only file system" in ln]
+    assert done.returncode != 0 and len(said) == 1, out[-4000:]
+    assert f"cannot write {disk}" in said[0] and "Traceback" not in out, out[-4000:]
+    assert not folder.exists()  # nothing ran, nothing written
+
+
 def test_a_console_that_is_not_utf8_never_crashes(tmp_path) -> None:
     cell = write_cell(tmp_path / "results", "cpu-2.13", {
         "suites/s/t.py::test_é—✓[日本]": "failed", "suites/s/t.py::b": "passed"})
@@ -723,6 +882,38 @@ def test_a_console_that_is_not_utf8_never_crashes(tmp_path) -> None:
                           env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"})
     assert done.returncode == 0, done.stderr.decode()
     assert b"Traceback" not in done.stderr
+
+
+NOT_ASCII = '''
+import pytest
+
+@pytest.mark.parametrize("x", ["é—✓日本"])
+def test_named(x):
+    assert 0, "failed on " + x
+
+def test_fine():
+    print("✓ printed")
+'''
+
+
+def test_the_end_of_a_run_on_a_console_that_is_not_utf8(mini_project) -> None:
+    """A real run (``accelgrid run``) whose failure names characters an ASCII console
+    cannot show: the end of the run says so with escapes, exit 1 (a failure), no crash."""
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_names.py").write_text(NOT_ASCII)
+    done = subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
+                           str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
+                          cwd=proj, capture_output=True, timeout=600,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C",
+                               "ACCELGRID_RESULTS_DIR": str(proj / "results")})
+    out = (done.stdout + done.stderr).decode("ascii")  # nothing but ASCII reached it
+    assert done.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "UnicodeEncodeError" not in out, out[-3000:]
+    failed = [ln for ln in out.splitlines() if "FAILED" in ln and "test_named" in ln]
+    assert len(failed) == 1 and "\\xe9" in failed[0], failed  # escaped, not dropped
+    recs, _ = _records(proj / "results" / "cpu-2.13")
+    assert {n: r["outcome"] for n, r in recs.items()} == {"test_named[é—✓日本]": "failed",
+                                                          "test_fine": "passed"}
 
 
 LONG_ID = '''
@@ -780,13 +971,40 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _cgroup_or_skip() -> None:
+    from accelgrid import lifetime
+
+    probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
+    if probe is None:
+        pytest.skip("no writable cgroup v2 with cgroup.kill here (needs root or a "
+                    "delegated cgroup, Linux 5.14+): the subreaper variant covers it")
+    os.rmdir(probe)
+
+
+def _cgroups_left() -> list[str]:
+    from accelgrid import lifetime
+
+    probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
+    if probe is None:
+        return []
+    os.rmdir(probe)
+    return [n for n in os.listdir(os.path.dirname(probe))
+            if n.startswith(lifetime.CGROUP_PREFIX) and "probe-" not in n]
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("way", ["cgroup", "subreaper"])
 def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_path,
-                                                   monkeypatch) -> None:
+                                                   monkeypatch, capsys, way) -> None:
     import time
 
     from accelgrid import lifetime
 
+    if way == "cgroup":
+        _cgroup_or_skip()
+    else:  # no cgroup to be had: the sweep of what this process adopted
+        monkeypatch.setattr(lifetime, "cell_cgroup", lambda run_id: None)
+    before = _cgroups_left()
     pidfile = tmp_path / "daemon.pid"
     monkeypatch.setenv("DAEMON_PIDFILE", str(pidfile))
     proj = mini_project()
@@ -805,6 +1023,61 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
                                                           "test_after": "passed"}
     assert took < 120, took  # no wait on the daemon (it would sleep 300 s)
     assert lifetime.children(os.getpid()) == [] or pid not in lifetime.children(os.getpid())
+    said = [ln for ln in capsys.readouterr().out.splitlines() if "the tests left" in ln]
+    assert len(said) == 1 and f"pid {pid}" in said[0], said
+    assert _cgroups_left() == before  # the run's cgroups are removed
+
+
+HANGS_AFTER_A_DAEMON = DAEMON.replace("def test_after():\n    pass", (
+    "def test_hangs():\n"
+    "    Path(os.environ['DAEMON_PIDFILE'] + '.hanging').write_text('')\n"
+    "    time.sleep(600)"))
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+def test_kill_9_of_the_runner_ends_a_daemon_through_the_cgroup(mini_project, python,
+                                                               tmp_path) -> None:
+    """What the subreaper cannot do (it dies with the runner): the guard ends the pass's
+    cgroup, the daemon in a session of its own with it, and removes the cgroup."""
+    import signal
+    import time
+
+    _cgroup_or_skip()
+    before = _cgroups_left()
+    pidfile = tmp_path / "daemon.pid"
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_daemon.py").write_text(HANGS_AFTER_A_DAEMON)
+    code = ("import sys; from pathlib import Path; from accelgrid import runner; "
+            "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
+            "runner.run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
+            "sys.executable, p, p / 'results')")
+    first = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, "DAEMON_PIDFILE": str(pidfile)})
+    pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not Path(str(pidfile) + ".hanging").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "no hanging test"
+            time.sleep(0.1)
+        pid = int(pidfile.read_text())
+        assert _alive(pid) and os.getsid(pid) != os.getsid(first.pid)  # a session of its own
+        assert len(_cgroups_left()) == len(before) + 1
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 15
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), f"daemon {pid} outlived the killed runner"
+        while _cgroups_left() != before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _cgroups_left() == before
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 # --- the offload bench keeps what it measured (issue 27) ---------------------------------

@@ -107,6 +107,23 @@ def _wait_unlocked(path: Path, seconds: float = 15.0) -> bool:
         os.close(fd)
 
 
+def _wait_name_free(folder: Path, seconds: float = 15.0) -> bool:
+    """Whether the cell's :func:`accelgrid.runner.name_lock` can be taken within
+    ``seconds`` (as :func:`_wait_unlocked`: an exiting process closes its files last)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            sock = runner.name_lock(folder)
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+            continue
+        assert sock is not None  # Linux: the name can be bound
+        sock.close()
+        return True
+
+
 def _start_runner(proj: Path, python: str) -> subprocess.Popen:
     # Its own session, as a CI job or a terminal would start it: kill -9 of its group.
     return subprocess.Popen([python, "-c", RUN_CELL, str(proj)], start_new_session=True,
@@ -155,6 +172,7 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     # worker, not the child a test started.
     assert _wait_gone(_marker(folder)) == []
     assert _wait_unlocked(folder / results.LOCK)   # and none of them holds the cell's lock
+    assert _wait_name_free(folder)                  # nor its name lock
     killed = results.load_cell(folder)
     assert {n.split("::")[-1]: r["outcome"] for n, r in killed.tests.items()} == {
         "test_1": "passed", "test_2": "passed"}
@@ -171,6 +189,94 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     assert "test_new" in junit and "test_1" not in junit
     summary = json.loads((folder / results.SUMMARY).read_text())
     assert summary["run_id"] == env["run_id"] and summary["total"] == 1
+
+
+# The lock is the run's, not a file's: test_2 deletes what it is told (the lock file, its
+# cell folder or results/), says so and waits to be released.
+DELETES_THE_LOCK = textwrap.dedent('''
+    import os, shutil, time
+    from pathlib import Path
+
+    RESULTS = Path(os.environ["ACCELGRID_RESULTS"])
+
+    def test_1():
+        pass
+
+    def test_2_deletes_then_waits():
+        what = os.environ.get("DELETE")
+        if what is None:        # a run of its own
+            return
+        if what == "lock":
+            (RESULTS / ".lock").unlink()
+        else:  # the runner may write beside it meanwhile (its progress): until it is gone
+            gone = RESULTS if what == "cell-folder" else RESULTS.parent
+            while gone.exists():
+                shutil.rmtree(gone, ignore_errors=True)
+        Path(os.environ["DELETED"]).write_text("")
+        release = Path(os.environ["RELEASE"])
+        for _ in range(1200):
+            if release.exists():
+                return
+            time.sleep(0.1)
+''')
+
+
+def _accelgrid_run(proj: Path, **env: str) -> subprocess.CompletedProcess:
+    """``accelgrid run cpu-2.13 --no-venv`` of the mini project, as a user types it."""
+    return subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
+                           str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
+                          cwd=proj, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ACCELGRID_RESULTS_DIR": str(proj / "results"),
+                               **env})
+
+
+@pytest.mark.parametrize("delete", ["lock", "results"])  # results/: the cell folder too
+def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
+        mini_project, python, tmp_path, delete) -> None:
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_deletes.py").write_text(DELETES_THE_LOCK)
+    folder = (proj / "results" / "cpu-2.13").resolve()
+    deleted, release = tmp_path / "deleted", tmp_path / "release"
+    env = {**os.environ, "DELETE": delete, "DELETED": str(deleted), "RELEASE": str(release)}
+    log = tmp_path / "first.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen([python, "-c", RUN_CELL, str(proj)], start_new_session=True,
+                                 stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not deleted.exists():
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first run never reached test_2"
+            time.sleep(0.1)
+        assert not (folder / results.LOCK).exists()
+        # A second run, by the CLI: refused in one line, non-zero exit, nothing run.
+        second = _accelgrid_run(proj)
+        busy = [ln for ln in (second.stdout + second.stderr).splitlines()
+                if "another run of this cell is in progress" in ln]
+        assert second.returncode != 0 and len(busy) == 1, second.stdout + second.stderr
+        assert "its lock file is gone" in busy[0] and str(folder) in busy[0], busy
+        assert "Traceback" not in second.stderr
+        # And from the library: the same refusal.
+        with pytest.raises(runner.CellBusy):
+            runner.run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
+                            proj / "results")
+        assert not (folder / results.LOCK).exists()  # refused before touching the folder
+        release.write_text("")
+        assert first.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    first_id = json.loads((folder / results.ENV).read_text())["run_id"]
+    recs, _ = results.read_records(folder / results.TESTS)
+    assert {r["run_id"] for r in recs} == {first_id}  # nothing of another run mixed in
+    # Once the first run has ended, the next one runs.
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    env_json = json.loads((folder / results.ENV).read_text())
+    assert env_json["run_id"] != first_id and env_json["status"] == "finished"
+    recs, _ = results.read_records(folder / results.TESTS)
+    assert {r["run_id"] for r in recs} == {env_json["run_id"]} and len(recs) == 2
 
 
 # torchrun starts each rank in a session of its own, out of reach of a process-group

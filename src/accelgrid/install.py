@@ -24,7 +24,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,7 +406,16 @@ def forget(envdir: Path) -> None:
     (envdir / STAMP).unlink(missing_ok=True)
 
 
-def missing_files(envdir: Path, limit: int = 3) -> str | None:
+def incomplete(envdir: Path) -> list[str]:
+    """The names of the env's distributions whose RECORD names files that are not there
+    (what a repair reinstalls: ``uv pip install --reinstall-package NAME``)."""
+    names = []
+    while (gone := missing_files(envdir, skip=names)) is not None:
+        names.append(gone.split(":", 1)[0].rsplit("-", 1)[0])
+    return names
+
+
+def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = ()) -> str | None:
     """What an interrupted install left out: the first distribution of the env whose
     RECORD names files that are not there (``torch-2.13.0+cpu: 3127 of 15880 files
     missing, e.g. torch/lib/libtorch_cpu.so``), or None when every RECORD file is.
@@ -420,6 +429,8 @@ def missing_files(envdir: Path, limit: int = 3) -> str | None:
         except OSError:
             continue
         for info in infos:
+            if info.removesuffix(".dist-info").rsplit("-", 1)[0] in skip:
+                continue
             record = site / info / "RECORD"
             try:
                 with open(record, encoding="utf-8", errors="replace", newline="") as fh:

@@ -36,13 +36,29 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # The guard: ignores the signals the runner sends the group to stop pytest gently, says
 # so (one byte on stdout), waits for EOF on stdin (the runner closed its end or died),
 # then SIGKILLs its process group, itself included.
+# Given a cgroup (argv[1], :func:`cell_cgroup`), it first ends everything in it, daemons
+# in sessions of their own included, and removes it: the runner may be dead by then.
 GUARD_CODE = (
-    "import os, signal, sys\n"
+    "import os, signal, sys, time\n"
     "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
     "    signal.signal(s, signal.SIG_IGN)\n"
     "os.write(1, b'+')\n"
     "while sys.stdin.buffer.read(65536):\n"
     "    pass\n"
+    "if len(sys.argv) > 1:\n"
+    "    try:\n"
+    "        with open(os.path.join(sys.argv[1], 'cgroup.kill'), 'w') as f:\n"
+    "            f.write('1')\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    for _ in range(250):\n"
+    "        try:\n"
+    "            os.rmdir(sys.argv[1])\n"
+    "            break\n"
+    "        except FileNotFoundError:\n"
+    "            break\n"
+    "        except OSError:\n"
+    "            time.sleep(0.02)\n"
     "os.killpg(0, signal.SIGKILL)\n"
 )
 
@@ -70,14 +86,24 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
-def death_signal_preexec(sig: int = signal.SIGKILL) -> Callable[[], None]:
+def death_signal_preexec(sig: int = signal.SIGKILL, cgroup: str | None = None
+                         ) -> Callable[[], None]:
     """A ``preexec_fn`` for a child of this process: the kernel sends it ``sig`` when this
     process dies. prctl is looked up here, before the fork; the child only calls it, and
-    exits at once if this process is already gone."""
+    exits at once if this process is already gone. With ``cgroup`` the child first moves
+    into it (before it can start anything: every descendant is born there)."""
     prctl = _prctl()
     parent = os.getpid()
+    procs = None if cgroup is None else os.path.join(cgroup, "cgroup.procs")
 
     def arm() -> None:
+        if procs is not None:
+            with contextlib.suppress(OSError):
+                fd = os.open(procs, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")  # "0": the writing process
+                finally:
+                    os.close(fd)
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
         if os.getppid() != parent:  # died between fork and prctl: nobody would wait for us
@@ -169,6 +195,75 @@ def end_adopted(keep: Iterable[int] = (), timeout: float = 5.0) -> list[int]:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, 0)
     return ended
+
+
+CGROUP_PREFIX = "accelgrid-run-"
+
+
+def cell_cgroup(run_id: str) -> str | None:
+    """A cgroup v2 of its own for a cell run's pytest, below this process's cgroup
+    (``<mount><own cgroup>/accelgrid-run-<id>``), or None where there is none to make:
+    no cgroup2 mount, not writable (no root, no delegation), or no ``cgroup.kill``
+    (Linux before 5.14). What the run's pytest starts is born in it, a daemon in a
+    session of its own included, and :func:`end_cgroup` (or the guard, if the runner
+    died) ends it all at once; the subreaper sweep (:func:`end_adopted`) is the
+    fallback."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            own = next((ln.split("::", 1)[1].strip() for ln in fh if ln.startswith("0::")),
+                       None)
+        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+            mounts = [ln.split() for ln in fh]
+    except OSError:
+        return None
+    # mountinfo: ID PARENT DEV ROOT MOUNTPOINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER
+    point = next((f[4] for f in mounts if "-" in f and f[f.index("-") + 1:][:1] == ["cgroup2"]
+                  and f[3] == "/"), None)
+    if own is None or point is None:
+        return None
+    path = os.path.join(point, own.lstrip("/"), CGROUP_PREFIX + run_id)
+    try:
+        os.mkdir(path)
+    except OSError:
+        return None
+    if not os.path.exists(os.path.join(path, "cgroup.kill")):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return None
+    return path
+
+
+def end_cgroup(path: str, timeout: float = 5.0) -> list[int]:
+    """SIGKILL everything in the cgroup ``path`` (``cgroup.kill``), reap what this process
+    adopted of it, wait (at most ``timeout``) until it is empty and remove it. Returns
+    the pids that were in it."""
+    import time
+
+    def members() -> list[int]:
+        try:
+            with open(os.path.join(path, "cgroup.procs"), encoding="utf-8") as fh:
+                return [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    found = members()
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as fh:
+        fh.write("1")
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in found:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        try:
+            os.rmdir(path)
+            break
+        except FileNotFoundError:
+            break
+        except OSError:  # EBUSY: not empty yet
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+    return found
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:

@@ -172,6 +172,29 @@ def storage_problem(exc: BaseException) -> str | None:
             "it are kept)")
 
 
+def storage_failure(folder: Path, size: int = 65536) -> OSError | None:
+    """Whether ``folder`` can take a write of ``size`` bytes now: the storage error (as
+    :func:`storage_problem` words it, naming ``folder``) when its disk is full or
+    read-only, else None. Asked when pytest stopped early: a disk that filled under it
+    is why, not a failure of pytest's."""
+    probe = Path(folder) / f".space-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"\0" * size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno not in _STORAGE_ERRNOS:
+            return None
+        return OSError(exc.errno, exc.strerror, str(folder))
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
+
+
 class UnsafePath(InvalidInput):
     """A write or delete would go through a symlink (out of the results tree)."""
 
@@ -339,8 +362,10 @@ def _encoded_record(record: dict[str, Any], folder: Path | None = None) -> bytes
     return (_dumps(bounded_record(record, folder), sort_keys=False) + "\n").encode("utf-8")
 
 
-def _append(path: Path, line: bytes, durable: bool) -> None:
-    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+def _write_line(fd: int, line: bytes, durable: bool, path: Path) -> None:
+    """Append ``line`` to the O_APPEND ``fd`` whole, or not at all: a write the disk cut
+    short (full, quota) is truncated away, so the records before it stay readable."""
+    start = os.fstat(fd).st_size
     try:
         view = memoryview(line)
         while view:  # one write(2) but for a short write (a full disk, a signal)
@@ -348,7 +373,15 @@ def _append(path: Path, line: bytes, durable: bool) -> None:
         if durable:
             os.fsync(fd)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)
         raise _named(exc, path) from exc
+
+
+def _append(path: Path, line: bytes, durable: bool) -> None:
+    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        _write_line(fd, line, durable, path)
     finally:
         os.close(fd)
 
@@ -450,14 +483,7 @@ class RecordFile:
                 if any(r["nodeid"] == record["nodeid"] and r.get("run_id") ==
                        record.get("run_id") for r in earlier):
                     return False
-            view = memoryview(line)
-            try:
-                while view:
-                    view = view[os.write(self.fd, view):]
-                if durable:
-                    os.fsync(self.fd)
-            except OSError as exc:
-                raise _named(exc, self.path) from exc
+            _write_line(self.fd, line, durable, self.path)
         return True
 
     def close(self) -> None:

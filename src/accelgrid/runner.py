@@ -20,6 +20,7 @@ group kills the group when the runner ends the pass or dies, even by SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -415,43 +416,87 @@ class CellBusy(AccelgridError):
     """Another run of the cell holds its results folder."""
 
 
-@contextlib.contextmanager
-def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[int | None]:
-    """Hold ``results/<cell>/.lock`` (flock) for the run; yields its fd (pytest inherits
-    it, so even a pytest that outlived its runner keeps the folder locked). Raises
-    :class:`CellBusy` with one line naming the holder when another run has it."""
-    cell_folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # Windows: no flock; runs are not guarded against each other
-        yield None
-        return
-    path = cell_folder / results.LOCK
-    results.refuse_symlink(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder, _ = results.read_json(path)
-            who = ""
-            if isinstance(holder, dict):
-                who = (f" (run {holder.get('run_id')}, pid {holder.get('pid')} on "
-                       f"{holder.get('host')}, since {holder.get('start')})")
-            raise CellBusy(f"{cell}: another run of this cell is in progress{who}; "
-                           f"{cell_folder} is locked until it ends") from None
-        except OSError as exc:  # e.g. a file system without locks: say so, run anyway
-            print(f"accelgrid: {cell}: cannot lock {path} ({exc}); running unguarded",
-                  file=sys.stderr, flush=True)
-        from .provenance import now
+LOCK_NAME = "accelgrid-cell-lock-"  # + a digest of the cell folder's real path
 
-        holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),
-                                  "host": socket.gethostname(), "start": now()})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, holder_text.encode(), 0)
-        yield fd
+
+def name_lock(cell_folder: Path) -> socket.socket | None:
+    """The cell's lock that no file operation can undo (Linux): a Unix socket bound to an
+    abstract name made from the cell folder's real path. The kernel frees the name when
+    the last process holding the socket ends, so a test that deletes ``.lock``, its cell
+    folder or results/ cannot let a second run in, which a flock on a file it deleted
+    would (the second run locks a new file). None where there are no abstract names
+    (macOS, Windows) or the bind fails otherwise: the flock alone guards the folder.
+    Raises :class:`BlockingIOError` when another process holds the name. Abstract names
+    are per network namespace: across namespaces (two containers sharing the folder) the
+    flock still guards it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import hashlib
+
+    digest = hashlib.sha256(os.path.realpath(cell_folder).encode()).hexdigest()[:48]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind("\0" + LOCK_NAME + digest)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise BlockingIOError(exc.errno, "held by another run") from None
+        return None
+    return sock
+
+
+@contextlib.contextmanager
+def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, ...]]:
+    """Hold the cell's :func:`name_lock` and ``results/<cell>/.lock`` (flock) for the run;
+    yields their fds (pytest inherits them, so even a pytest that outlived its runner
+    keeps the folder locked). Raises :class:`CellBusy` with one line naming the holder
+    when another run has it."""
+    path = cell_folder / results.LOCK
+    try:
+        held = name_lock(cell_folder)
+    except BlockingIOError:
+        raise CellBusy(_busy(cell, cell_folder)) from None
+    try:
+        cell_folder.mkdir(parents=True, exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; runs are not guarded against each other
+            yield ()
+            return
+        results.refuse_symlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CellBusy(_busy(cell, cell_folder)) from None
+            except OSError as exc:  # e.g. a file system without locks: say so, run anyway
+                if held is None:
+                    print(f"accelgrid: {cell}: cannot lock {path} ({exc}); running unguarded",
+                          file=sys.stderr, flush=True)
+            from .provenance import now
+
+            holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),
+                                      "host": socket.gethostname(), "start": now()})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder_text.encode(), 0)
+            yield (fd,) if held is None else (fd, held.fileno())
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
+        if held is not None:
+            held.close()
+
+
+def _busy(cell: str, cell_folder: Path) -> str:
+    """The one line saying which run holds the cell (as its lock file names it)."""
+    holder, _ = results.read_json(cell_folder / results.LOCK)
+    who = " (its lock file is gone or unreadable)"
+    if isinstance(holder, dict):
+        who = (f" (run {holder.get('run_id')}, pid {holder.get('pid')} on "
+               f"{holder.get('host')}, since {holder.get('start')})")
+    return (f"{cell}: another run of this cell is in progress{who}; "
+            f"{cell_folder} is locked until it ends")
 
 
 def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
@@ -472,7 +517,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     run_start = time.time()
     run_id = uuid.uuid4().hex
     chosen = selection(pytest_args)
-    with cell_lock(cell_folder, cell.name, run_id) as lock_fd:
+    with cell_lock(cell_folder, cell.name, run_id) as lock_fds:
         folder = results.run_folder(cell_folder, run_id, partial=bool(chosen))
         if chosen:
             results.prune_runs(cell_folder, RUNS_KEPT - 1)
@@ -494,7 +539,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
                 print(f"accelgrid: {cell.name}: collecting {', '.join(scope)} only (the "
                       "selection can take no test from the other suites)", flush=True)
         return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
-                           run, () if lock_fd is None else (lock_fd,), run_start)
+                           run, lock_fds, run_start)
 
 
 def serial_reason(env: dict[str, str], pytest_args: Sequence[str]) -> str | None:
@@ -564,6 +609,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
               + ("multi-device tests beside them" if beside else
                  "then multi-device tests" + (f" ({serial})" if serial else "")), flush=True)
     stop_reason: list[str] = []
+    left_behind: list[int] = []   # pids of what the tests left running, ended
     rc = 0
     watch = progress.Progress(cell.name, folder)
     log = folder / results.PYTEST_LOG
@@ -592,7 +638,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
         ended = _run_pytests(
             [(cmd, {**env, **dict(run_pass.env), contract.PASS: run_pass.name}, pass_log)
              for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True)],
-            root, left, stop_reason, keep_fds, tick=watch.poll)
+            root, left, stop_reason, keep_fds, tick=watch.poll, ended=left_behind)
         _append_logs(log, logs[1:])
         # (a pass the run was stopped before starting has no entry)
         for (run_pass, _), (pass_rc, start, end) in zip(jobs, ended, strict=False):
@@ -612,12 +658,20 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
         if stop_reason:
             break
     # Daemons the tests left (double fork + setsid, out of every process group): ended
-    # now, at the cell's end, never after it (this process adopted them: subreaper).
-    left_behind = [] if keep_children is None else lifetime.end_adopted(keep=keep_children)
+    # with their pass's cgroup where there is one, else now, at the cell's end, never after
+    # it (this process adopted them: subreaper).
+    if keep_children is not None:
+        left_behind += lifetime.end_adopted(keep=keep_children)
     if left_behind:
         print(f"accelgrid: {cell.name}: ended {len(left_behind)} process(es) the tests left "
               f"running (pid {', '.join(map(str, left_behind[:5]))})", flush=True)
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
+    full = results.storage_failure(folder) if rc and not stop_reason else None
+    if full is not None:  # the disk filled (or went read-only) under pytest: say that
+        with contextlib.suppress(OSError):
+            results.finalize(folder, str(results.storage_problem(full)), run,
+                             timing={"passes": timed, "run_start": run_start})
+        raise full
     summary = results.finalize(folder, reason, run,
                                timing={"passes": timed, "run_start": run_start})
     captured = ops.aggregate(folder)
@@ -668,11 +722,14 @@ TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
                  limit: float, stop_reason: list[str], keep_fds: tuple[int, ...] = (),
-                 tick: Callable[[], None] | None = None) -> list[tuple[int, float, float]]:
+                 tick: Callable[[], None] | None = None, ended: list[int] | None = None
+                 ) -> list[tuple[int, float, float]]:
     """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
     output goes to its log file (a file, not a pipe: kept even when this process dies
-    first), ``tick`` runs about every :data:`TICK_S` while they run. Returns (exit code,
-    start, end) per started job, epoch seconds."""
+    first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
+    cgroup of its own where one can be made (:func:`accelgrid.lifetime.cell_cgroup`),
+    ended with it; the pids ended that way (what its tests left) go to ``ended``.
+    Returns (exit code, start, end) per started job, epoch seconds."""
     # Each in its own process group (the cell limit and signals reach every xdist worker
     # and what the tests start), no terminal input (a background group reading it would
     # be stopped), killed by the kernel if this process dies, and a guard in that group
@@ -680,6 +737,7 @@ def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], 
     posix = os.name == "posix"
     procs: list[subprocess.Popen] = []
     guards: list[subprocess.Popen | None] = []
+    cgroups: list[str] = []
     starts: list[float] = []
 
     def _forward(signum: int, _frame: object) -> None:
@@ -692,20 +750,29 @@ def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], 
             if stop_reason:
                 break
             extra: dict[str, object] = {}
+            cgroup = None
             if posix:
-                extra = {"process_group": 0, "preexec_fn": lifetime.death_signal_preexec(),
-                         "pass_fds": keep_fds}
+                cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID, uuid.uuid4().hex)}-"
+                                              f"{env.get(contract.PASS, len(procs))}")
+                if cgroup is not None:
+                    cgroups.append(cgroup)
+                extra = {"process_group": 0, "pass_fds": keep_fds,
+                         "preexec_fn": lifetime.death_signal_preexec(cgroup=cgroup)}
             starts.append(time.time())
             with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
                 proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
                                         stdout=out, stderr=subprocess.STDOUT if out else None,
                                         **extra)
             procs.append(proc)
-            guards.append(_start_guard(proc.pid) if posix else None)
+            guards.append(_start_guard(proc.pid, cgroup) if posix else None)
         ends = _wait_all(procs, time.monotonic() + max(limit, 1.0), limit, stop_reason, tick)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        for cgroup in cgroups:  # what the tests left, daemons included
+            gone = lifetime.end_cgroup(cgroup)
+            if ended is not None:
+                ended.extend(gone)
         for guard in guards:
             _end_guard(guard)  # whatever a pass left in its group goes with it
     out = []
@@ -759,11 +826,13 @@ def _append_logs(log: Path, others: Sequence[Path]) -> None:
         other.unlink()
 
 
-def _start_guard(pgid: int) -> subprocess.Popen | None:
+def _start_guard(pgid: int, cgroup: str | None = None) -> subprocess.Popen | None:
     """The guard (:data:`accelgrid.lifetime.GUARD_CODE`) in process group ``pgid``: it
-    kills the group once its stdin closes, i.e. when this process ends the pass or dies."""
+    kills the group (and ``cgroup``) once its stdin closes, i.e. when this process ends
+    the pass or dies."""
     try:
-        guard = subprocess.Popen([sys.executable, "-I", "-c", lifetime.GUARD_CODE],
+        guard = subprocess.Popen([sys.executable, "-I", "-c", lifetime.GUARD_CODE,
+                                  *([cgroup] if cgroup else [])],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  process_group=pgid)
         # Ready once it ignores the group's SIGTERM/SIGINT (a signal sent before then

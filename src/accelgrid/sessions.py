@@ -117,14 +117,17 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         envdir = Path(session.bin).parent
         plan, pins, current = _install_plan(session, cell, envdir)
         session.env.update(plan.env)
-        gone = install.missing_files(envdir) if current else None
-        if gone:  # stamped, then damaged (files deleted since): not the env it stamped
-            session.log(f"{cell.name}: the env lost files since its install ({gone}): "
-                        "reinstalling")
+        # Files gone: stamped, then damaged since; or unstamped, a kill mid-install. uv
+        # would see the metadata and change nothing: reinstall straight away.
+        gone = install.missing_files(envdir) if envdir.is_dir() else None
+        if gone:
+            session.log(f"{cell.name}: the env " + ("lost files since its install" if current
+                        else "is incomplete, an interrupted earlier install") +
+                        f" ({gone}): reinstalling its packages")
             current = False
         if not current:
             install.forget(envdir)
-        if build_env(session, cell, plan, holds_pins=current):
+        if build_env(session, cell, plan, holds_pins=current, repair=bool(gone)):
             gpu = install.cuda_build(envdir) if cell.device == install.CPU_DEVICE else None
             if gpu:   # never a cpu cell on a CUDA build without saying so: no stamp, stop
                 _fail(session, f"{cell.name}: {gpu}: a cpu cell takes torch's CPU build "
@@ -197,11 +200,14 @@ _INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i", "--find-links", "-f"
 
 
 def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
-              holds_pins: bool = False, reinstall: bool = False) -> bool:
+              holds_pins: bool = False, reinstall: bool = False, repair: bool = False
+              ) -> bool:
     """Install ``plan``'s steps, one numbered line each before (what is installed) and
     after (what changed, seconds taken); the venv nox made is step 1. ``holds_pins``: the
     env's stamp says it holds them (:func:`accelgrid.install.env_holds`), each step is
-    skipped; ``reinstall``: uv reinstalls every package (a repair). Returns whether uv
+    skipped; ``reinstall``: uv reinstalls every package (a repair); ``repair``: each step
+    reinstalls the distributions that miss files as it starts (one reinstall of torch, not
+    one per step that names it). Returns whether uv
     installed every step (not under ``--no-install``)."""
     total = len(plan.steps) + 1
     shown = progress.shown_path(Path(session.bin).parent)
@@ -226,8 +232,10 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
         start = time.monotonic()
         # uv's output is kept to say what it changed (and why, if it fails).
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
+            again = [a for n in (install.incomplete(Path(session.bin).parent) if repair
+                                 else ()) for a in ("--reinstall-package", n)]
             try:
-                session.install(*(("--reinstall",) if reinstall else ()), *step.args,
+                session.install(*(("--reinstall",) if reinstall else ()), *again, *step.args,
                                 env=step.env or None, silent=False, stdout=out, log=False)
             except CommandFailed:
                 out.seek(0)
