@@ -144,13 +144,58 @@ def test_an_older_schema_is_migrated_forward(tmp_path: Path, monkeypatch) -> Non
     db = tmp_path / "h.sqlite"
     with open_store(db) as store:
         store.add([night(tmp_path, 0, {T + "a": "passed"})])
-    step = {2: "ALTER TABLE runs ADD COLUMN note TEXT"}
+    nxt = history.SCHEMA_VERSION + 1
+    step = {nxt: "ALTER TABLE runs ADD COLUMN note TEXT"}
     monkeypatch.setattr(history, "MIGRATIONS", {**history.MIGRATIONS, **step})
-    monkeypatch.setattr(history, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(history, "SCHEMA_VERSION", nxt)
     with open_store(db) as store:
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == nxt
         assert "note" in [r[1] for r in store.conn.execute("PRAGMA table_info(runs)")]
         assert len(store.runs_of("cpu-2.13")) == 1
+
+
+def test_schema_1_history_gets_each_runs_letters_and_reads_the_same(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """Schema 2 keeps each run's outcome letters and test ids in its row (a window reads
+    no result): a schema-1 database is filled in on opening, and reads as it did."""
+    folders = series(tmp_path, {"steady": "PPPP", "breaks": "PPFF", "new": "..PP",
+                                "gone": "PPP.", "gap": "P.PF"})
+    fresh = tmp_path / "v2.sqlite"
+    with open_store(fresh) as store:
+        store.add(folders)
+    # The same runs in a schema-1 database (its tables as step 1 made them).
+    old = tmp_path / "v1.sqlite"
+    conn = sqlite3.connect(old, isolation_level=None)
+    for statement in history.MIGRATIONS[1].split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("ATTACH ? AS v2", (str(fresh),))
+    cols = ", ".join(history.RUN_COLUMNS)
+    conn.execute(f"INSERT INTO runs ({cols}) SELECT {cols} FROM v2.runs")
+    conn.execute("INSERT INTO tests SELECT * FROM v2.tests")
+    conn.execute("INSERT INTO results SELECT * FROM v2.results")
+    conn.execute("DETACH v2")
+    conn.close()
+    with monkeypatch.context() as m:
+        m.setattr(history, "SCHEMA_VERSION", 1)
+        with open_store(old) as store:  # read as schema 1 reads: from the results
+            assert "letters" not in [r[1] for r in store.conn.execute("PRAGMA table_info(runs)")]
+            before = store.window(["cpu-2.13"], 10).strips
+    assert set(before["cpu-2.13"].values()) >= {"PPPP", "PPFF", "..PP", "PPP.", "P.PF"}
+    with open_store(old) as store:  # migrated to 2 on opening
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert store.conn.execute("SELECT count(*) FROM runs WHERE letters IS NULL "
+                                  "OR testset IS NULL").fetchone()[0] == 0
+        assert store.window(["cpu-2.13"], 10).strips == before
+        # The window comes from the rows: results altered behind its back do not show.
+        store.conn.execute("UPDATE results SET outcome = 'E'")
+        assert store.window(["cpu-2.13"], 10).strips == before
+    with open_store(fresh) as store:
+        assert store.window(["cpu-2.13"], 10).strips == before
+        # A run without its letters (written by hand, say) is read from its results.
+        store.conn.execute("UPDATE runs SET letters = NULL WHERE id = 1")
+        assert store.window(["cpu-2.13"], 10).strips == before
 
 
 # --- the grid with history ---------------------------------------------------------------
@@ -416,7 +461,7 @@ def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatc
     assert rc == 1
     made = report.grid([proj / "results"], tmp_path / "out", history_db=tmp_path / "h.sqlite")
     got = {r["test"]: r["cells"]["cpu-2.13"] for r in made.model["rows"]}
-    assert got["test_flaky"]["outcome"] == "passed" and got["test_flaky"]["history"] == "K"
+    assert got["test_flaky"]["outcome"] == "flaky" and got["test_flaky"]["history"] == "K"
     assert got["test_flaky"]["flaky"]["reruns"] is True
     assert got["test_always_fails"]["outcome"] == "failed"
     assert got["test_always_fails"]["history"] == "F"

@@ -139,3 +139,27 @@ def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, pyt
     assert _props(first)["torch"] == props["torch"]
     kinds = {c.name: [r.type for r in c.result] for s in merged for c in s}
     assert kinds == {"test_ok": [], "test_bad": ["failed"], "test_nr": ["not-run"]}
+
+
+def test_merged_from_cells_already_read_is_the_same_file_and_control_chars_go(
+        tmp_path: Path) -> None:
+    # The grid hands junit the cells it read (no second read); the file is the same.
+    a = _cell_folder(tmp_path / "r" / "cpu-2.13", [
+        {"nodeid": "t.py::test_ok", "outcome": outcomes.PASSED},
+        {"nodeid": "t.py::test_bad", "outcome": outcomes.FAILED,
+         "message": "bell\x07 and\x1b[31m escape, tab\tkept", "longrepr": "x\x00y\nz"},
+        {"nodeid": "t.py::test_flaky", "outcome": outcomes.FLAKY, "reruns": 1}])
+    folders, _ = results.discover([tmp_path / "r"])
+    read = [(f, results.read_cell(f)) for f in folders]
+    fresh, _ = junit.write_merged([tmp_path / "r"], tmp_path / "fresh.xml")
+    reused, _ = junit.write_merged([tmp_path / "r"], tmp_path / "reused.xml", read)
+    assert fresh.read_bytes() == reused.read_bytes()
+    assert a.is_dir()
+    xml = junitparser.JUnitXml.fromfile(str(reused))
+    cases = {c.name: c for s in xml for c in s}
+    failure = cases["test_bad"].result[0]
+    assert failure.message == "bell and[31m escape, tab\tkept"
+    assert failure.text == "xy\nz"
+    # flaky is a pass to JUnit readers, its outcome a property.
+    assert cases["test_flaky"].result == []
+    assert '<property name="outcome" value="flaky" />' in reused.read_text()

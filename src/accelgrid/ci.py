@@ -48,6 +48,10 @@ ACTIONS = {
                         "v7.0.0"),
     "download-artifact": ("actions/download-artifact",
                           "3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
+    "upload-pages-artifact": ("actions/upload-pages-artifact",
+                              "fc324d3547104276b827a68afc52ff2a11cc49c9", "v5.0.0"),
+    "deploy-pages": ("actions/deploy-pages", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128",
+                     "v5.0.0"),
 }
 
 MAX_MATRIX_JOBS = 256             # GitHub: one job matrix generates at most 256 jobs

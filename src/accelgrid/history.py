@@ -32,16 +32,16 @@ from .provenance import now
 from .results import CellResults, discover, read_cell, run_of
 
 DEFAULT_DB = "results/history.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0  # a second writer waits this long for the first before failing
 
-# One letter per outcome in the results table (and in every strip). FLAKY is history's
-# own: passed only after failing first within the run (pytest-rerunfailures' reruns).
-FLAKY = "flaky"
+# One letter per outcome in the results table (and in every strip). FLAKY: passed only
+# after failing first within the run (pytest-rerunfailures' reruns).
+FLAKY = outcomes.FLAKY
 CODE = {
     outcomes.PASSED: "P", outcomes.FAILED: "F", outcomes.ERROR: "E", outcomes.SKIPPED: "S",
     outcomes.XFAILED: "x", outcomes.XPASSED: "X", outcomes.TIMEOUT: "T",
-    outcomes.CRASHED: "C", outcomes.NOT_RUN: "N", FLAKY: "K",
+    outcomes.CRASHED: "C", outcomes.NOT_RUN: "N", outcomes.FLAKY: "K",
 }
 OUTCOME = {v: k for k, v in CODE.items()}
 BAD_CODES = frozenset(CODE[o] for o in outcomes.BAD)
@@ -77,6 +77,21 @@ MIGRATIONS: dict[int, str] = {
         message TEXT,                    -- bad outcomes only, 500 characters at most
         PRIMARY KEY (run, test)
     ) WITHOUT ROWID;
+    """,
+    # Each run's outcomes as one string (its letters in test-id order) and its test ids
+    # stored once per distinct list: a window reads one row per run, not one per result
+    # (docs/bench-history.md). Filled for the runs already there.
+    2: """
+    CREATE TABLE testsets (id INTEGER PRIMARY KEY, ids TEXT NOT NULL UNIQUE);
+    ALTER TABLE runs ADD COLUMN testset INTEGER REFERENCES testsets (id);
+    ALTER TABLE runs ADD COLUMN letters TEXT;
+    INSERT OR IGNORE INTO testsets (ids) SELECT coalesce((SELECT group_concat(test) FROM
+        (SELECT test FROM results WHERE run = runs.id ORDER BY test)), '') FROM runs;
+    UPDATE runs SET
+        letters = coalesce((SELECT group_concat(outcome, '') FROM
+            (SELECT outcome FROM results WHERE run = runs.id ORDER BY test)), ''),
+        testset = (SELECT id FROM testsets WHERE ids = coalesce((SELECT group_concat(test)
+            FROM (SELECT test FROM results WHERE run = runs.id ORDER BY test)), ''))
     """,
 }
 MESSAGE_LIMIT = 500
@@ -165,7 +180,7 @@ def _code(rec: dict[str, Any]) -> str:
     outcome = rec["outcome"]
     reruns = rec.get("reruns")
     if outcome == outcomes.PASSED and isinstance(reruns, int) and reruns > 0:
-        return CODE[FLAKY]  # passed only after failing first: never plain "passed"
+        return CODE[FLAKY]  # records from before the recorder wrote "flaky" itself
     return CODE.get(outcome, CODE[outcomes.ERROR])
 
 
@@ -275,6 +290,11 @@ class Store:
 
         conn.executemany("INSERT INTO results (run, test, outcome, duration, reruns, message) "
                          "VALUES (?, ?, ?, ?, ?, ?)", rows())
+        ordered = sorted((test_ids[n], _code(rec)) for n, rec in cell.tests.items())
+        ids = ",".join(str(t) for t, _ in ordered)
+        conn.execute("INSERT OR IGNORE INTO testsets (ids) VALUES (?)", (ids,))
+        conn.execute("UPDATE runs SET letters = ?, testset = (SELECT id FROM testsets WHERE "
+                     "ids = ?) WHERE id = ?", ("".join(c for _, c in ordered), ids, run))
         return Added(path, cell.name, row["run_id"], status, tests=len(cell.tests))
 
     # --- reading ---------------------------------------------------------------------
@@ -328,12 +348,19 @@ class Store:
         in one pass (its outcome letters and its test ids, in the same order): no sort,
         no row per result in Python. When every run has the same tests (nearly always),
         the strips are the letters transposed."""
+        stored = {} if self.conn.execute("PRAGMA user_version").fetchone()[0] < 2 else {
+            r: (text, ids) for r, text, ids in self.conn.execute(
+            "SELECT r.id, r.letters, t.ids FROM runs r JOIN testsets t ON t.id = r.testset "
+            f"WHERE r.id IN ({', '.join('?' * len(runs))}) AND r.letters IS NOT NULL", runs)}
         letters, tests = [], []
         for run in runs:
-            text, ids = self.conn.execute(
-                "SELECT group_concat(outcome, ''), group_concat(test) FROM "
-                "(SELECT test, outcome FROM results WHERE run = ? ORDER BY test)",
-                (run,)).fetchone()
+            if run in stored:  # the run's own row (schema 2): no result read
+                text, ids = stored[run]
+            else:
+                text, ids = self.conn.execute(
+                    "SELECT group_concat(outcome, ''), group_concat(test) FROM "
+                    "(SELECT test, outcome FROM results WHERE run = ? ORDER BY test)",
+                    (run,)).fetchone()
             letters.append(text or "")
             tests.append(ids or "")
         if all(t == tests[-1] for t in tests):

@@ -22,8 +22,9 @@ Standard library only: the pytest plugin imports it inside the cell.
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +93,12 @@ def _add_properties(parent: ET.Element, props: Iterable[tuple[str, str]]) -> Non
         ET.SubElement(box, "property", name=name, value=results.safe_text(str(value)))
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _clean(text: Any) -> str:
     """Text XML 1.0 can hold (control characters other than tab and newlines go)."""
-    text = results.safe_text(str(text or ""))
-    return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 32)
+    return _NOT_XML.sub("", results.safe_text(str(text or "")))
 
 
 def testcase(rec: Mapping[str, Any]) -> ET.Element:
@@ -172,13 +175,18 @@ def cell_suites(cell: results.CellResults, prefix: str = "") -> list[ET.Element]
     return suites
 
 
-def merged(paths: Iterable[Path]) -> tuple[ET.ElementTree, list[str]]:
+def merged(paths: Iterable[Path], read: Sequence[tuple[Path, results.CellResults]] | None = None
+           ) -> tuple[ET.ElementTree, list[str]]:
     """One JUnit document of every cell found under ``paths`` (:func:`results.discover`),
-    and the notes of what was ignored."""
-    folders, notes = results.discover(paths)
+    and the notes of what was ignored. ``read``: those cells already read, as (folder,
+    cell) pairs (the grid's), so they are not read again."""
+    if read is None:
+        folders, notes = results.discover(paths)
+        read = [(f, results.read_cell(f)) for f in folders]
+    else:
+        notes = []
     root = ET.Element("testsuites", name="accelgrid")
-    for folder in sorted(folders, key=str):
-        cell = results.read_cell(folder)
+    for _folder, cell in sorted(read, key=lambda fc: str(fc[0])):
         notes += [f"{cell.name}: {p}" for p in cell.problems]
         for suite in cell_suites(cell):
             root.append(suite)
@@ -189,9 +197,11 @@ def merged(paths: Iterable[Path]) -> tuple[ET.ElementTree, list[str]]:
     return ET.ElementTree(root), notes
 
 
-def write_merged(paths: Iterable[Path], out: Path) -> tuple[Path, list[str]]:
+def write_merged(paths: Iterable[Path], out: Path,
+                 read: Sequence[tuple[Path, results.CellResults]] | None = None
+                 ) -> tuple[Path, list[str]]:
     """:func:`merged` written to ``out`` (atomically); returns it and the notes."""
-    tree, notes = merged(paths)
+    tree, notes = merged(paths, read)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tree.write(tmp, encoding="utf-8", xml_declaration=True)

@@ -46,6 +46,9 @@ from .versions import in_range, public_version, range_is_empty
 
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
 DEFAULT_MATRIX = "matrix.yaml"
+# Installed in a cell only when its ``reruns`` > 0 (unless ``tools`` pins it already);
+# the same pin as the dev extra's (tests/test_reruns.py checks).
+RERUN_TOOL = "pytest-rerunfailures==16.7"
 AXES = ("device", "torch", "profile")
 
 
@@ -117,6 +120,7 @@ class Device:
     container_base: str | None = None
     workers: int | None = None
     shards: int | None = None
+    reruns: int | None = None
     runtime: tuple[Runtime, ...] = ()
     hardware: dict[str, Hardware] = dataclasses.field(default_factory=dict)
     drivers: dict[str, Hardware] = dataclasses.field(default_factory=dict)
@@ -187,6 +191,7 @@ class Cell:
     # request only: not by a plain `nox`, `nox -t DEVICE`, CI or `accelgrid repro ID`.
     torch_wheel: str | None = None
     shards: int = 1     # runners its tests are split across in CI (accelgrid.shards)
+    reruns: int = 0     # pytest-rerunfailures --reruns N (0: none, plugin not installed)
 
     @property
     def manual(self) -> bool:
@@ -208,6 +213,7 @@ class Cell:
             "runtime": self.runtime.as_dict() if self.runtime else None,
             "hardware": self.hardware, "driver": self.driver,
             "torch_wheel": self.torch_wheel, "manual": self.manual, "shards": self.shards,
+            "reruns": self.reruns,
         }
 
 
@@ -232,6 +238,7 @@ class Matrix:
     exclude: tuple[dict[str, Any], ...]
     source: SourceMap
     cells: tuple[Cell, ...] = ()
+    reruns: int = 0
 
     @property
     def nox_env(self) -> dict[str, str]:
@@ -585,6 +592,7 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             container_base=container.get("base"),
             workers=spec.get("workers"),
             shards=spec.get("shards"),
+            reruns=spec.get("reruns"),
             runtime=tuple(_runtime(r) for r in spec.get("runtime") or ()),
             hardware=_hardware(spec.get("hardware")),
             drivers=_hardware(spec.get("drivers")),
@@ -633,7 +641,16 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
         include=tuple(axes.get("include") or ()),
         exclude=tuple(axes.get("exclude") or ()),
         source=smap,
+        reruns=defaults.get("reruns", 0),
     )
+
+
+def _requirement_name(text: str) -> str:
+    """A requirement's normalized project name ("" when it is not one)."""
+    try:
+        return re.sub(r"[-_.]+", "-", Requirement(text).name).lower()
+    except InvalidRequirement:
+        return ""
 
 
 def _pairing_problems(matrix: Matrix, cells: Iterable[Cell]) -> list[Problem]:
@@ -812,6 +829,10 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         packages.append(f"{pin}=={series.pins[pin]}")
     for suite in suites:
         packages += [p for p in suite.packages if p not in packages]
+    reruns = combo.get("reruns", device.reruns if device.reruns is not None
+                       else matrix.reruns)
+    if reruns and not any(_requirement_name(p) == "pytest-rerunfailures" for p in packages):
+        packages.append(RERUN_TOOL)
     torch_req = f"torch=={series.pins['torch']}"
     if device.torch_local_version:
         torch_req += f"+{device.torch_local_version}"
@@ -861,4 +882,5 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         driver_env={k: dict(v.env) for k, v in device.drivers.items()},
         torch_wheel=wheel,
         shards=combo.get("shards", device.shards or 1),
+        reruns=reruns,
     ), None

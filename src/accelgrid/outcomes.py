@@ -11,8 +11,11 @@ XPASSED = "xpassed"
 TIMEOUT = "timeout"
 CRASHED = "crashed"
 NOT_RUN = "not-run"
+# Passed only after failing first inside the run (pytest-rerunfailures' reruns, the
+# matrix's ``reruns``): never plain "passed", never bad (docs/history.md, gate policy).
+FLAKY = "flaky"
 
-ALL = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, TIMEOUT, CRASHED, NOT_RUN)
+ALL = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, TIMEOUT, CRASHED, NOT_RUN, FLAKY)
 # Outcomes that mean "something is broken" for grids and baselines.
 BAD = (FAILED, ERROR, XPASSED, TIMEOUT, CRASHED)
 

@@ -297,6 +297,8 @@ class Recorder:
             done = self.pending.pop(report.nodeid)
             if report.nodeid in self.reruns:
                 done["reruns"] = self.reruns.pop(report.nodeid)
+                if done["outcome"] == outcomes.PASSED:
+                    done["outcome"] = outcomes.FLAKY  # passed only after failing first
             self._write(done)
 
     def _crashed(self, report: pytest.TestReport, worker: str | None) -> None:

@@ -331,6 +331,9 @@ def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = 
         # after this many; each test that kills its worker raises it (RestartBudget).
         f"--max-worker-restart={4 * run_pass.workers}",
         f"--timeout={cell.test_seconds}", "--timeout-method=thread",
+        # The matrix's reruns (0: neither the plugin, which the cell then lacks, nor the
+        # option); plugin autoload is off, so it is named.
+        *(("-p", "pytest_rerunfailures", f"--reruns={cell.reruns}") if cell.reruns else ()),
         f"--junitxml={folder / run_pass.junit}", "-o", "junit_family=xunit2",
         "-o", f"junit_suite_name={cell.name}",
         "-rA", *args,
@@ -377,6 +380,8 @@ _NEUTRAL_WITH_VALUE = {
     "-n", "--numprocesses", "--maxprocesses", "--dist", "--max-worker-restart", "--tb",
     "-r", "-p", "-W", "--pythonwarnings", "--durations", "--durations-min", "--timeout",
     "--timeout-method", "--color", "--capture", "--log-level", "--log-cli-level",
+    # pytest-rerunfailures: reruns change outcomes (to flaky), not which tests run.
+    "--reruns", "--reruns-delay", "--only-rerun", "--rerun-except",
 }
 # Options that narrow the run and take a value (kept with it in the selection).
 _SELECTING_WITH_VALUE = {

@@ -134,7 +134,8 @@ def run(nights: int = DEFAULT_NIGHTS, cells: int = DEFAULT_CELLS, tests: int = D
             # The same grid without history, side by side: what the history adds.
             runs["grid_plain"].append(_timed(lambda: report.grid(folders, tmp / "plain")))
             print(f"run {n + 1}: " + ", ".join(
-                f"{k} {v[-1]['wall']:.2f} s (CPU {v[-1]['cpu']:.2f} s, load {v[-1]['load']})"
+                f"{k} {v[-1]['wall']:.2f} s (CPU {v[-1]['cpu']:.2f} s, load {v[-1]['load']}"
+                + (f"; aim <= {AIMS[k]:g} s)" if k in AIMS else ")")
                 for k, v in runs.items()), flush=True)
         with open_store(db) as store:
             store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

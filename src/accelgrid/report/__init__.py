@@ -177,7 +177,7 @@ def grid(folders: Iterable[Path], out: Path, baseline_dir: Path | None = None,
     added = with_history(grid_model, read, history_db, expect, window)
     paths = write(grid_model, Path(out))
     # The same results as one JUnit file for other tools (the grid job uploads it).
-    paths["junit"] = junit.write_merged(folders, Path(out) / junit.MERGED)[0]
+    paths["junit"] = junit.write_merged(folders, Path(out) / junit.MERGED, read)[0]
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(paths["md"].read_text(encoding="utf-8"))

@@ -64,6 +64,10 @@ def classify(expected: str | None, actual: str | None) -> str | None:
         return EXPECTED_FAILURE if expected in outcomes.BAD else REGRESSION
     if actual == expected:
         return UNCHANGED
+    if actual == outcomes.FLAKY:
+        # Passed on a rerun: no regression (the gate's flaky policy, docs/history.md),
+        # yet no plain pass either: shown as a change unless the baseline says flaky.
+        return CHANGED
     if actual == outcomes.PASSED:
         return NEW_PASS
     if expected == outcomes.PASSED and actual in LOST_COVERAGE:

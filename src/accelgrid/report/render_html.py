@@ -23,12 +23,13 @@ GLYPH = {
     outcomes.PASSED: "✓", outcomes.FAILED: "✗", outcomes.ERROR: "E",
     outcomes.SKIPPED: "s", outcomes.XFAILED: "x", outcomes.XPASSED: "X!",
     outcomes.TIMEOUT: "T", outcomes.CRASHED: "☠", outcomes.NOT_RUN: "–",
+    outcomes.FLAKY: "↻",
 }
 # One letter per outcome / change: the rows carry these strings for fast filtering.
 CODE = {
     outcomes.PASSED: "P", outcomes.FAILED: "F", outcomes.ERROR: "E", outcomes.SKIPPED: "S",
     outcomes.XFAILED: "x", outcomes.XPASSED: "X", outcomes.TIMEOUT: "T",
-    outcomes.CRASHED: "C", outcomes.NOT_RUN: "N",
+    outcomes.CRASHED: "C", outcomes.NOT_RUN: "N", outcomes.FLAKY: "K",
 }
 CHANGE_CODE = {
     compare.REGRESSION: "r", compare.NEW_PASS: "n", compare.EXPECTED_FAILURE: "e",

@@ -15,6 +15,7 @@ SYMBOL = {
     outcomes.PASSED: "✅", outcomes.FAILED: "❌", outcomes.ERROR: "💥",
     outcomes.SKIPPED: "⏭️", outcomes.XFAILED: "🟡", outcomes.XPASSED: "❗",
     outcomes.TIMEOUT: "⏱️", outcomes.CRASHED: "☠️", outcomes.NOT_RUN: "➖",
+    outcomes.FLAKY: "🔁",
 }
 GITHUB_SUMMARY_LIMIT = 1024 * 1024  # bytes GitHub takes per step; grid.md keeps to half
 MAX_REASONS = 40   # reason rows per cell in "Why tests did not run"; the rest are counted
