@@ -160,11 +160,11 @@ def test_markdown_table_from_rows() -> None:
     lines = table.splitlines()
     assert lines[0].startswith("| model | params | dtype | mode | flush | peak GiB | saving |")
     assert lines[2] == "| mlp | 0.101 B | fp32 | none | off | 2.00 | – | 10.0 | 0.00 | 0.0 | – " \
-                       "| – | – |"
+                       "| – | – | – |"  # no host RSS in these rows
     assert lines[3] == "| mlp | 0.101 B | fp32 | offload | off | 0.50 | 75% | 40.0 | 0.40 | 15.0 " \
-                       "| 2.67 | – | – |"
+                       "| 2.67 | – | – | – |"
     assert lines[4] == ("| mlp | ~1.0 B | bf16 | offload_grad | off | OutOfMemoryError: CUDA out "
-                        "of memory |" + " |" * 7)
+                        "of memory |" + " |" * 7 + " – |")
     assert table.endswith("\n") and len(lines) == 5
 
 

@@ -302,7 +302,9 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
 def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
     """A cpu cell: its tests run with every accelerator hidden (detect.HIDE_ACCELERATORS),
     so that nothing picks a GPU behind the cell's back (pytorch/ao#958 would pass on a GPU
-    host); tests marked ``sees_accelerators`` run afterwards in a pass that sees them."""
+    host); tests marked ``sees_accelerators`` run afterwards in a pass that sees them.
+    With the cell's ``workers`` (1 unless set: on the 2-core CI-like box two workers took
+    1.14x one's wall, docs/cpu-workers-2026-12-01/)."""
     return [
         Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)),
              ("-m", f"not {SEES_ACCELERATORS_MARK}"),
