@@ -7,6 +7,12 @@ end-to-end set, the tests marked ``slow``: they build real cell envs and run rea
 unless ``-n`` says otherwise (its tests build the same cell env); any ``-m`` given
 decides alone (``-m "slow or not slow"``: everything). The cell envs they build live
 outside the checkout (:func:`cell_envdir`), reused from one run to the next.
+
+Which tests are ``slow`` (docs/testing.md, "The rule"): a test that runs a real cell, a
+real nox/tox/pytest session or a process that imports torch carries ``@pytest.mark.slow``;
+a test that asks for the :func:`python` fixture (the interpreter its real cell runs on) is
+put in the set by :func:`pytest_collection_modifyitems` without it. A run that leaves a
+new env in the checkout's ``.nox`` fails (:func:`pytest_sessionfinish`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from mini_projects import cell_envdir, make_project
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 SLOW = "slow"
+# Asking for one of these fixtures puts a test in the slow set: it runs a real cell.
+CELL_FIXTURES = frozenset({"python"})
+NOX_IN_CHECKOUT = ROOT / ".nox"
+_ENVS_BEFORE = pytest.StashKey[set]()  # .nox's entries when the run started
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -36,13 +46,39 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without ``-m``, the end-to-end tests (``slow``) are left out: ``pytest -m slow``."""
+    """Without ``-m``, the end-to-end tests (``slow``) are left out: ``pytest -m slow``. A
+    test that runs a real cell (asks for :data:`CELL_FIXTURES`) is marked slow here."""
+    for item in items:
+        if CELL_FIXTURES & set(getattr(item, "fixturenames", ())) and not \
+                item.get_closest_marker(SLOW):
+            item.add_marker(SLOW)
     if config.option.markexpr:
         return
     slow = [i for i in items if i.get_closest_marker(SLOW)]
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if not i.get_closest_marker(SLOW)]
+
+
+def _envs_in_checkout() -> set[str]:
+    return {p.name for p in NOX_IN_CHECKOUT.iterdir()} if NOX_IN_CHECKOUT.is_dir() else set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_ENVS_BEFORE] = _envs_in_checkout()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No test builds or leaves a cell env inside the checkout (:func:`cell_envdir` is
+    where they go): a new entry of ``.nox`` fails the run, naming it."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or _ENVS_BEFORE not in session.config.stash:
+        return
+    new = sorted(_envs_in_checkout() - session.config.stash[_ENVS_BEFORE])
+    if new:
+        session.config.get_terminal_writer().line(
+            f"accelgrid's tests: a test left {', '.join(new)} in {NOX_IN_CHECKOUT} (cell "
+            "envs of tests belong outside the checkout: the outside_envdir fixture)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)
@@ -86,4 +122,6 @@ def mini_project(tmp_path: Path):
 
 @pytest.fixture
 def python() -> str:
+    """The interpreter a test's real cell runs on (asking for it puts the test in the slow
+    set: :data:`CELL_FIXTURES`)."""
     return sys.executable

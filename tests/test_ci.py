@@ -518,6 +518,7 @@ def _default_envs(listing: str) -> list[str]:
     return [line.split()[0] for line in block.strip().splitlines()]
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_tox_runs_exactly_the_selected_cell_through_nox(tmp_path) -> None:
     proc = _tox(tmp_path, "run", DEVICE="cpu", TORCH="2.13", PROFILE="default")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -525,6 +526,7 @@ def test_tox_runs_exactly_the_selected_cell_through_nox(tmp_path) -> None:
         f"-f {tmp_path / 'ci'}/../noxfile.py -s cpu-2.13 --"]
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_tox_without_profile_selects_exactly_the_default_profile_cell(tmp_path) -> None:
     # DEVICE=cpu TORCH=2.13 is cpu-2.13, not also cpu-2.13-op-capture.
     assert len([c for c in MATRIX.cells if c.device == "cpu" and c.torch == "2.13"]) > 1

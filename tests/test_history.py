@@ -446,6 +446,7 @@ def test_passes():
 '''
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatch,
                                                         tmp_path: Path) -> None:
     from accelgrid import runner

@@ -265,6 +265,7 @@ def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Pat
     assert install.env_holds(env, secret)
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real `pip config` runs; a remembered answer asks pip nothing."""

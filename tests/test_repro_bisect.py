@@ -141,6 +141,7 @@ def _cli(proj: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProc
                           text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_repro_in_every_cell_of_the_scope(repro_project: Path) -> None:
     proc = _cli(repro_project, "repro", "acme/widgets#1", "--no-venv")
     got = dict(ln.split(None, 1) for ln in proc.stdout.splitlines() if " → " in ln)
@@ -159,6 +160,7 @@ def test_repro_in_every_cell_of_the_scope(repro_project: Path) -> None:
     assert (folder / "tests.jsonl").exists() and (folder / "junit.xml").exists()
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_repro_fixed_through_the_nox_session(repro_project: Path) -> None:
     env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(repro_project / "results")}
     proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(repro_project / "noxfile.py"),
@@ -180,6 +182,7 @@ def test_repro_errors_are_one_line(repro_project: Path) -> None:
     assert "did you mean 'cpu-2.13'?" in proc.stderr
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_bisect_runs_each_version_through_nox(repro_project: Path) -> None:
     # --no-venv: only the dev interpreter's torch (2.13) can run; 2.4 shows as not run.
     proc = _cli(repro_project, "bisect", "suites/repro/test_acme_widgets_2.py",
@@ -237,6 +240,7 @@ def test_repro_files_follow_the_naming_rule() -> None:
         assert repro.known_issues.repro_file(issue) == f"suites/repro/{path.name}"
 
 
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_local_wheel_cell_runs_only_when_named(repro_project: Path) -> None:
     """A cell whose torch is a local wheel (xpu-2.4 in matrix.yaml: a source build) is in
     the scope but excluded from default runs: repro says so; --cell runs it."""

@@ -53,3 +53,30 @@ def test_each_test_starts_from_the_same_variables(name: str) -> None:
     # conftest's autouse fixtures: mini projects keep their envs beside them, and plans
     # do not depend on this host's cores.
     assert os.environ.get(name) == (None if name == "ACCELGRID_ENVDIR" else "1")
+
+
+def _test_times():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("test_times", ROOT / "tools" / "test_times.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_test_times_sums_each_file_of_a_junit_run(tmp_path: Path, capsys) -> None:
+    junit = tmp_path / "j.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="t1" time="3.0"/>'
+        '<testcase classname="tests.test_a.TestX" name="t2" time="1.5"/>'
+        '<testcase classname="tests.test_b" name="t3" time="0.5"/>'
+        '<testcase classname="tests.test_b" name="t4"/>'
+        '</testsuite></testsuites>')
+    assert _test_times().main([str(junit)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2:] == ["| tests/test_a.py | 2 | 4.5 | 90.0 % |",
+                        "| tests/test_b.py | 2 | 0.5 | 10.0 % |", "| all | 4 | 5.0 | 100 % |"]
+    junit.write_text("<testsuites>")   # cut short: one line, exit 2
+    assert _test_times().main([str(junit)]) == 2
+    assert capsys.readouterr().err.startswith("test_times: ")
