@@ -601,7 +601,7 @@ def test_bf16_check_catches_a_non_finite_result(device: str, monkeypatch: pytest
     ("cuda", "medium", None, 2.0**-8),
     ("xpu", "high", None, 2.0**-11),
 ])
-def test_fp32_unit_roundoff_follows_the_matmul_precision(kind: str, precision: str,
+def test_fp32_unit_roundoff_follows_the_float32_precision_setting(kind: str, precision: str,
                                                          tf32: bool | None, u: float) -> None:
     saved = torch.get_float32_matmul_precision()
     try:
