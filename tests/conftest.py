@@ -76,7 +76,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     new = sorted(_envs_in_checkout() - session.config.stash[_ENVS_BEFORE])
     if new:
         session.config.get_terminal_writer().line(
-            f"accelgrid's tests: a test left {', '.join(new)} in {NOX_IN_CHECKOUT} (cell "
+            f"\naccelgrid's tests: a test left {', '.join(new)} in {NOX_IN_CHECKOUT} (cell "
             "envs of tests belong outside the checkout: the outside_envdir fixture)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -80,3 +80,25 @@ def test_test_times_sums_each_file_of_a_junit_run(tmp_path: Path, capsys) -> Non
     junit.write_text("<testsuites>")   # cut short: one line, exit 2
     assert _test_times().main([str(junit)]) == 2
     assert capsys.readouterr().err.startswith("test_times: ")
+
+
+def test_a_run_that_leaves_an_env_in_the_checkout_fails(monkeypatch, tmp_path: Path) -> None:
+    import types
+
+    import conftest
+
+    monkeypatch.setattr(conftest, "NOX_IN_CHECKOUT", tmp_path / ".nox")
+    lines: list[str] = []
+    writer = types.SimpleNamespace(line=lambda text, **_: lines.append(text))
+    config = types.SimpleNamespace(stash=pytest.Stash(), get_terminal_writer=lambda: writer)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    for before, after, failed in ([], ["cpu-2-13"], True), (["cpu-2-13"], ["cpu-2-13"], False):
+        session = types.SimpleNamespace(config=config, exitstatus=0)
+        for name in before:
+            (tmp_path / ".nox" / name).mkdir(parents=True, exist_ok=True)
+        conftest.pytest_sessionstart(session)
+        for name in after:
+            (tmp_path / ".nox" / name).mkdir(parents=True, exist_ok=True)
+        conftest.pytest_sessionfinish(session, 0)
+        assert (session.exitstatus == pytest.ExitCode.TESTS_FAILED) is failed
+    assert len(lines) == 1 and "a test left cpu-2-13 in " in lines[0]
