@@ -983,15 +983,18 @@ def _cgroup_or_skip() -> None:
     os.rmdir(probe)
 
 
-def _cgroups_left() -> list[str]:
+def _cgroups_of(folder: Path) -> list[str]:
+    """The cgroups left of the run whose results are in ``folder`` (other tests' runs may
+    have theirs meanwhile)."""
     from accelgrid import lifetime
 
+    run_id = json.loads((folder / results.ENV).read_text())["run_id"]
     probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
     if probe is None:
         return []
     os.rmdir(probe)
     return [n for n in os.listdir(os.path.dirname(probe))
-            if n.startswith(lifetime.CGROUP_PREFIX) and "probe-" not in n]
+            if n.startswith(lifetime.CGROUP_PREFIX + run_id)]
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
@@ -1006,7 +1009,6 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
         _cgroup_or_skip()
     else:  # no cgroup to be had: the sweep of what this process adopted
         monkeypatch.setattr(lifetime, "cell_cgroup", lambda run_id: None)
-    before = _cgroups_left()
     pidfile = tmp_path / "daemon.pid"
     monkeypatch.setenv("DAEMON_PIDFILE", str(pidfile))
     proj = mini_project()
@@ -1027,7 +1029,7 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
     assert lifetime.children(os.getpid()) == [] or pid not in lifetime.children(os.getpid())
     said = [ln for ln in capsys.readouterr().out.splitlines() if "the tests left" in ln]
     assert len(said) == 1 and f"pid {pid}" in said[0], said
-    assert _cgroups_left() == before  # the run's cgroups are removed
+    assert _cgroups_of(proj / "results" / "cpu-2.13") == []  # the run's cgroups removed
 
 
 HANGS_AFTER_A_DAEMON = DAEMON.replace("def test_after():\n    pass", (
@@ -1045,7 +1047,6 @@ def test_kill_9_of_the_runner_ends_a_daemon_through_the_cgroup(mini_project, pyt
     import time
 
     _cgroup_or_skip()
-    before = _cgroups_left()
     pidfile = tmp_path / "daemon.pid"
     proj = mini_project()
     (proj / "suites" / "payload" / "test_daemon.py").write_text(HANGS_AFTER_A_DAEMON)
@@ -1064,16 +1065,17 @@ def test_kill_9_of_the_runner_ends_a_daemon_through_the_cgroup(mini_project, pyt
             time.sleep(0.1)
         pid = int(pidfile.read_text())
         assert _alive(pid) and os.getsid(pid) != os.getsid(first.pid)  # a session of its own
-        assert len(_cgroups_left()) == len(before) + 1
+        folder = proj / "results" / "cpu-2.13"
+        assert len(_cgroups_of(folder)) == 1  # its pass's
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         deadline = time.monotonic() + 15
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _alive(pid), f"daemon {pid} outlived the killed runner"
-        while _cgroups_left() != before and time.monotonic() < deadline:
+        while _cgroups_of(folder) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _cgroups_left() == before
+        assert _cgroups_of(folder) == []  # removed by the guard
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
