@@ -690,3 +690,33 @@ def test_assert_within_names_the_worst_element() -> None:
     with pytest.raises(pytest.fail.Exception, match=r"3 of 4 elements.*worst: nan"):
         assert_within(got, ref, bound, "x")
     assert_within(torch.full((4,), 9e-4), ref, bound, "x")
+
+
+def test_bf16_check_allows_the_accumulation_term_where_it_dominates(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the element of smallest |reference| the fp32 accumulation term
+    K·2**-24·(|A|·|B|) is most of the bound: an error of 0.9x the bound there passes (a
+    bound that dropped or shrank that term would fail it)."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 64, generator=gen).bfloat16()
+    b = torch.randn(64, 64, generator=gen).bfloat16()
+    ref, scale = _exact(a, b)
+    accumulation = a.shape[1] * U_FP32 * scale
+    bound = EPS_BF16 * ref.abs() + accumulation
+    i, j = divmod(int(ref.abs().argmin()), ref.shape[1])
+    assert accumulation[i, j] > 0.5 * bound[i, j]
+    v = (ref[i, j] + 0.9 * bound[i, j]).to(torch.bfloat16).double()
+    assert 0.8 < float((v - ref[i, j]).abs() / bound[i, j]) < 1.0
+    real = torch.Tensor.__matmul__
+
+    def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        got = real(x, y)
+        if got.dtype != torch.bfloat16:
+            return got
+        got = got.clone()
+        got[i, j] = float(v)
+        return got
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", matmul)
+    check_bf16_autocast(device)
