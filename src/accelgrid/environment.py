@@ -13,7 +13,7 @@ import sys
 import urllib.parse
 from collections.abc import Mapping
 
-from . import devices
+from . import contract, devices
 
 # Flags torch / the Intel graphics compiler parse as integers when torch loads.
 INTEGER_FLAGS = frozenset(
@@ -208,7 +208,10 @@ RECORDED_PREFIXES = (
 def recorded_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The flags worth recording from ``env`` (default: os.environ), redacted."""
     env = os.environ if env is None else env
-    picked = {k: v for k, v in env.items() if k.startswith(RECORDED_PREFIXES)}
+    # The recorder's pid marks its own process tree (nested pytests record nothing): not
+    # an input of the cell, and it differs every run.
+    picked = {k: v for k, v in env.items()
+              if k.startswith(RECORDED_PREFIXES) and k != contract.RECORDER_PID}
     return dict(sorted(redact(picked).items()))
 
 
