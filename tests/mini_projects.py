@@ -61,3 +61,22 @@ def make_project(proj: Path, test_seconds: int = 60, cell_minutes: int = 10, wor
         (proj / "noxfile.py").write_text(NOXFILE.format(src=str(ROOT / "src")))
     (proj / "matrix.yaml").write_text(text)
     return proj
+
+
+# A payload of a test that fails on its first attempt (a marker file beside it says it
+# ran) and passes on the second, one that always fails and one that passes: reruns.
+RERUN_PAYLOAD = '''
+import os
+
+def test_flaky():
+    marker = os.path.join(os.path.dirname(__file__), "attempted")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        assert False, "fails on its first attempt"
+
+def test_always_fails():
+    assert False, "every attempt"
+
+def test_passes():
+    pass
+'''

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mini_projects import RERUN_PAYLOAD
 from report_cases import write_cell
 
 from accelgrid import history, report
@@ -427,23 +428,6 @@ def test_bench_history_small(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "bench-history.json").read_text())["nights"] == 3
     with pytest.raises(report.AccelgridError, match="--nights"):
         history_bench.run(nights=1, out=None)
-
-
-RERUN_PAYLOAD = '''
-import os
-
-def test_flaky():
-    marker = os.path.join(os.path.dirname(__file__), "attempted")
-    if not os.path.exists(marker):
-        open(marker, "w").close()
-        assert False, "fails on its first attempt"
-
-def test_always_fails():
-    assert False, "every attempt"
-
-def test_passes():
-    pass
-'''
 
 
 @pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from mini_projects import RERUN_PAYLOAD
 
 from accelgrid import install, outcomes, report, runner
 from accelgrid.history import open_store
@@ -21,22 +22,6 @@ from accelgrid.validation import ValidationFailed
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (Path(__file__).parent / "base_matrix.yaml").read_text()
 
-# Fails on its first attempt (a marker file beside it says it ran), passes on the second.
-RERUN_PAYLOAD = '''
-import os
-
-def test_flaky():
-    marker = os.path.join(os.path.dirname(__file__), "attempted")
-    if not os.path.exists(marker):
-        open(marker, "w").close()
-        assert False, "fails on its first attempt"
-
-def test_always_fails():
-    assert False, "every attempt"
-
-def test_passes():
-    pass
-'''
 
 
 def _matrix(tmp_path: Path, defaults: str = "", device: str = "", include: str = ""):
