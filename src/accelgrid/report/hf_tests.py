@@ -62,9 +62,11 @@ def xpu_risk(per_test: dict[str, set[str]], series: Iterable[str] | None = None
     ``{nodeid: {series: {"missing": [ops], "fallback": [ops]}}}``, only tests and series
     with some. Each op is predicted once per series."""
     names = sorted(set().union(*per_test.values())) if per_test else []
-    chosen = list(series) if series is not None else xpu_prediction.series_names(
-        xpu_prediction.load_upstream())
-    verdicts = {s: xpu_prediction.predict(names, s) for s in chosen}
+    upstream = xpu_prediction.load_upstream()  # read once, not once per series
+    core, torch_data = xpu_prediction.load_core(), xpu_prediction.load_torch()
+    chosen = list(series) if series is not None else xpu_prediction.series_names(upstream)
+    verdicts = {s: xpu_prediction.predict(names, s, upstream, core, torch_data)
+                for s in chosen}
     out: dict[str, dict[str, dict[str, list[str]]]] = {}
     for nodeid, ops in sorted(per_test.items()):
         for s in chosen:
