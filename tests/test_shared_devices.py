@@ -73,7 +73,13 @@ def test_one_shared_device_runs_its_device_alone_tests_afterwards(mini_project, 
                                 "OMP_NUM_THREADS": "4"}   # each worker's share of 16 cores
     assert alone.xdist == ("-n", "1") and alone.select == ("-m", "device_alone")
     assert dict(alone.env) == {"ZE_AFFINITY_MASK": "3", "ACCELGRID_DEVICE_INDEX": "3"}
-    assert not alone.beside and alone.empty_ok
+    # Its pytest starts with the shared workers (start-up overlapped), its tests wait for
+    # them (gated). (A serial run has no shared workers: workers_per_device is 1.)
+    assert alone.beside and alone.gated and alone.empty_ok
+    # With the last full run's durations: slowest first, handed out one at a time.
+    ordered = runner.passes(cell, device_ids=["3"], ordered=True)[0]
+    assert ordered.xdist == ("-n", "4", "--dist", "load", "--maxschedchunk", "1")
+    assert dict(ordered.env)[contract.ORDER_DURATIONS] == "1"
     # One worker per device: the plan as before, no pass of its own for device_alone.
     monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "1")
     assert [p.name for p in runner.passes(cell, device_ids=["3"])] == ["single"]
@@ -94,7 +100,8 @@ def test_k_workers_are_pinned_to_each_of_several_devices(mini_project, host,
                             spec.format(0), "--tx", spec.format(1), "--tx", spec.format(1))
     assert pinned.workers == 4
     assert pinned.select == ("-m", "not multi_device and not device_alone")
-    assert every.beside and not alone.beside   # device-alone waits for both
+    assert every.beside and not every.gated
+    assert alone.beside and alone.gated   # device-alone's tests wait for both
     one = "popen//env:ZE_AFFINITY_MASK={0}//env:ACCELGRID_DEVICE_INDEX={0}//env:OMP_NUM_THREADS=8"
     assert alone.xdist == ("--dist", "worksteal", "--tx", one.format(0), "--tx", one.format(1))
 
@@ -140,12 +147,58 @@ def test_a_shared_run_records_every_test_once(mini_project, python, monkeypatch,
     first = "single" if devices == "1" else "pinned"
     assert timed[first]["workers"] == 2 * len(devices.split(","))
     assert timed["device-alone"]["workers"] == len(devices.split(","))
-    # The device-alone pass started when every other pass had ended.
+    # The device-alone pass started with the others, and its test only when every other
+    # pass had ended (its gate).
     ends = [_epoch(p["start"]) + p["wall_s"] for n, p in timed.items() if n != "device-alone"]
-    assert _epoch(timed["device-alone"]["start"]) >= max(ends) - 0.01
+    alone = timed["device-alone"]
+    assert _epoch(alone["start"]) < min(_epoch(p["start"]) for p in timed.values()) + 2
+    assert by_test["test_needs_the_device_alone"]["start"] >= max(ends) - 0.01
+    assert 0 < alone["waited_s"] < alone["wall_s"] and alone["first_test_s"] < 5
+    assert not (folder / ".gate-device-alone").exists()
 
 
 def _epoch(iso: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(iso).timestamp()
+
+
+ORDERED = '''
+import time, pytest
+
+@pytest.mark.parametrize("i", range(8))
+def test_quick(i):
+    time.sleep(0.05)
+
+def test_slow_last_in_the_file():
+    time.sleep(1.5)
+'''
+
+
+def test_a_second_run_hands_out_the_slowest_test_first(mini_project, python,
+                                                       monkeypatch) -> None:
+    """The shared pass of a run after a full run takes that run's durations (the folder's
+    last-durations.json) and starts its slowest test first, wherever it is collected."""
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_ordered.py").write_text(ORDERED)
+    monkeypatch.setenv("ACCELGRID_DEVICES", "1")
+    monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "2")
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    folder = proj / "results" / "xpu-2.13"
+
+    def starts() -> dict[str, float]:
+        assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+        recs, _ = results.read_records(folder / results.TESTS)
+        return {r["nodeid"].split("::")[-1]: r["start"] for r in recs
+                if "test_ordered" in r["nodeid"]}
+
+    first = starts()   # no earlier run: pytest's order, the slow test among the last
+    assert not (folder / results.LAST_DURATIONS).exists()
+    assert first["test_slow_last_in_the_file"] > min(first.values()) + 0.1
+    second = starts()
+    recorded = json.loads((folder / results.LAST_DURATIONS).read_text())
+    slow = "suites/payload/test_ordered.py::test_slow_last_in_the_file"
+    assert recorded[slow] == max(recorded.values()) >= 1.5
+    ordered = [n for n, _ in sorted(second.items(), key=lambda kv: kv[1])]
+    assert ordered[0] == "test_slow_last_in_the_file", ordered
+    assert "--maxschedchunk 1" in (folder / results.PYTEST_LOG).read_text()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -481,16 +482,53 @@ class JUnitProperties:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A shard run (ACCELGRID_SHARD=K/N) keeps shard K's tests of the whole collection
-    (before marker selection, so every pass of every shard splits the same set)."""
-    if not os.environ.get(contract.SHARD):
+    (before marker selection, so every pass of every shard splits the same set); a shared
+    pass puts them slowest first (:func:`_slowest_first`)."""
+    if os.environ.get(contract.SHARD):
+        try:
+            mine, others = shards.keep(items)
+        except shards.ShardError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = mine
+    _slowest_first(items)
+
+
+def _slowest_first(items: list[pytest.Item]) -> None:
+    """A shared pass (ACCELGRID_ORDER_DURATIONS=1) puts its tests slowest first by the
+    cell's last full run (results.LAST_DURATIONS), the ones it did not record before them
+    (unknown: they may be long): xdist's ``load``, one test a step, then hands them out
+    longest-first, and no worker is left alone with a long test at the end. Every worker
+    sorts the same collection by the same file, so their orders agree (xdist needs it)."""
+    folder = os.environ.get(contract.RESULTS)
+    if os.environ.get(contract.ORDER_DURATIONS) != "1" or not folder:
         return
-    try:
-        mine, others = shards.keep(items)
-    except shards.ShardError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if others:
-        config.hook.pytest_deselected(items=others)
-        items[:] = mine
+    data, err = results.read_json(Path(folder) / results.LAST_DURATIONS)
+    if err or not isinstance(data, dict):
+        return
+
+    def slowest(item: pytest.Item) -> float:
+        d = data.get(item.nodeid)
+        known = isinstance(d, int | float) and not isinstance(d, bool) and math.isfinite(d)
+        return -d if known else -math.inf
+
+    items.sort(key=slowest)  # stable: equal durations keep pytest's order
+
+
+GATE_POLL_S = 0.02
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """A gated pass (ACCELGRID_GATE: started beside the shared workers so its start-up
+    overlaps theirs) runs its first test only once the runner makes the gate file, when
+    every other pass has ended. xdist's controller has no items: its workers wait."""
+    gate = os.environ.get(contract.GATE)
+    if not gate or not session.items or session.config.option.collectonly:
+        return
+    while not os.path.exists(gate):
+        time.sleep(GATE_POLL_S)
 
 
 def _nested(config: pytest.Config) -> bool:

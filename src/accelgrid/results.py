@@ -64,6 +64,8 @@ PYTEST_LOG = "pytest.log"            # pytest's whole output, every pass (-rA: c
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
 HOST_ACCELERATORS = "host_accelerators.json"  # tests a cpu cell left for the host-accelerators pass
 DEVICE_ALONE = "device_alone.json"   # tests the shared pass left for the device-alone pass
+LAST_DURATIONS = "last-durations.json"  # {nodeid: s} of the cell's previous full run: the
+                                        # order a shared pass hands its tests out in
 RUNS = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection
 LAST_RUN = "last-run.json"           # results/<cell>/last-run.json: the latest run's folder
 LOCK = ".lock"                       # results/<cell>/.lock: flock of the run in progress
@@ -869,13 +871,18 @@ def pass_times(records: list[dict[str, Any]], passes: list[dict[str, Any]],
                     and math.isfinite(start):
                 worker = str(rec.get("worker") or "main")
                 first[worker] = min(first.get(worker, start), start)
+        # A gated pass (started beside, its tests once the others ended): start-up counts
+        # from its gate, and how long it waited is its own figure.
+        gate = p.get("gate")
+        since = max(p["start"], gate) if isinstance(gate, int | float) else p["start"]
         out.append({
             "name": p["name"], "beside": p.get("beside"), "workers": p.get("workers"),
             "start": _dt_text(p["start"]), "wall_s": round(p["end"] - p["start"], 2),
             "rc": p.get("rc"), "tests": count,
-            "first_test_s": round(min(first.values()) - p["start"], 2) if first else None,
-            "workers_first_test_s": {w: round(t - p["start"], 2)
+            "first_test_s": round(min(first.values()) - since, 2) if first else None,
+            "workers_first_test_s": {w: round(t - since, 2)
                                      for w, t in sorted(first.items())},
+            **({"waited_s": round(since - p["start"], 2)} if "gate" in p else {}),
         })
     end = max((p["end"] for p in passes), default=run_start)
     return {"wall_s": round(end - run_start, 2), "passes": out}

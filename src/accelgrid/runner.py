@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import re
 import signal
@@ -182,6 +183,9 @@ class Pass:
     env: tuple[tuple[str, str], ...] = ()   # extra env for the whole pass
     title: str = "the cell's tests"  # what the pass runs, in the user's words
     beside: bool = False            # runs at the same time as the pass before it
+    # Started beside the passes before it, so its start-up and collection overlap them,
+    # but its tests run only once they have all ended (contract.GATE): device-alone.
+    gated: bool = False
 
     @property
     def workers(self) -> int:
@@ -230,7 +234,9 @@ def _thread_share(workers: int) -> tuple[tuple[str, str], ...]:
 
 def _device_alone(cell: Cell, var: str, device_ids: Sequence[str]) -> Pass:
     """The pass after the shared workers: the ``device_alone`` tests, one worker pinned to
-    each device, so nothing else runs on it meanwhile."""
+    each device, so nothing else runs on it meanwhile. Gated: its pytest starts with the
+    shared workers and waits for them before its first test (its 4-9 s of start-up was
+    most of the pass: docs/h200-2026-12-01b)."""
     specs: list[str] = ["--dist", "worksteal"] if len(device_ids) > 1 else ["-n", "1"]
     env: tuple[tuple[str, str], ...] = ()
     if len(device_ids) > 1:
@@ -241,11 +247,12 @@ def _device_alone(cell: Cell, var: str, device_ids: Sequence[str]) -> Pass:
         env = ((var, device_ids[0]), (contract.DEVICE_INDEX, device_ids[0]))
     return Pass(contract.PASS_DEVICE_ALONE, tuple(specs), ("-m", DEVICE_ALONE_MARK),
                 junit="junit-device-alone.xml", empty_ok=True, env=env,
-                title=f"the tests that need the device to itself ({DEVICE_ALONE_MARK})")
+                title=f"the tests that need the device to itself ({DEVICE_ALONE_MARK})",
+                beside=True, gated=True)
 
 
 def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (),
-           serial: bool = False) -> list[Pass]:
+           serial: bool = False, ordered: bool = False) -> list[Pass]:
     """How the cell's tests are spread. With several devices: xdist workers pinned to
     each device (per-device ``--tx`` specs, so a replacement worker keeps its device),
     and a pass with one worker that sees every device of the run for ``multi_device``
@@ -253,7 +260,10 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
     holds there too. That pass runs beside the pinned one where the device can be shared
     by processes (:data:`SHARED_BY_PROCESSES`), unless ``serial``; else after it. Where
     several workers share a device (:func:`workers_per_device`), the ``device_alone``
-    tests run afterwards, one worker per device."""
+    tests run afterwards, one worker per device, their pytest started with the shared
+    workers. ``ordered``: the plugin puts the tests of the shared pass
+    slowest first (the last full run's durations), so one device's workers take them one
+    at a time (xdist's ``load``, one test a step: longest-first) instead of stealing."""
     var = detect.VISIBILITY_VAR.get(cell.device)
     per_device = (workers_per_device(cell, len(device_ids), serial)
                   if var and device_ids and workers is None else 1)
@@ -265,8 +275,11 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         if per_device == 1:
             return [Pass(contract.PASS_SINGLE, ("-n", str(cell.workers)), env=pin,
                          title=f"the cell's tests on {cell.device} device {device_ids[0]}")]
-        return [Pass(contract.PASS_SINGLE, ("-n", str(per_device), "--dist", "worksteal"),
-                     ("-m", f"not {DEVICE_ALONE_MARK}"), env=(*pin, *_thread_share(per_device)),
+        dist = ("load", "--maxschedchunk", "1") if ordered else ("worksteal",)
+        order = ((contract.ORDER_DURATIONS, "1"),) if ordered else ()
+        return [Pass(contract.PASS_SINGLE, ("-n", str(per_device), "--dist", *dist),
+                     ("-m", f"not {DEVICE_ALONE_MARK}"),
+                     env=(*pin, *_thread_share(per_device), *order),
                      title=f"the cell's tests on {cell.device} device {device_ids[0]}, "
                            f"{per_device} workers sharing it"), *alone]
     if var and len(device_ids) > 1 and workers is None:
@@ -530,7 +543,10 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             results.prune_runs(cell_folder, RUNS_KEPT - 1)
             folder.mkdir(parents=True)
         else:
+            last = last_durations(cell_folder)
             results.clear_for_run(cell_folder)
+            if last:
+                results.write_json(folder / results.LAST_DURATIONS, last)
         results.write_last_run(cell_folder, run_id, folder, chosen)
         run = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
         env = cell_env(cell, root, folder)
@@ -547,6 +563,19 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
                       "selection can take no test from the other suites)", flush=True)
         return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
                            run, lock_fds, run_start)
+
+
+def last_durations(cell_folder: Path) -> dict[str, float]:
+    """Each test's duration in the cell's last full run (its records, read before a new
+    run clears them): the order a shared pass hands its tests out in."""
+    records, _ = results.read_records(cell_folder / results.TESTS)
+    out: dict[str, float] = {}
+    for rec in records:
+        d = rec.get("duration")
+        if isinstance(d, int | float) and not isinstance(d, bool) and math.isfinite(d) \
+                and d >= 0 and isinstance(rec.get("nodeid"), str):
+            out[rec["nodeid"]] = float(d)
+    return out
 
 
 def serial_reason(env: dict[str, str], pytest_args: Sequence[str]) -> str | None:
@@ -607,9 +636,10 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
         else None
     serial = serial_reason(env, pytest_args)
-    plan = passes(cell, workers, ids, serial=serial is not None)
+    plan = passes(cell, workers, ids, serial=serial is not None,
+                  ordered=(folder / results.LAST_DURATIONS).is_file())
     if plan[0].name == contract.PASS_PINNED:
-        beside = any(p.beside for p in plan)
+        beside = any(p.beside and not p.gated for p in plan)
         each = plan[0].workers // len(ids)
         print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices ({', '.join(ids)}): "
               + ("one pinned worker each, " if each == 1 else f"{each} pinned workers each, ")
@@ -642,13 +672,20 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
             with open(pass_log, "a", encoding="utf-8") as fh:
                 fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
                          f"{results.safe_text(' '.join(cmd))}\n")
+        gates = [folder / f".gate-{run_pass.name}" if run_pass.gated else None
+                 for run_pass, _ in jobs]
         ended = _run_pytests(
-            [(cmd, {**env, **dict(run_pass.env), contract.PASS: run_pass.name}, pass_log)
-             for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True)],
-            root, left, stop_reason, keep_fds, tick=watch.poll, ended=left_behind)
+            [(cmd, {**env, **dict(run_pass.env), contract.PASS: run_pass.name,
+                    **({contract.GATE: str(gate)} if gate else {})}, pass_log)
+             for (run_pass, cmd), pass_log, gate in zip(jobs, logs, gates, strict=True)],
+            root, left, stop_reason, keep_fds, tick=watch.poll, ended=left_behind,
+            gates=gates)
+        for gate in gates:
+            if gate is not None:
+                gate.unlink(missing_ok=True)
         _append_logs(log, logs[1:])
         # (a pass the run was stopped before starting has no entry)
-        for (run_pass, _), (pass_rc, start, end) in zip(jobs, ended, strict=False):
+        for (run_pass, _), (pass_rc, start, end, opened) in zip(jobs, ended, strict=False):
             if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
                 pass_rc = 0
             if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, none
@@ -661,7 +698,8 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
             rc = rc or pass_rc
             timed.append({"name": run_pass.name, "workers": run_pass.workers, "rc": pass_rc,
                           "beside": jobs[0][0].name if run_pass.beside else None,
-                          "start": start, "end": end})
+                          "start": start, "end": end,
+                          **({"gate": opened} if run_pass.gated else {})})
         if stop_reason:
             break
     # Daemons the tests left (double fork + setsid, out of every process group): ended
@@ -699,6 +737,8 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
 
 
 def _beside_note(run_pass: Pass, front: Pass) -> str:
+    if run_pass.gated:
+        return f", started now, its tests once {front.title} ended"
     return (f", at the same time as {front.title}" if run_pass.beside else "")
 
 
@@ -710,8 +750,10 @@ def print_timing(cell: str, summary: dict[str, object]) -> None:
         first = sorted((p.get("workers_first_test_s") or {}).values())
         start_up = (f", first test at {first[0]:.1f} s" if len(first) == 1 else
                     f", first tests at {first[0]:.1f}-{first[-1]:.1f} s" if first else "")
+        waited = p.get("waited_s")
         parts.append(f"{p['name']} {p['wall_s']:.1f} s"
                      + (f" beside {p['beside']}" if p.get("beside") else "")
+                     + (f", its tests after {waited:.1f} s" if waited is not None else "")
                      + f" ({p['workers']} worker{'s' if p['workers'] != 1 else ''}{start_up})")
     if parts:
         print(f"accelgrid: {cell}: wall {summary['wall_s']:.1f} s: " + "; ".join(parts),
@@ -729,14 +771,17 @@ TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
                  limit: float, stop_reason: list[str], keep_fds: tuple[int, ...] = (),
-                 tick: Callable[[], None] | None = None, ended: list[int] | None = None
-                 ) -> list[tuple[int, float, float]]:
+                 tick: Callable[[], None] | None = None, ended: list[int] | None = None,
+                 gates: Sequence[Path | None] = ()
+                 ) -> list[tuple[int, float, float, float | None]]:
     """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
     output goes to its log file (a file, not a pipe: kept even when this process dies
     first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
     cgroup of its own where one can be made (:func:`accelgrid.lifetime.cell_cgroup`),
-    ended with it; the pids ended that way (what its tests left) go to ``ended``.
-    Returns (exit code, start, end) per started job, epoch seconds."""
+    ended with it; the pids ended that way (what its tests left) go to ``ended``. A job
+    with a gate file in ``gates`` (its pytest waits for it: contract.GATE) gets it once
+    every job without one has ended.
+    Returns (exit code, start, end, gate opened or None) per started job, epoch seconds."""
     # Each in its own process group (the cell limit and signals reach every xdist worker
     # and what the tests start), no terminal input (a background group reading it would
     # be stopped), killed by the kernel if this process dies, and a guard in that group
@@ -772,7 +817,10 @@ def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], 
                                         **extra)
             procs.append(proc)
             guards.append(_start_guard(proc.pid, cgroup) if posix else None)
-        ends = _wait_all(procs, time.monotonic() + max(limit, 1.0), limit, stop_reason, tick)
+        gated = list(gates)[:len(procs)] + [None] * (len(procs) - len(gates))
+        opened: list[float | None] = [None] * len(procs)
+        ends = _wait_all(procs, time.monotonic() + max(limit, 1.0), limit, stop_reason, tick,
+                         gated, opened)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
@@ -783,26 +831,36 @@ def _run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], 
         for guard in guards:
             _end_guard(guard)  # whatever a pass left in its group goes with it
     out = []
-    for proc, start, end in zip(procs, starts, ends, strict=True):
+    for proc, start, end, gate in zip(procs, starts, ends, opened, strict=True):
         rc = EXIT_CELL_TIMEOUT if proc.returncode is None else proc.returncode
         if end[1]:
             rc = EXIT_CELL_TIMEOUT
         elif rc < 0:
             stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
-        out.append((rc, start, end[0]))
+        out.append((rc, start, end[0], gate))
     return out
 
 
 def _wait_all(procs: list[subprocess.Popen], deadline: float, limit: float,
-              stop_reason: list[str], tick: Callable[[], None] | None = None
+              stop_reason: list[str], tick: Callable[[], None] | None = None,
+              gates: Sequence[Path | None] = (), opened: list[float | None] | None = None
               ) -> list[tuple[float, bool]]:
-    """Wait for every process; (end time, whether the cell limit ended it) for each."""
+    """Wait for every process; (end time, whether the cell limit ended it) for each. The
+    gate files in ``gates`` are made (and the time put in ``opened``) once every process
+    without one has ended."""
     ends: dict[int, tuple[float, bool]] = {}
     last_tick = time.monotonic()
+    shut = [i for i, gate in enumerate(gates) if gate is not None]
     while len(ends) < len(procs):
         for i, proc in enumerate(procs):
             if i not in ends and proc.poll() is not None:
                 ends[i] = (time.time(), False)
+        if shut and all(i in ends for i in range(len(procs)) if i not in shut):
+            for i in shut:
+                gates[i].touch()  # type: ignore[union-attr]
+                if opened is not None:
+                    opened[i] = time.time()
+            shut = []
         if len(ends) == len(procs):
             break
         if time.monotonic() >= deadline:
@@ -815,8 +873,10 @@ def _wait_all(procs: list[subprocess.Popen], deadline: float, limit: float,
         if tick is not None and time.monotonic() - last_tick >= TICK_S:
             tick()
             last_tick = time.monotonic()
-        # Returns as soon as that pass ends (a short run is not rounded up to a tick).
-        pending = next(p for i, p in enumerate(procs) if i not in ends)
+        # Returns as soon as that pass ends (a short run is not rounded up to a tick); a
+        # gated pass is waited for last (the gate opens when the others end).
+        pending = next((p for i, p in enumerate(procs) if i not in ends and i not in shut),
+                       None) or next(p for i, p in enumerate(procs) if i not in ends)
         with contextlib.suppress(subprocess.TimeoutExpired):
             pending.wait(timeout=0.05)
     return [ends[i] for i in range(len(procs))]
