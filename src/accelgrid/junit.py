@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,13 +86,40 @@ def cell_properties(cell: results.CellResults, pass_name: str) -> list[tuple[str
     return suite_properties(env, _torch_build(cell.env))
 
 
-def _add_properties(parent: ET.Element, props: Iterable[tuple[str, str]]) -> None:
-    box = ET.SubElement(parent, "properties")
-    for name, value in props:
-        ET.SubElement(box, "property", name=name, value=results.safe_text(str(value)))
-
-
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_ATTR_SPECIAL = re.compile('[&<>"\r\n\t]')
+_TEXT_SPECIAL = re.compile("[&<>]")
+# The file is written as text (not built as an ElementTree and serialized: at a grid's
+# 80,000 testcases that was over half the grid's time, docs/bench-history.md), in the
+# layout ElementTree gives with ET.indent: one element a line, two spaces a level,
+# attributes in the order set, `<x ... />` for an empty leaf. Escaping is XML 1.0's
+# (https://www.w3.org/TR/xml/#syntax): &, <, > in text; those and " in attribute values,
+# with CR, LF and tab as character references so a reader keeps them
+# (https://www.w3.org/TR/xml/#AVNormalize). tests/test_junit.py checks the file against
+# ElementTree's own serialization of what it parses.
+
+
+def _attr(text: str) -> str:
+    if not _ATTR_SPECIAL.search(text):
+        return text
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;").replace("\r", "&#13;").replace("\n", "&#10;")
+            .replace("\t", "&#09;"))
+
+
+def _text(text: str) -> str:
+    if not _TEXT_SPECIAL.search(text):
+        return text
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _properties(props: Iterable[tuple[str, str]], indent: str) -> str:
+    inner = indent + "  "
+    return (f"{indent}<properties>\n"
+            + "".join(f'{inner}<property name="{_attr(name)}" '
+                      f'value="{_attr(results.safe_text(str(value)))}" />\n'
+                      for name, value in props)
+            + f"{indent}</properties>\n")
 
 
 def _clean(text: Any) -> str:
@@ -101,18 +127,20 @@ def _clean(text: Any) -> str:
     return _NOT_XML.sub("", results.safe_text(str(text or "")))
 
 
-def testcase(rec: Mapping[str, Any]) -> ET.Element:
-    """One record as a ``<testcase>`` (classname and name as pytest's JUnit has them)."""
+def _time(value: Any) -> str:
+    return (f"{float(value):.3f}" if isinstance(value, int | float) and value == value
+            else "0.000")
+
+
+def testcase(rec: Mapping[str, Any], indent: str = "") -> str:
+    """One record as a ``<testcase>`` element's lines (classname and name as pytest's
+    JUnit has them), each line starting with ``indent``."""
     nodeid = str(rec.get("nodeid", ""))
     path, _, name = nodeid.partition("::")
     classname = path.removesuffix(".py").replace("/", ".")
     if "::" in name:  # a test in a class: pytest puts the class in classname
         klass, _, name = name.rpartition("::")
         classname += "." + klass.replace("::", ".")
-    duration = rec.get("duration")
-    case = ET.Element("testcase", classname=_clean(classname), name=_clean(name or nodeid),
-                      time=f"{float(duration):.3f}" if isinstance(duration, int | float)
-                      and duration == duration else "0.000")
     outcome = str(rec.get("outcome") or outcomes.ERROR)
     issue = rec.get("issue") if isinstance(rec.get("issue"), dict) else None
     props = [("outcome", outcome)]
@@ -120,25 +148,33 @@ def testcase(rec: Mapping[str, Any]) -> ET.Element:
         props += [("known_issue", str(issue.get("id", ""))), ("known_issue_url",
                                                                 str(issue.get("url", "")))]
     props += [(k, str(rec[k])) for k in ("pass", "device", "worker") if rec.get(k)]
-    _add_properties(case, props)
+    inner = indent + "  "
+    lines = [f'{indent}<testcase classname="{_attr(_clean(classname))}" '
+             f'name="{_attr(_clean(name or nodeid))}" time="{_time(rec.get("duration"))}">\n',
+             _properties(props, inner)]
     element = _ELEMENT.get(outcome)
-    if element is None:
-        return case
-    kind = KNOWN_ISSUE if issue and outcome in (outcomes.XFAILED,) else outcome
-    message = str(rec.get("message") or "")
-    if outcome == outcomes.NOT_RUN:
-        message = outcomes.NOT_RUN_PREFIX + message
-    if issue:
-        message = f"{issue.get('id')}: {issue.get('title', '')} ({issue.get('url')}); {message}"
-    sub = ET.SubElement(case, element, type=kind, message=_clean(message)[:2000])
-    sub.text = _clean(rec.get("longrepr") or message)
-    return case
+    if element is not None:
+        kind = KNOWN_ISSUE if issue and outcome in (outcomes.XFAILED,) else outcome
+        message = str(rec.get("message") or "")
+        if outcome == outcomes.NOT_RUN:
+            message = outcomes.NOT_RUN_PREFIX + message
+        if issue:
+            message = (f"{issue.get('id')}: {issue.get('title', '')} ({issue.get('url')}); "
+                       f"{message}")
+        head = (f'{inner}<{element} type="{_attr(kind)}" '
+                f'message="{_attr(_clean(message)[:2000])}"')
+        text = _clean(rec.get("longrepr") or message)
+        lines.append(f"{head}>{_text(text)}</{element}>\n" if text else f"{head} />\n")
+    lines.append(f"{indent}</testcase>\n")
+    return "".join(lines)
 
 
-def cell_suites(cell: results.CellResults, prefix: str = "") -> list[ET.Element]:
-    """One ``<testsuite>`` per pass of ``cell``'s run, with its properties; tests that
-    never ran (in collected.json, no record) are not-run in the first pass's suite; a cell
-    whose results cannot be read is one suite with one error saying why."""
+def cell_suites(cell: results.CellResults, prefix: str = "", indent: str = ""
+                ) -> list[tuple[dict[str, int], str, str]]:
+    """One ``<testsuite>`` per pass of ``cell``'s run, with its properties, as (counts,
+    time attribute, the element's lines); tests that never ran (in collected.json, no
+    record) are not-run in the first pass's suite; a cell whose results cannot be read
+    is one suite with one error saying why."""
     by_pass: dict[str, list[dict[str, Any]]] = {}
     for rec in cell.tests.values():
         by_pass.setdefault(str(rec.get("pass") or contract.PASS_SINGLE), []).append(rec)
@@ -146,16 +182,16 @@ def cell_suites(cell: results.CellResults, prefix: str = "") -> list[ET.Element]
         by_pass[contract.PASS_SINGLE] = [{
             "nodeid": f"{cell.name}::results", "outcome": outcomes.ERROR,
             "message": cell.error or "no test records", "pass": contract.PASS_SINGLE}]
+    inner = indent + "  "
     suites = []
     for pass_name, recs in by_pass.items():
-        suite = ET.Element("testsuite", name=_clean(f"{prefix}{cell.name}"
-                                                    + ("" if pass_name == contract.PASS_SINGLE
-                                                       else f" [{pass_name}]")))
-        _add_properties(suite, cell_properties(cell, pass_name))
+        name = _clean(f"{prefix}{cell.name}" + ("" if pass_name == contract.PASS_SINGLE
+                                                 else f" [{pass_name}]"))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         total = 0.0
+        cases = []
         for rec in sorted(recs, key=lambda r: str(r.get("nodeid"))):
-            suite.append(testcase(rec))
+            cases.append(testcase(rec, inner))
             counts["tests"] += 1
             element = _ELEMENT.get(str(rec.get("outcome")))
             if element == "failure":
@@ -166,44 +202,51 @@ def cell_suites(cell: results.CellResults, prefix: str = "") -> list[ET.Element]
                 counts["skipped"] += 1
             d = rec.get("duration")
             total += float(d) if isinstance(d, int | float) and d == d else 0.0
-        for key, value in counts.items():
-            suite.set(key, str(value))
-        suite.set("time", f"{total:.3f}")
+        attrs = "".join(f' {k}="{v}"' for k, v in counts.items()) + f' time="{total:.3f}"'
         if cell.env.get("start"):
-            suite.set("timestamp", str(cell.env["start"]))
-        suites.append(suite)
+            attrs += f' timestamp="{_attr(str(cell.env["start"]))}"'
+        suites.append((counts, f"{total:.3f}", (
+            f'{indent}<testsuite name="{_attr(name)}"{attrs}>\n'
+            + _properties(cell_properties(cell, pass_name), inner) + "".join(cases)
+            + f"{indent}</testsuite>\n")))
     return suites
 
 
 def merged(paths: Iterable[Path], read: Sequence[tuple[Path, results.CellResults]] | None = None
-           ) -> tuple[ET.ElementTree, list[str]]:
-    """One JUnit document of every cell found under ``paths`` (:func:`results.discover`),
-    and the notes of what was ignored. ``read``: those cells already read, as (folder,
-    cell) pairs (the grid's), so they are not read again."""
+           ) -> tuple[str, list[str]]:
+    """One JUnit document (its text) of every cell found under ``paths``
+    (:func:`results.discover`), and the notes of what was ignored. ``read``: those cells
+    already read, as (folder, cell) pairs (the grid's), so they are not read again."""
     if read is None:
         folders, notes = results.discover(paths)
         read = [(f, results.read_cell(f)) for f in folders]
     else:
         notes = []
-    root = ET.Element("testsuites", name="accelgrid")
+    suites = []
     for _folder, cell in sorted(read, key=lambda fc: str(fc[0])):
         notes += [f"{cell.name}: {p}" for p in cell.problems]
-        for suite in cell_suites(cell):
-            root.append(suite)
-    for key in ("tests", "failures", "errors", "skipped"):
-        root.set(key, str(sum(int(s.get(key, "0")) for s in root)))
-    root.set("time", f"{sum(float(s.get('time', '0')) for s in root):.3f}")
-    ET.indent(root)
-    return ET.ElementTree(root), notes
+        suites += cell_suites(cell, indent="  ")
+    totals = "".join(f' {key}="{sum(counts[key] for counts, _, _ in suites)}"'
+                     for key in ("tests", "failures", "errors", "skipped"))
+    # The sum of the suites' time attributes as written (3 decimals), as a reader adds them.
+    totals += f' time="{sum(float(t) for _, t, _ in suites):.3f}"'
+    head = f"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"accelgrid\"{totals}"
+    if not suites:
+        return head + " />", notes
+    # The last line ends without a newline, as ElementTree writes a document.
+    return f"{head}>\n" + "".join(s for _, _, s in suites) + "</testsuites>", notes
 
 
 def write_merged(paths: Iterable[Path], out: Path,
                  read: Sequence[tuple[Path, results.CellResults]] | None = None
                  ) -> tuple[Path, list[str]]:
     """:func:`merged` written to ``out`` (atomically); returns it and the notes."""
-    tree, notes = merged(paths, read)
+    text, notes = merged(paths, read)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tree.write(tmp, encoding="utf-8", xml_declaration=True)
+    # xmlcharrefreplace: as ElementTree writes, a character UTF-8 cannot hold becomes a
+    # character reference (the text is made encodable first: results.safe_text).
+    with open(tmp, "w", encoding="utf-8", errors="xmlcharrefreplace", newline="\n") as fh:
+        fh.write(text)
     os.replace(tmp, out)
     return out, notes
