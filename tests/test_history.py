@@ -240,6 +240,35 @@ def test_failing_throughout_the_window_looks_further_back(tmp_path: Path) -> Non
     assert rows["never"]["failing_since"]["earliest"] is True
 
 
+def test_last_passed_before_reads_each_runs_letters_and_a_run_without_them(
+        tmp_path: Path) -> None:
+    """The last pass before the window comes from the runs' stored letters, newest first,
+    over runs whose tests differ (absent in some); a run without its letters is read from
+    its results."""
+    folders = series(tmp_path, {"old": "PPFFFF", "never": "FFFFFF", "gap": "P.FFFF",
+                                "late": ".P.FFF", "x": "PPPPPP"})
+    db = tmp_path / "h.sqlite"
+    with open_store(db) as store:
+        store.add(folders)
+        ids = [T + t for t in ("old", "never", "gap", "late", "missing")]
+        start = store.runs_of("cpu-2.13")[3]["start"]  # the window: n3 to n5
+
+        def last() -> dict[str, str]:
+            return {n.split("::")[1]: r["run_id"]
+                    for n, r in store.last_passed_before("cpu-2.13", ids, start).items()}
+
+        assert last() == {"old": "cpu-2.13-n1", "gap": "cpu-2.13-n0", "late": "cpu-2.13-n1"}
+        assert store.last_passed_before("cpu-2.13", ids, None)[T + "old"]["run_id"] \
+            == "cpu-2.13-n1"
+        n1 = store.run("cpu-2.13-n1")["id"]
+        store.conn.execute("UPDATE runs SET letters = NULL WHERE id = ?", (n1,))
+        assert last() == {"old": "cpu-2.13-n1", "gap": "cpu-2.13-n0", "late": "cpu-2.13-n1"}
+        # Read from n1's results now: a failure there moves "old"'s last pass back to n0.
+        store.conn.execute("UPDATE results SET outcome = 'F' WHERE run = ? AND test = "
+                           "(SELECT id FROM tests WHERE nodeid = ?)", (n1, T + "old"))
+        assert last() == {"old": "cpu-2.13-n0", "gap": "cpu-2.13-n0", "late": "cpu-2.13-n1"}
+
+
 def test_flaky_needs_flips_with_inputs_unchanged(tmp_path: Path) -> None:
     folders = series(tmp_path, {"flaky": "PFPFP", "one_change": "PPPFF", "ok": "PPPPP"})
     db = tmp_path / "h.sqlite"

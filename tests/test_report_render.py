@@ -147,6 +147,18 @@ def test_markdown_renders_the_full_grid_whenever_it_fits(tmp_path: Path) -> None
     size = len(full.encode())
     assert render_markdown.render(model, limit=size) == full
     assert "## Grid: rows with a bad result" in render_markdown.render(model, limit=size - 1)
+    # The bound counts names, issue links and symbols: still never above the size with
+    # issues on every result, names escaping lengthens, wide characters and "lost".
+    issue = {"id": "acme/w#1", "url": "https://github.com/acme/w/issues/1"}
+    odd = {f"suites/s/t.py::t{n}[a|b<é{n}]": ("xfailed" if n % 2 else "skipped")
+           for n in range(300)}
+    model = report.build([write_cell(tmp_path / "odd", f"cpu-2.{i}", odd,
+                                     extra={k: {"issue": issue} for k in odd})
+                          for i in range(10)])
+    model["rows"][0]["lost"] = {"cpu-2.3": "passed"}
+    full = render_markdown.render(model)
+    assert "## Grid\n" in full and "lost" in full
+    assert render_markdown.render(model, limit=len(full.encode())) == full
 
 
 def test_synthetic_grid_renders_every_row(tmp_path: Path) -> None:

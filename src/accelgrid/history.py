@@ -319,16 +319,18 @@ class Store:
         return dict(zip(RUN_COLUMNS, r, strict=True)) if r else None
 
     def window(self, cells: Iterable[str], size: int,
-               upto: dict[str, str] | None = None) -> Window:
+               upto: dict[str, str] | None = None,
+               runs_of: dict[str, list[dict[str, Any]]] | None = None) -> Window:
         """The last ``size`` runs of each of ``cells`` (ending at the run ``upto[cell]``
         names, when given) and every test's strip over them: one letter per run (CODE,
-        or ABSENT where that run did not have the test), oldest first."""
+        or ABSENT where that run did not have the test), oldest first. ``runs_of``: the
+        cells' :meth:`runs_of` when the caller has read them already."""
         out = Window()
         with _faults(self.path):
             conn = self.conn
             names: dict[int, str] | None = None
             for cell in dict.fromkeys(cells):
-                runs = self.runs_of(cell)
+                runs = runs_of[cell] if runs_of and cell in runs_of else self.runs_of(cell)
                 end = len(runs)
                 if upto and upto.get(cell):
                     ids = [r["run_id"] for r in runs]
@@ -375,24 +377,45 @@ class Store:
                            ) -> dict[str, dict[str, Any]]:
         """For each of ``nodeids``, ``cell``'s latest run before ``before_start`` where it
         passed (runs columns), when there is one."""
-        nodeids = list(nodeids)
+        nodeids = list(dict.fromkeys(nodeids))
         if not nodeids:
             return {}
         with _faults(self.path):
             conn = self.conn
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS want (nodeid TEXT PRIMARY KEY)")
-            conn.execute("DELETE FROM want")
-            conn.executemany("INSERT OR IGNORE INTO want VALUES (?)", ((n,) for n in nodeids))
-            # The cell's runs outside (CROSS JOIN keeps that order), then each wanted test
-            # by the results' primary key: never a scan of every result in the history.
+            ids = {}
+            for chunk in range(0, len(nodeids), 500):  # SQLite's bound parameters
+                part = nodeids[chunk:chunk + 500]
+                ids.update(conn.execute(f"SELECT id, nodeid FROM tests WHERE nodeid IN "
+                                        f"({', '.join('?' * len(part))})", part))
+            if not ids:
+                return {}
+            # Newest first (as max(start || '|' || run_id) ranks them), each run's stored
+            # letters (schema 2): the first that passed wins; no result row is read.
             cur = conn.execute(
-                "SELECT t.nodeid, max(ru.start || '|' || ru.run_id) FROM runs ru "
-                "CROSS JOIN want CROSS JOIN tests t CROSS JOIN results r "
-                "WHERE ru.cell = ? AND (? IS NULL OR ru.start < ?) "
-                "AND t.nodeid = want.nodeid AND r.run = ru.id AND r.test = t.id "
-                "AND r.outcome = ? GROUP BY t.nodeid",
-                (cell, before_start, before_start, CODE[outcomes.PASSED]))
-            found = {n: key.rsplit("|", 1)[1] for n, key in cur if key}
+                "SELECT r.id, r.run_id, r.testset, r.letters, t.ids FROM runs r LEFT JOIN "
+                "testsets t ON t.id = r.testset WHERE r.cell = ? AND r.start IS NOT NULL "
+                "AND (? IS NULL OR r.start < ?) ORDER BY r.start || '|' || r.run_id DESC",
+                (cell, before_start, before_start))
+            want = dict(ids)  # test id -> nodeid, until found
+            found: dict[str, str] = {}
+            at: dict[Any, dict[int, int]] = {}  # a test list -> wanted test id -> position
+            passed = CODE[outcomes.PASSED]
+            for run, run_id, testset, letters, tests in cur:
+                if letters is None or tests is None:  # not since schema 2: its result rows
+                    letters, tests = conn.execute(
+                        "SELECT group_concat(outcome, ''), group_concat(test) FROM "
+                        "(SELECT test, outcome FROM results WHERE run = ? ORDER BY test)",
+                        (run,)).fetchone()
+                    letters, tests, testset = letters or "", tests or "", ("run", run)
+                pos = at.get(testset)
+                if pos is None:
+                    pos = at[testset] = {int(t): i for i, t in enumerate(tests.split(","))
+                                         if int(t) in ids} if tests else {}
+                for test, i in pos.items():
+                    if test in want and letters[i] == passed:
+                        found[want.pop(test)] = run_id
+                if not want:
+                    break
         runs = {r: self.run(r) for r in set(found.values())}
         return {n: runs[r] for n, r in found.items() if runs.get(r)}
 

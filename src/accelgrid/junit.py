@@ -127,6 +127,16 @@ def _clean(text: Any) -> str:
     return _NOT_XML.sub("", results.safe_text(str(text or "")))
 
 
+_PLAIN = re.compile('[&<>"\x00-\x1f]')
+
+
+def _clean_attr(text: str) -> str:
+    """``_attr(_clean(text))``; most texts (ASCII, nothing to escape) as they are."""
+    if text.isascii() and not _PLAIN.search(text):
+        return text
+    return _attr(_clean(text))
+
+
 def _time(value: Any) -> str:
     return (f"{float(value):.3f}" if isinstance(value, int | float) and value == value
             else "0.000")
@@ -143,15 +153,21 @@ def testcase(rec: Mapping[str, Any], indent: str = "") -> str:
         classname += "." + klass.replace("::", ".")
     outcome = str(rec.get("outcome") or outcomes.ERROR)
     issue = rec.get("issue") if isinstance(rec.get("issue"), dict) else None
-    props = [("outcome", outcome)]
-    if issue:
-        props += [("known_issue", str(issue.get("id", ""))), ("known_issue_url",
-                                                                str(issue.get("url", "")))]
-    props += [(k, str(rec[k])) for k in ("pass", "device", "worker") if rec.get(k)]
     inner = indent + "  "
-    lines = [f'{indent}<testcase classname="{_attr(_clean(classname))}" '
-             f'name="{_attr(_clean(name or nodeid))}" time="{_time(rec.get("duration"))}">\n',
-             _properties(props, inner)]
+    prop = f'{inner}  <property name="'
+    safe = results.safe_text
+    lines = [f'{indent}<testcase classname="{_clean_attr(classname)}" '
+             f'name="{_clean_attr(name or nodeid)}" time="{_time(rec.get("duration"))}">\n'
+             f'{inner}<properties>\n{prop}outcome" value="{_attr(safe(outcome))}" />\n']
+    if issue:
+        lines.append(f'{prop}known_issue" value="{_attr(safe(str(issue.get("id", ""))))}" />\n'
+                     f'{prop}known_issue_url" value="{_attr(safe(str(issue.get("url", ""))))}"'
+                     " />\n")
+    for key in ("pass", "device", "worker"):
+        value = rec.get(key)
+        if value:
+            lines.append(f'{prop}{key}" value="{_attr(safe(str(value)))}" />\n')
+    lines.append(f"{inner}</properties>\n")
     element = _ELEMENT.get(outcome)
     if element is not None:
         kind = KNOWN_ISSUE if issue and outcome in (outcomes.XFAILED,) else outcome

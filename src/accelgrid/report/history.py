@@ -84,7 +84,7 @@ def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) 
         latest = [r["run_id"] for r in runs if r["run_id"] in mine]
         if latest:
             upto[cell] = latest[-1]
-    win = store.window(list(all_runs), window, upto)
+    win = store.window(list(all_runs), window, upto, all_runs)
     rows = model["rows"]
     flaky: list[dict[str, Any]] = []
     for col in columns:

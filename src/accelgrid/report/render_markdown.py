@@ -17,6 +17,8 @@ SYMBOL = {
     outcomes.TIMEOUT: "⏱️", outcomes.CRASHED: "☠️", outcomes.NOT_RUN: "➖",
     outcomes.FLAKY: "🔁",
 }
+# The fewest bytes a result takes in grid.md ("lost" may stand in for its symbol).
+_SYMBOL_BYTES = {o: min(len(s.encode()), len("lost")) for o, s in SYMBOL.items()}
 GITHUB_SUMMARY_LIMIT = 1024 * 1024  # bytes GitHub takes per step; grid.md keeps to half
 MAX_REASONS = 40   # reason rows per cell in "Why tests did not run"; the rest are counted
 
@@ -162,10 +164,16 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
     out += ["Legend: " + ", ".join(f"{SYMBOL[o]} {o}" for o in outcomes.ALL), ""]
     out += [f"- note: {_md(n)}" for n in model.get("notes", [])]
     head = "\n".join(out) + "\n"
-    # A row takes at least " | " per column and its symbol per result: skip rendering a
-    # full grid that cannot fit (rendering a big one only to drop it cost a third).
-    least = min(len(s.encode()) for s in SYMBOL.values())
-    fits = sum(3 * (len(cols) + 2) + least * len(r["cells"]) for r in model["rows"]) < limit
+    # A row takes at least its names, " | " per column, each result's symbol and issue
+    # link: skip rendering a full grid that cannot fit (rendering a big one only to drop
+    # it cost a third). Escaping only lengthens a text, and a character is a byte or more.
+    least = len(head.encode()) + sum(
+        len(r["workload"]) + (len(r["test"]) if r["test"] != r["workload"] else 0)
+        + 3 * len(cols) + 8 + sum(_SYMBOL_BYTES[c["outcome"]] + (
+            len(c["issue"]["id"]) + len(c["issue"]["url"]) + 5
+            if c.get("issue") and c["issue"].get("url") else 0) for c in r["cells"].values())
+        for r in model["rows"])
+    fits = least < limit
     text = head + "\n".join(["## Grid", ""] + _md_grid(model, model["rows"],
                                                         len(model["rows"]) < 300)) if fits else ""
     if not fits or len(text.encode()) > limit:
