@@ -4,6 +4,7 @@ message, traceback and the cell's provenance."""
 
 from __future__ import annotations
 
+import functools
 import html
 from typing import Any
 
@@ -138,11 +139,18 @@ def _history_html(rec: dict[str, Any]) -> str:
         out += f' <span class="flaky" title="flaky: {_attr(why)}">flaky</span>'
     strip = rec.get("history")
     if strip and strip.strip("P"):  # passed every run: nothing to draw
-        out += (f'<span class="strip" title="last {len(strip)} runs, oldest first: '
-                f'{_attr(strip_text(strip))}">'
-                + "".join(f'<i class="{STRIP_CLASS.get(c, "absent")}"></i>' for c in strip)
-                + "</span>")
+        out += _strip_html(strip)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _strip_html(strip: str) -> str:
+    # Few distinct strips recur across a grid's thousands of results (always skipped,
+    # always xfailed, ...): each is drawn once.
+    return (f'<span class="strip" title="last {len(strip)} runs, oldest first: '
+            f'{_attr(strip_text(strip))}">'
+            + "".join(f'<i class="{STRIP_CLASS.get(c, "absent")}"></i>' for c in strip)
+            + "</span>")
 
 
 def _script_json(data: Any) -> Markup:
