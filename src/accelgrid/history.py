@@ -23,6 +23,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -276,25 +277,25 @@ class Store:
                 "SELECT nodeid, id FROM tests WHERE id > ?",
                 (max(test_ids.values(), default=0),)))
         bad = BAD_CODES
-
-        def rows() -> Iterator[tuple[Any, ...]]:
-            for nodeid, rec in cell.tests.items():
-                code = _code(rec)
-                duration = rec.get("duration")
-                msg = rec.get("message") if code in bad else None
-                reruns = rec.get("reruns")
-                yield (run, test_ids[nodeid], code,
-                       round(duration, 4) if isinstance(duration, float) else None,
-                       reruns if isinstance(reruns, int) else 0,
-                       str(msg)[:MESSAGE_LIMIT] if msg else None)
-
+        rows = []
+        for nodeid, rec in cell.tests.items():
+            code = _code(rec)
+            duration = rec.get("duration")
+            msg = rec.get("message") if code in bad else None
+            reruns = rec.get("reruns")
+            rows.append((run, test_ids[nodeid], code,
+                         round(duration, 4) if isinstance(duration, float) else None,
+                         reruns if isinstance(reruns, int) else 0,
+                         str(msg)[:MESSAGE_LIMIT] if msg else None))
+        # In test-id order: the results' key order (each insert lands at the end of the
+        # table) and the order of the run's letters.
+        rows.sort(key=itemgetter(1))
         conn.executemany("INSERT INTO results (run, test, outcome, duration, reruns, message) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", rows())
-        ordered = sorted((test_ids[n], _code(rec)) for n, rec in cell.tests.items())
-        ids = ",".join(str(t) for t, _ in ordered)
+                         "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        ids = ",".join([str(r[1]) for r in rows])
         conn.execute("INSERT OR IGNORE INTO testsets (ids) VALUES (?)", (ids,))
         conn.execute("UPDATE runs SET letters = ?, testset = (SELECT id FROM testsets WHERE "
-                     "ids = ?) WHERE id = ?", ("".join(c for _, c in ordered), ids, run))
+                     "ids = ?) WHERE id = ?", ("".join([r[2] for r in rows]), ids, run))
         return Added(path, cell.name, row["run_id"], status, tests=len(cell.tests))
 
     # --- reading ---------------------------------------------------------------------
