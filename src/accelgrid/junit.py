@@ -21,6 +21,7 @@ Standard library only: the pytest plugin imports it inside the cell.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -113,12 +114,17 @@ def _text(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+@functools.lru_cache(maxsize=4096)
+def _property(indent: str, name: str, value: str) -> str:
+    # Cached: a testcase's outcome, pass, device and worker take few values in a run.
+    return (f'{indent}<property name="{_attr(name)}" '
+            f'value="{_attr(results.safe_text(value))}" />\n')
+
+
 def _properties(props: Iterable[tuple[str, str]], indent: str) -> str:
     inner = indent + "  "
     return (f"{indent}<properties>\n"
-            + "".join(f'{inner}<property name="{_attr(name)}" '
-                      f'value="{_attr(results.safe_text(str(value)))}" />\n'
-                      for name, value in props)
+            + "".join(_property(inner, name, str(value)) for name, value in props)
             + f"{indent}</properties>\n")
 
 
@@ -154,19 +160,17 @@ def testcase(rec: Mapping[str, Any], indent: str = "") -> str:
     outcome = str(rec.get("outcome") or outcomes.ERROR)
     issue = rec.get("issue") if isinstance(rec.get("issue"), dict) else None
     inner = indent + "  "
-    prop = f'{inner}  <property name="'
-    safe = results.safe_text
+    prop = inner + "  "
     lines = [f'{indent}<testcase classname="{_clean_attr(classname)}" '
              f'name="{_clean_attr(name or nodeid)}" time="{_time(rec.get("duration"))}">\n'
-             f'{inner}<properties>\n{prop}outcome" value="{_attr(safe(outcome))}" />\n']
+             f"{inner}<properties>\n", _property(prop, "outcome", outcome)]
     if issue:
-        lines.append(f'{prop}known_issue" value="{_attr(safe(str(issue.get("id", ""))))}" />\n'
-                     f'{prop}known_issue_url" value="{_attr(safe(str(issue.get("url", ""))))}"'
-                     " />\n")
+        lines += [_property(prop, "known_issue", str(issue.get("id", ""))),
+                  _property(prop, "known_issue_url", str(issue.get("url", "")))]
     for key in ("pass", "device", "worker"):
         value = rec.get(key)
         if value:
-            lines.append(f'{prop}{key}" value="{_attr(safe(str(value)))}" />\n')
+            lines.append(_property(prop, key, str(value)))
     lines.append(f"{inner}</properties>\n")
     element = _ELEMENT.get(outcome)
     if element is not None:
