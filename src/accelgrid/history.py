@@ -321,17 +321,18 @@ class Store:
 
     def window(self, cells: Iterable[str], size: int,
                upto: dict[str, str] | None = None,
-               runs_of: dict[str, list[dict[str, Any]]] | None = None) -> Window:
+               known_runs: dict[str, list[dict[str, Any]]] | None = None) -> Window:
         """The last ``size`` runs of each of ``cells`` (ending at the run ``upto[cell]``
         names, when given) and every test's strip over them: one letter per run (CODE,
-        or ABSENT where that run did not have the test), oldest first. ``runs_of``: the
+        or ABSENT where that run did not have the test), oldest first. ``known_runs``: the
         cells' :meth:`runs_of` when the caller has read them already."""
         out = Window()
         with _faults(self.path):
             conn = self.conn
             names: dict[int, str] | None = None
             for cell in dict.fromkeys(cells):
-                runs = runs_of[cell] if runs_of and cell in runs_of else self.runs_of(cell)
+                runs = (known_runs[cell] if known_runs and cell in known_runs
+                        else self.runs_of(cell))
                 end = len(runs)
                 if upto and upto.get(cell):
                     ids = [r["run_id"] for r in runs]
@@ -383,7 +384,7 @@ class Store:
             return {}
         with _faults(self.path):
             conn = self.conn
-            ids = {}
+            ids: dict[int, str] = {}
             for chunk in range(0, len(nodeids), 500):  # SQLite's bound parameters
                 part = nodeids[chunk:chunk + 500]
                 ids.update(conn.execute(f"SELECT id, nodeid FROM tests WHERE nodeid IN "
