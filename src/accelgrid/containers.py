@@ -292,6 +292,8 @@ def input_hash(containerfile: str, files: Mapping[str, Path], cell: Cell,
     part("Containerfile", containerfile.encode())
     part("cell", json.dumps(cell.as_dict(), sort_keys=True).encode())
     part("pip", json.dumps(_pip_fingerprint(pip), sort_keys=True).encode())
+    if install.resolved_at_run(cell):   # a nightly range: a new image (and nightly) a day
+        part("nightly", install.nightly_day().encode())
     for rel, path in sorted(files.items()):
         part(f"file:{rel}", path.read_bytes())
     return digest.hexdigest()

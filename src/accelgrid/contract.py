@@ -15,6 +15,7 @@ DEVICE = "ACCELGRID_DEVICE"            # cpu | cuda | xpu | mps | a spec file's 
 DEVICE_SPEC = "ACCELGRID_DEVICE_SPEC"  # the spec file of a device outside the four
                                        # (matrix devices.<d>.spec; accelgrid.devices.spec)
 TORCH = "ACCELGRID_TORCH"              # the cell's torch series, e.g. "2.13"
+TORCH_CHANNEL = "ACCELGRID_TORCH_CHANNEL"  # PyTorch's channel it came from: release, nightly, test
 PROFILE = "ACCELGRID_PROFILE"          # the cell's env profile
 RESULTS = "ACCELGRID_RESULTS"          # the cell's results folder (recording is on)
 COMMIT = "ACCELGRID_COMMIT"            # the project's git commit, for provenance

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import outcomes
+from . import contract, outcomes
 from .errors import AccelgridError
 from .provenance import now
 from .results import CellResults, discover, read_cell, run_of
@@ -141,6 +141,19 @@ def inputs_digest(env: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def torch_build(env: dict[str, Any]) -> str:
+    """A run's torch build as the grid and the history show it, from its env.json: the
+    exact version with the runtime it is for, and the channel when not a release
+    (``2.16.0.dev20261201+cpu (nightly)``: which nightly is known only from the run)."""
+    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
+    flags = env.get("env") if isinstance(env.get("env"), dict) else {}
+    runtime = (torch.get("cuda_runtime") and f"CUDA {torch['cuda_runtime']}") or (
+        torch.get("xpu_runtime") and f"XPU {torch['xpu_runtime']}")
+    channel = flags.get(contract.TORCH_CHANNEL)
+    extra = [x for x in (runtime, channel if channel and channel != "release" else None) if x]
+    return (torch.get("version") or "?") + (f" ({', '.join(extra)})" if extra else "")
+
+
 def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
     """The runs row of a cell read back; None when it cannot be told apart from others
     (no run id and no start)."""
@@ -154,8 +167,6 @@ def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
         # Results written before runs had ids: the cell and its start tell runs apart.
         run_id = "legacy-" + hashlib.sha1(f"{cell.name}|{env['start']}".encode()).hexdigest()[:16]
     version = torch.get("version")
-    runtime = (torch.get("cuda_runtime") and f"CUDA {torch['cuda_runtime']}") or (
-        torch.get("xpu_runtime") and f"XPU {torch['xpu_runtime']}")
     devices = [d for d in torch.get("devices") or [] if isinstance(d, dict)]
     names = list(dict.fromkeys(str(d.get("name")) for d in devices if d.get("name")))
     counts: dict[str, int] = {}
@@ -166,7 +177,7 @@ def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
         "end": env.get("end"), "status": env.get("status"), "end_reason": env.get("end_reason"),
         "commit_sha": (env.get("project") or {}).get("commit"),
         "torch_version": version,
-        "torch_build": (version or "?") + (f" ({runtime})" if runtime else ""),
+        "torch_build": torch_build(env),
         "torch_git": torch.get("git_version"), "runner": (env.get("host") or {}).get("name"),
         "device_name": ", ".join(names) or None, "device_count": torch.get("device_count"),
         "driver": torch.get("driver"), "python": (env.get("python") or {}).get("version"),

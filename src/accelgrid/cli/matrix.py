@@ -94,6 +94,11 @@ def _plan(args: argparse.Namespace) -> int:
         requirement = install.torch_requirement(cell)
         print(f"torch       {requirement} from "
               f"{'the default index' if plan.index == 'default' else plan.shown_index}")
+        if cell.channel != "release":
+            build = ("the newest nightly in that range when the cell runs"
+                     if install.resolved_at_run(cell) else "that build")
+            print(f"channel     PyTorch's {cell.channel} channel: {build}; the run's env.json "
+                  "records the exact build (torch.version)")
         if install.can_fall_back(cell, os.environ.get(contract.TORCH_INDEX)):
             print("            (where that index cannot be reached: torch's CPU build from "
                   "pip's configuration, else the cell stops with one line)")
