@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import statistics
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ MIGRATIONS: dict[int, str] = {
     """,
 }
 MESSAGE_LIMIT = 500
+DURATION_RUNS = 10   # the runs a test's duration is the median of (Store.durations)
 RUN_COLUMNS = ("id", "run_id", "cell", "start", "end", "status", "end_reason", "commit_sha",
                "torch_version", "torch_build", "torch_git", "runner", "device_name",
                "device_count", "driver", "python", "selection", "inputs", "total", "counts",
@@ -103,6 +105,16 @@ RUN_COLUMNS = ("id", "run_id", "cell", "start", "end", "status", "end_reason", "
 
 class HistoryError(AccelgridError):
     """The history database cannot be used (corrupt, locked, newer, unwritable)."""
+
+
+def is_database(path: Path) -> bool:
+    """Whether ``path`` is an SQLite file (its header), e.g. a history named where a
+    durations file or results folder could be too."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def default_path() -> Path:
@@ -322,6 +334,21 @@ class Store:
                 "ORDER BY start DESC, id DESC" + (" LIMIT ?" if limit else ""),
                 (cell, limit) if limit else (cell,))
             return [dict(zip(RUN_COLUMNS, r, strict=True)) for r in cur][::-1]
+
+    def durations(self, cell: str, runs: int = DURATION_RUNS) -> dict[str, float]:
+        """Each test's duration in ``cell``'s last ``runs`` runs that recorded one, as the
+        median of those (a shard split balanced by them, :mod:`accelgrid.shards`: one slow
+        run of a test moves it less than the last run alone would). {} without any."""
+        with _faults(self.path):
+            cur = self.conn.execute(
+                "SELECT t.nodeid, r.duration FROM results r JOIN tests t ON t.id = r.test "
+                "WHERE r.run IN (SELECT id FROM runs WHERE cell = ? ORDER BY start DESC, "
+                "id DESC LIMIT ?) AND r.duration IS NOT NULL AND r.duration >= 0",
+                (cell, runs))
+            seen: dict[str, list[float]] = {}
+            for nodeid, duration in cur:
+                seen.setdefault(nodeid, []).append(float(duration))
+        return {n: statistics.median(d) for n, d in sorted(seen.items())}
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         with _faults(self.path):
