@@ -83,6 +83,9 @@ HF_TRANSFORMERS_TESTS = "ACCELGRID_HF_TRANSFORMERS_TESTS"  # the selection: mode
 HF_ACCELERATE_TESTS = "ACCELGRID_HF_ACCELERATE_TESTS"      # under tests/, comma-separated
 CONTAINER_ENGINE = "ACCELGRID_CONTAINER_ENGINE"  # docker | podman | buildah
 CONTAINER_BASE = "ACCELGRID_CONTAINER_BASE"      # base image instead of the matrix's
+# A registry holding images by their hash tag (REGISTRY/accelgrid/<cell>:<hash12>): pulled
+# before a build is tried (CI sets it from the repository variable of that name).
+IMAGE_REGISTRY = "ACCELGRID_IMAGE_REGISTRY"
 SOURCE_COMMIT = "ACCELGRID_SOURCE_COMMIT"  # inside an image: the commit it was built from
 SOURCE_DIRTY = "ACCELGRID_SOURCE_DIRTY"
 IMAGE = "ACCELGRID_IMAGE"                  # inside an image: its tag
