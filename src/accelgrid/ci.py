@@ -223,8 +223,11 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
             groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
                      "container": g.container,
                      "runs_on": _runs_on(g.runner_labels), "count": len(g.cells),
-                     "jobs": sum(len(_shard_jobs(c)) for c in g.cells)}
+                     "jobs": sum(len(_shard_jobs(c)) for c in g.cells),
+                     # its shards are balanced by the durations in the nightly history
+                     "sharded": not pr and any(c.shards > 1 for c in g.cells)}
                     for g in picked],
+            sharded=not pr and any(c.shards > 1 for g in picked for c in g.cells),
             plan_cells=_plan_cells(picked),
             actions={k: {"uses": f"{repo}@{sha}", "version": version}
                      for k, (repo, sha, version) in ACTIONS.items()},
