@@ -309,3 +309,20 @@ def test_shard_jobs_balance_by_the_latest_nightly_history(tmp_path: Path) -> Non
     assert not [s for s in xpu["steps"] if "history" in s.get("name", "")]
     pr = yaml.safe_load(files[ci.PR_WORKFLOW])["jobs"]
     assert pr["plan"]["permissions"] == {} and "permissions" not in pr["cells-cpu"]
+
+
+def test_a_scale_set_key_is_the_jobs_only_label(tmp_path: Path) -> None:
+    """runner.scale_set: the same runs-on as labels [NAME], said as what it is."""
+    text = (ROOT / "tests" / "base_matrix.yaml").read_text().replace(
+        "runner: {labels: [self-hosted, intel-gpu]}", "runner: {scale_set: arc-intel-gpu}")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "matrix.yaml").write_text(text)
+    matrix = load_matrix(proj / "matrix.yaml")
+    assert matrix.cell("xpu-2.13").runner_labels == ("arc-intel-gpu",)
+    files = ci.render(matrix)
+    jobs = yaml.safe_load(files[ci.WORKFLOW])["jobs"]
+    assert jobs["cells-xpu"]["runs-on"] == "arc-intel-gpu"
+    assert yaml.safe_load(files[ci.ACTIONLINT])["self-hosted-runner"]["labels"] == [
+        "arc-intel-gpu"]
+    _actionlint(tmp_path, files)

@@ -472,7 +472,16 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
             why = environment.index_url_problem(url)
             if why:
                 problems.append(smap.problem(("devices", dev, "channels", channel), why))
-        if (spec.get("runner") or {}).get("container") and not spec.get("container"):
+        runner = spec.get("runner") or {}
+        if ("labels" in runner) == ("scale_set" in runner):
+            problems.append(smap.problem(("devices", dev, "runner"), (
+                "labels and scale_set both given: a runner scale set is reached by its name "
+                "alone" if "labels" in runner else "give labels (runs-on) or scale_set (an "
+                "actions-runner-controller scale set's name)")))
+        elif runner.get("scale_set") and runner.get("hosted"):
+            problems.append(smap.problem(("devices", dev, "runner", "hosted"),
+                                         "a scale set's runners are self-hosted"))
+        if runner.get("container") and not spec.get("container"):
             problems.append(smap.problem(("devices", dev, "runner", "container"),
                                          f"device {dev} has no container image to run in "
                                          "(container: null): leave runner.container out"))
@@ -626,7 +635,9 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             index=spec["index"],
             env=_env(spec.get("env")),
             detect=dict(spec["detect"]),
-            runner_labels=tuple(runner["labels"]),
+            # An ARC scale set is reached by its name as the only label.
+            runner_labels=((runner["scale_set"],) if runner.get("scale_set")
+                           else tuple(runner.get("labels") or ())),
             hosted=bool(runner.get("hosted", False)),
             description=spec.get("description", ""),
             torch_local_version=spec.get("torch_local_version"),
