@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from report_cases import write_cell
+from test_containers import project  # noqa: F401 (a fixture)
 from test_cpu_index import _installed_torch, _nox, _simple_index, _wheel, pypi  # noqa: F401
 
 from accelgrid import contract, install, junit, report, runner
@@ -181,3 +182,38 @@ def test_a_nightly_cell_installs_the_newest_nightly_and_a_newer_one_the_next_day
     proc = _nox(proj, pypi, "cpu-2.16")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _installed_torch(proj, "cpu-2.16") == ["torch-2.16.0.dev20261202+cpu.dist-info"]
+
+
+def test_a_nightly_cells_image_takes_the_newest_and_is_rebuilt_daily(
+        project: Path, tmp_path: Path,  # noqa: F811 (the fixture)
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from test_containers import HADOLINT
+
+    from accelgrid import containers
+
+    path = project / "matrix.yaml"   # the project's matrix with a nightly xpu-2.16
+    text = path.read_text().replace(
+        '  "2.15": {', '  "2.16": {torch: "2.16.0", torchao: "0.18.0", transformers: "5.24.0", '
+        'accelerate: "1.15.0", datasets: "5.2.0", channel: nightly}\n  "2.15": {', 1)
+    path.write_text(text.replace("  include:\n",
+                                 '  include:\n    - {device: xpu, torch: "2.16"}\n', 1))
+    matrix = load_matrix(path)
+    tags = {}
+    for day in ("2026-12-01", "2026-12-02"):
+        monkeypatch.setattr(install, "nightly_day", lambda day=day: day)
+        tags[day] = [containers.spec(matrix, matrix.cell(c), settings={}).tag
+                     for c in ("xpu-2.16", "xpu-2.13")]
+    assert tags["2026-12-01"][0] != tags["2026-12-02"][0]   # a new nightly: a new image
+    assert tags["2026-12-01"][1] == tags["2026-12-02"][1]   # a release: the same one
+    file = containers.render(matrix, matrix.cell("xpu-2.16"), input_hash="0" * 64)
+    assert ("RUN pip install --upgrade --extra-index-url "
+            "https://download.pytorch.org/whl/nightly/xpu 'torch>=2.16.0.dev0,<2.16.0a0'"
+            in file)
+    if HADOLINT is not None:
+        cf = tmp_path / "Containerfile"
+        cf.write_text(file)
+        proc = subprocess.run([HADOLINT, "--no-color", "--failure-threshold", "info", str(cf)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout
