@@ -104,6 +104,11 @@ def test_plan_shows_the_channel_and_its_index(matrix_file: Path,
     assert torch_line.split()[1] == "torch>=2.16.0.dev0,<2.16.0a0"
     assert torch_line.endswith(f"from {NIGHTLY_CPU}")
     assert "PyTorch's nightly channel: the newest nightly in that range" in out
+    assert main(["--matrix", str(matrix_file), "cells"]) == 0
+    listed = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()}
+    assert "torch 2.16.0 (nightly)" in listed["cpu-2.16"]
+    assert "torch 2.17.0 (test)" in listed["cpu-2.17"]
+    assert "torch 2.13.0 " in listed["cpu-2.13"] and "(" not in listed["cpu-2.13"]
     assert main(["--matrix", str(matrix_file), "plan", "cpu-2.16", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["channel"] == "nightly" and data["index"] == NIGHTLY_CPU

@@ -60,7 +60,8 @@ def _cells(args: argparse.Namespace) -> int:
         return 1
     width = max(len(c.name) for c in picked)
     for c in picked:
-        print(f"{c.name:<{width}}  {c.device:<4} torch {c.pins['torch']:<7} "
+        torch = c.pins["torch"] + ("" if c.channel == "release" else f" ({c.channel})")
+        print(f"{c.name:<{width}}  {c.device:<4} torch {torch:<7} "
               f"{c.profile:<15} {','.join(c.suites)}"
               + ("  [local torch wheel: on request only]" if c.manual else ""))
     return 0
