@@ -254,3 +254,75 @@ def test_gpu_cells_run_a_pull_requests_head_only_when_labelled(tmp_path: Path) -
     assert pr_plan["permissions"] == {}
     assert not {"PULL_REQUEST", "GH_TOKEN"} & set(pr_plan["steps"][0]["env"])
     assert "inputs.pull_request" not in pr_text and "needs.plan.outputs.ref" not in pr_text
+
+
+def test_shard_jobs_balance_by_the_latest_nightly_history(tmp_path: Path) -> None:
+    """The plan finds the latest unexpired history artifact (the API, a local stand-in
+    here); each shard job downloads it and names it as its durations; jobs without shards
+    get neither the step nor the permission."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "matrix.yaml").write_text(SHARDED)
+    files = ci.render(load_matrix(proj / "matrix.yaml"))
+    jobs = yaml.safe_load(files[ci.WORKFLOW])["jobs"]
+    assert jobs["plan"]["permissions"] == {"pull-requests": "read", "actions": "read"}
+    assert jobs["plan"]["outputs"]["history_run"] == "${{ steps.history.outputs.run }}"
+    step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "history")
+    query = "/repos/acme/accelgrid/actions/artifacts?name=history&per_page=5"
+    listing: dict = {"artifacts": [{"expired": True, "workflow_run": {"id": 41}},
+                                   {"expired": False, "workflow_run": {"id": 42}}]}
+    server = _serve({query: listing})
+    api = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def run(url: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+        output = tmp_path / "out"
+        output.write_text("")
+        env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output), "GH_TOKEN": "t",
+               "REPOSITORY": "acme/accelgrid", "GITHUB_API_URL": url}
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                               step["run"]], env=env, capture_output=True, text=True,
+                              timeout=60)
+        return proc, dict(line.split("=", 1) for line in output.read_text().splitlines())
+
+    try:
+        proc, out = run(api)
+        assert proc.returncode == 0 and out == {"run": "42"}, proc.stderr
+        listing["artifacts"] = []
+        assert run(api)[1] == {"run": ""}
+    finally:
+        server.shutdown()
+    proc, out = run(api)   # the API out of reach: equal counts, not a failed run
+    assert proc.returncode == 0 and out == {"run": ""}
+    assert "::notice::no history artifact to balance the shards by" in proc.stdout
+    cpu = jobs["cells-cpu"]
+    assert cpu["permissions"] == {"contents": "read", "actions": "read"}
+    get = next(s for s in cpu["steps"] if s.get("name") == "The history to balance the shards by")
+    assert get["uses"].startswith("actions/download-artifact@")
+    assert get["with"]["run-id"] == "${{ needs.plan.outputs.history_run }}"
+    assert get["with"]["path"] == "${{ runner.temp }}/accelgrid-history"
+    assert "matrix.shard != ''" in get["if"] and get["continue-on-error"] is True
+    nox_step = next(s for s in cpu["steps"] if s.get("name", "").startswith("nox -s"))
+    assert nox_step["env"]["ACCELGRID_SHARD_DURATIONS"] == (
+        "${{ runner.temp }}/accelgrid-history/history.sqlite")
+    xpu = jobs["cells-xpu"]    # no shards
+    assert "permissions" not in xpu
+    assert not [s for s in xpu["steps"] if "history" in s.get("name", "")]
+    pr = yaml.safe_load(files[ci.PR_WORKFLOW])["jobs"]
+    assert pr["plan"]["permissions"] == {} and "permissions" not in pr["cells-cpu"]
+
+
+def test_a_scale_set_key_is_the_jobs_only_label(tmp_path: Path) -> None:
+    """runner.scale_set: the same runs-on as labels [NAME], said as what it is."""
+    text = (ROOT / "tests" / "base_matrix.yaml").read_text().replace(
+        "runner: {labels: [self-hosted, intel-gpu]}", "runner: {scale_set: arc-intel-gpu}")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "matrix.yaml").write_text(text)
+    matrix = load_matrix(proj / "matrix.yaml")
+    assert matrix.cell("xpu-2.13").runner_labels == ("arc-intel-gpu",)
+    files = ci.render(matrix)
+    jobs = yaml.safe_load(files[ci.WORKFLOW])["jobs"]
+    assert jobs["cells-xpu"]["runs-on"] == "arc-intel-gpu"
+    assert yaml.safe_load(files[ci.ACTIONLINT])["self-hosted-runner"]["labels"] == [
+        "arc-intel-gpu"]
+    _actionlint(tmp_path, files)

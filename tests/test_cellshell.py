@@ -100,6 +100,7 @@ def test_env_prints_the_variables_of_a_run_for_eval(project: Path) -> None:
             and k not in (contract.COMMIT, contract.DIRTY)} == {
         "ACCELGRID_CELL": "cpu-2.13", "ACCELGRID_DEVICE": "cpu", "ACCELGRID_TORCH": "2.13",
         "ACCELGRID_PROFILE": "default", "ACCELGRID_PASS": "single",
+        "ACCELGRID_TORCH_CHANNEL": "release",
         "ACCELGRID_RESULTS": str(debug)}
     assert found["set"]["CUDA_VISIBLE_DEVICES"] == ""   # a cpu cell's tests see no GPU
     # The same, eval'd by a real shell: its python is the env's and sees exactly that.

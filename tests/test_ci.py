@@ -194,12 +194,18 @@ def test_every_cell_runs_once_on_its_devices_runner_with_its_timeout() -> None:
         assert labels == list(cell.runner_labels), cell.name
         assert cells[cell.name]["timeout"] == ci.job_minutes(cell)
         assert cells[cell.name]["hosted"] is cell.hosted
-    for job in CELL_JOBS.values():
+    in_image = {c["job"] for c in plan if MATRIX.cell(c["cell"]).ci_container}
+    # The GPU devices run in their images, the hosted cpu on the runner (runner.container).
+    assert in_image == {"cells-cuda", "cells-xpu"}
+    for name, job in CELL_JOBS.items():
         assert job["timeout-minutes"] == "${{ matrix.timeout }}"
         assert job["strategy"]["fail-fast"] is False
-        run = [s for s in job["steps"] if s.get("name", "").startswith("nox -s")]
-        assert len(run) == 1 and run[0]["run"] == 'nox -s "$CELL"'
+        run = [s for s in job["steps"] if s.get("name", "").startswith(
+            ("nox -s", "accelgrid container run"))]
+        assert len(run) == 1 and run[0]["run"] == ('accelgrid container run "$CELL"'
+                                                   if name in in_image else 'nox -s "$CELL"')
         assert run[0]["env"]["CELL"] == "${{ matrix.cell }}"
+        assert run[0]["env"]["ACCELGRID_SHARD"] == "${{ matrix.shard }}"
         upload = job["steps"][-1]
         assert upload["uses"].startswith("actions/upload-artifact@")
         assert upload["if"] == "always()"
@@ -645,3 +651,32 @@ def test_tox_empty_dispatch_inputs_run_instead_of_failing(tmp_path) -> None:
     ran = (tmp_path / "nox.log").read_text().splitlines()
     assert [line.split(" -s ")[1].split()[0] for line in ran] == [
         c.name for c in MATRIX.cells if c.torch == "2.13" and c.profile == "default"]
+
+
+def test_runner_container_picks_the_image_or_the_bare_host_per_device(tmp_path) -> None:
+    """runner.container: a device's cells run in their images (the default for a device
+    with a container family) or on the runner's host; the hosted cpu in its image here, and
+    xpu on its host."""
+    text = (ROOT / "matrix.yaml").read_text()
+    text = text.replace("      hosted: true\n", "      hosted: true\n      container: true\n", 1)
+    text = text.replace("      labels: [self-hosted, linux, x64, intel-gpu]\n",
+                        "      labels: [self-hosted, linux, x64, intel-gpu]\n"
+                        "      container: false\n", 1)
+    text = text.replace("      container: false\n", "", 1)   # the cpu's own: now container: true
+    proj = _project(tmp_path, text)
+    matrix = load_matrix(proj / "matrix.yaml")
+    assert matrix.cell("cpu-2.13").ci_container and not matrix.cell("xpu-2.13").ci_container
+    assert matrix.cell("cuda-2.11").ci_container          # the default, left as it is
+    files = ci.render(matrix)
+    for rel in (ci.WORKFLOW, ci.PR_WORKFLOW):
+        jobs = yaml.safe_load(files[rel])["jobs"]
+        runs = {name: [s["run"] for s in job["steps"] if "$CELL" in s.get("run", "")]
+                for name, job in jobs.items() if name.startswith("cells-")}
+        want = {"cells-cpu": ['accelgrid container run "$CELL"'],
+                "cells-cuda": ['accelgrid container run "$CELL"'],
+                "cells-xpu": ['nox -s "$CELL"'], "cells-mps": ['nox -s "$CELL"']}
+        assert runs == ({"cells-cpu": want["cells-cpu"]} if rel == ci.PR_WORKFLOW else want)
+        (tmp_path / rel.replace("/", "_")).write_text(files[rel])
+    _actionlint(tmp_path, files)
+    proc = _zizmor(*(tmp_path / rel.replace("/", "_") for rel in (ci.WORKFLOW, ci.PR_WORKFLOW)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr

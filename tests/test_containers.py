@@ -363,6 +363,63 @@ def test_up_to_date_image_is_not_rebuilt(matrix, tmp_path: Path, capsys) -> None
     assert log.read_text().splitlines() == [f"image exists {image.tag}"]
 
 
+def test_an_xpu_container_gets_the_render_nodes_group(matrix, tmp_path: Path) -> None:
+    dri = tmp_path / "dev" / "dri"
+    dri.mkdir(parents=True)
+    (dri / "card0").write_text("")            # not a render node: its group is not needed
+    (dri / "renderD128").write_text("")
+    (dri / "renderD129").write_text("")
+    gid = (dri / "renderD128").stat().st_gid
+    docker = containers.Engine("docker", "docker")
+    args = docker.device_args(matrix.cell("xpu-2.13"), dev_root=str(tmp_path))
+    assert args == ["--device", "/dev/dri", "--group-add", str(gid)]   # once per group
+    assert containers.Engine("buildah", "buildah").device_args(
+        matrix.cell("xpu-2.13"), dev_root=str(tmp_path)) == ["--device", "/dev/dri"]
+    # cuda: the NVIDIA runtime (docker) or CDI (podman), no device folder of its own.
+    assert docker.device_args(matrix.cell("cuda-2.11"), dev_root=str(tmp_path)) == [
+        "--gpus", "all"]
+    assert containers.render_groups([tmp_path / "nowhere"]) == []
+
+
+def test_a_shard_in_a_container_gets_its_shard_and_durations(matrix, tmp_path: Path) -> None:
+    durations = tmp_path / "history.sqlite"
+    durations.write_text("")
+    env = {"ACCELGRID_SHARD": "2/3", "ACCELGRID_SHARD_DURATIONS": str(durations)}
+    assert set(env) <= set(containers.FORWARDED_ENV)
+    (run,) = containers.Engine("podman", "podman").run_commands(
+        matrix.cell("cpu-2.13"), "accelgrid/cpu-2.13:x", tmp_path / "results", [], env)
+    assert "ACCELGRID_SHARD=2/3" in run
+    assert f"{durations}:{durations}:ro" in run and run[run.index(f"{durations}:{durations}"
+                                                                  ":ro") - 1] == "--volume"
+
+
+def test_an_image_is_pulled_by_its_hash_tag_before_it_is_built(
+        matrix, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "calls"
+    # An engine without the image locally, whose registry has it unless told otherwise.
+    exe = _fake_engine(tmp_path / "bin", "podman", f"""echo "$@" >> {log}
+case "$1" in
+  image) case "$3" in accelgrid/*) exit 1 ;; esac; exit 0 ;;   # the base is here
+  pull) [ -e {tmp_path}/registry-down ] && {{ echo "no such host" >&2; exit 1; }}; exit 0 ;;
+esac
+exit 0
+""")
+    engine = containers.Engine("podman", str(exe))
+    monkeypatch.setenv("ACCELGRID_IMAGE_REGISTRY", "ghcr.io/org/")
+    image = containers.build(matrix, matrix.cell("cpu-2.13"), engine, settings=NO_PIP)
+    calls = log.read_text().splitlines()
+    assert calls == [f"image exists {image.tag}", f"pull ghcr.io/org/{image.tag}",
+                     f"tag ghcr.io/org/{image.tag} {image.tag}"]
+    assert f"pulled ghcr.io/org/{image.tag}" in capsys.readouterr().out
+    # Not in the registry: built here, saying why.
+    log.unlink()
+    (tmp_path / "registry-down").write_text("")
+    containers.build(matrix, matrix.cell("cpu-2.13"), engine, settings=NO_PIP)
+    calls = log.read_text().splitlines()
+    assert calls[1] == f"pull ghcr.io/org/{image.tag}" and calls[-1].startswith("build ")
+    assert "cannot be pulled (no such host): building it" in capsys.readouterr().out
+
+
 # --- the command line -----------------------------------------------------------------------
 
 def _cli(*args: str, path: str | None = None) -> subprocess.CompletedProcess:

@@ -67,7 +67,7 @@ def _project(mini_project, index: str) -> Path:
     return proj
 
 
-def _nox(proj: Path, pypi: Path) -> subprocess.CompletedProcess:
+def _nox(proj: Path, pypi: Path, cell: str = "cpu-2.4") -> subprocess.CompletedProcess:
     # The "PyPI" of this test: find-links with a CUDA build of torch 2.4.1 (and its
     # NVIDIA dependency) before the host's own configuration (the test tooling's wheels).
     env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(proj / "results"),
@@ -75,12 +75,12 @@ def _nox(proj: Path, pypi: Path) -> subprocess.CompletedProcess:
                                                     os.environ.get("PIP_FIND_LINKS"))))}
     env.pop("ACCELGRID_TORCH_INDEX", None)
     return subprocess.run([sys.executable, "-m", "nox", "-f", str(proj / "noxfile.py"),
-                           "-s", "cpu-2.4", "--install-only"], cwd=proj, capture_output=True,
+                           "-s", cell, "--install-only"], cwd=proj, capture_output=True,
                           text=True, timeout=600, env=env)
 
 
-def _installed_torch(proj: Path) -> list[str]:
-    site = next((proj / ".nox" / "cpu-2-4").glob("lib/python*/site-packages"))
+def _installed_torch(proj: Path, cell: str = "cpu-2.4") -> list[str]:
+    site = next((proj / ".nox" / cell.replace(".", "-")).glob("lib/python*/site-packages"))
     return sorted(p.name for p in site.glob("torch-*.dist-info")) + sorted(
         p.name for p in site.glob("nvidia*.dist-info"))
 

@@ -66,7 +66,7 @@ def test_outcomes_map_onto_junit_with_their_detail(tmp_path: Path) -> None:
     assert props == {"cell": "cpu-2.13", "device": "cpu", "torch": "2.13.0+cpu",
                      "torch_series": "2.13", "profile": "default", "hardware": "ats-m",
                      "driver": "lts", "commit": "abc123", "run_id": "r1", "pass": "single",
-                     "shard": "unknown"}
+                     "shard": "unknown", "torch_channel": "unknown"}
     assert _props(suites[1])["pass"] == "host-accelerators"
     cases = {c.name: c for s in suites for c in s}
     kinds = {name: [(type(r).__name__, r.type) for r in c.result] for name, c in cases.items()}

@@ -3,6 +3,7 @@ column of one run."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -157,3 +158,72 @@ def test_a_shard_spec_that_cannot_be_used_is_one_line(mini_project, tmp_path: Pa
     assert os.environ[contract.SHARD_DURATIONS] == str(tmp_path / cell.name)
     monkeypatch.delenv(contract.SHARD)
     assert sessions._shard_results(tmp_path, cell) == tmp_path
+
+
+# --- balanced by the history ------------------------------------------------------------
+
+def _history_of(tmp_path: Path, durations: list[dict[str, float]]) -> Path:
+    """A history database (the real store) of one run of cpu-2.13 per entry of
+    ``durations`` ({test: seconds}), oldest first."""
+    from report_cases import write_cell
+
+    from accelgrid.history import open_store
+
+    db = tmp_path / "results" / "history.sqlite"
+    folders = [write_cell(tmp_path / f"run{i}", "cpu-2.13", dict.fromkeys(d, "passed"),
+                          run_id=f"r{i}", start=f"2026-11-0{i + 1}T03:00:00+00:00",
+                          extra={t: {"duration": s} for t, s in d.items()})
+               for i, d in enumerate(durations)]
+    with open_store(db) as store:
+        assert [a.status for a in store.add(folders)[0]] == ["added"] * len(folders)
+    return db
+
+
+def test_a_history_balanced_split_is_better_balanced_than_equal_counts(tmp_path: Path) -> None:
+    from accelgrid.history import open_store
+
+    true = {"t0": 40.0, "t1": 5.0, "t2": 4.0, "t3": 3.0, "t4": 3.0, "t5": 2.0, "t6": 1.0,
+            "t7": 1.0}
+    # Three runs; t0's 400 s once (a slow night) moves the median of its runs not at all.
+    db = _history_of(tmp_path, [true, {**true, "t0": 400.0}, true])
+    with open_store(db, create=False) as store:
+        recorded = store.durations("cpu-2.13")
+        assert store.durations("cpu-2.4") == {}
+    assert recorded == true
+    ids = sorted(true)
+    equal = shards.assign(ids, 2)
+    balanced = shards.assign(ids, 2, recorded)
+
+    def loads(where: dict[str, int]) -> list[float]:
+        return [sum(true[i] for i in ids if where[i] == s) for s in (1, 2)]
+
+    assert balanced != equal
+    assert sorted(list(equal.values()).count(s) for s in (1, 2)) == [4, 4]
+    assert max(loads(balanced)) < max(loads(equal))
+    assert sorted(loads(balanced)) == [19.0, 40.0]   # t0 alone: the best a split can do
+
+
+def test_a_shard_run_takes_its_durations_from_the_history(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelgrid import sessions
+
+    db = _history_of(tmp_path, [{"t0": 3.0, "t1": 1.0}])
+    out = db.parent
+    cell = load_matrix(Path(__file__).parent / "base_matrix.yaml").cell("cpu-2.13")
+    monkeypatch.setenv(contract.SHARD, "2/2")
+    monkeypatch.delenv(contract.SHARD_DURATIONS, raising=False)
+    monkeypatch.delenv("ACCELGRID_HISTORY", raising=False)
+    (out / cell.name).mkdir()   # a last full run here too: the history comes first
+    folder = sessions._shard_results(out, cell)
+    assert folder == out / "shard-2-of-2"
+    written = Path(os.environ[contract.SHARD_DURATIONS])
+    assert written.parent == folder and shards.durations(written) == {"t0": 3.0, "t1": 1.0}
+    # Named outright (as CI does with the restored history artifact): the same.
+    monkeypatch.setenv(contract.SHARD_DURATIONS, str(db))
+    sessions._shard_results(out, cell)
+    assert shards.durations(os.environ[contract.SHARD_DURATIONS]) == {"t0": 3.0, "t1": 1.0}
+    # Without a history: the last full run's folder, as before.
+    db.unlink()
+    monkeypatch.delenv(contract.SHARD_DURATIONS)
+    sessions._shard_results(out, cell)
+    assert os.environ[contract.SHARD_DURATIONS] == str(out / cell.name)

@@ -80,6 +80,7 @@ class JobGroup:
     runner_labels: tuple[str, ...]
     hosted: bool
     cells: tuple[Cell, ...]
+    container: bool = False   # its cells run inside their images (runner.container)
 
 
 def job_groups(cells: Sequence[Cell], limit: int = MAX_MATRIX_JOBS) -> list[JobGroup]:
@@ -88,18 +89,19 @@ def job_groups(cells: Sequence[Cell], limit: int = MAX_MATRIX_JOBS) -> list[JobG
     A device with more cells than GitHub's per-matrix limit is split into numbered jobs
     (``cells-xpu-1``, ``cells-xpu-2``) rather than failing at run time.
     """
-    buckets: dict[tuple[str, tuple[str, ...], bool], list[Cell]] = {}
+    buckets: dict[tuple[str, tuple[str, ...], bool, bool], list[Cell]] = {}
     for cell in cells:
-        buckets.setdefault((cell.device, cell.runner_labels, cell.hosted), []).append(cell)
+        key = (cell.device, cell.runner_labels, cell.hosted, cell.ci_container)
+        buckets.setdefault(key, []).append(cell)
     chunked = [(key, members[i:i + limit]) for key, members in buckets.items()
                for i in range(0, len(members), limit)]
     per_device = {key[0]: sum(k[0] == key[0] for k, _ in chunked) for key, _ in chunked}
     groups: list[JobGroup] = []
     seen: dict[str, int] = {}
-    for (device, labels, hosted), chunk in chunked:
+    for (device, labels, hosted, container), chunk in chunked:
         seen[device] = seen.get(device, 0) + 1
         job_id = f"cells-{device}" + (f"-{seen[device]}" if per_device[device] > 1 else "")
-        groups.append(JobGroup(job_id, device, labels, hosted, tuple(chunk)))
+        groups.append(JobGroup(job_id, device, labels, hosted, tuple(chunk), container))
     return groups
 
 
@@ -219,9 +221,13 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
             source=source,
             pr=pr,
             groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
+                     "container": g.container,
                      "runs_on": _runs_on(g.runner_labels), "count": len(g.cells),
-                     "jobs": sum(len(_shard_jobs(c)) for c in g.cells)}
+                     "jobs": sum(len(_shard_jobs(c)) for c in g.cells),
+                     # its shards are balanced by the durations in the nightly history
+                     "sharded": not pr and any(c.shards > 1 for c in g.cells)}
                     for g in picked],
+            sharded=not pr and any(c.shards > 1 for g in picked for c in g.cells),
             plan_cells=_plan_cells(picked),
             actions={k: {"uses": f"{repo}@{sha}", "version": version}
                      for k, (repo, sha, version) in ACTIONS.items()},

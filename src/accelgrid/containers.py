@@ -62,8 +62,11 @@ _PIP_URL_LISTS = ("index-url", "extra-index-url", "find-links")
 _PIP_PATHS = ("constraint", "cert")
 _PIP_NOT_HASHED = ("cert", "trusted-host")   # how to reach an index, not what it serves
 
-# Host variables a containerised cell run still honours.
-FORWARDED_ENV = (contract.WORKERS, contract.SKIP_DETECT)
+# Host variables a containerised cell run still honours: a shard's (which one, and the
+# durations file it balances by, mounted at the same path), the runner's declared hardware
+# family and driver stack (its .env file, ci/README.md).
+FORWARDED_ENV = (contract.WORKERS, contract.SKIP_DETECT, contract.SHARD,
+                 contract.SHARD_DURATIONS, contract.HARDWARE, contract.DRIVER)
 
 
 class ContainerError(InvalidInput):
@@ -292,6 +295,8 @@ def input_hash(containerfile: str, files: Mapping[str, Path], cell: Cell,
     part("Containerfile", containerfile.encode())
     part("cell", json.dumps(cell.as_dict(), sort_keys=True).encode())
     part("pip", json.dumps(_pip_fingerprint(pip), sort_keys=True).encode())
+    if install.resolved_at_run(cell):   # a nightly range: a new image (and nightly) a day
+        part("nightly", install.nightly_day().encode())
     for rel, path in sorted(files.items()):
         part(f"file:{rel}", path.read_bytes())
     return digest.hexdigest()
@@ -393,9 +398,24 @@ class Engine:
             cmd += ["--volume", f"{path}:{path}:ro"]
         return [*cmd, str(containerfile.parent)]
 
-    def device_args(self, cell: Cell) -> list[str]:
-        kind = devices.find(cell.device)  # the device module's container_args
-        return kind.container_device_args(self.name) if kind else []
+    def retag(self, source: str, tag: str) -> str | None:
+        """None once ``source`` is also ``tag``, else the engine's reason in one line."""
+        proc = self._quiet("tag", source, tag)
+        return None if proc.returncode == 0 else _last_line(proc.stderr or proc.stdout)
+
+    def device_args(self, cell: Cell, dev_root: str = "/") -> list[str]:
+        """How the device gets into the container: the device module's container_args
+        (xpu: ``--device /dev/dri``; cuda: ``--gpus all`` with docker's NVIDIA runtime,
+        CDI's ``nvidia.com/gpu=all`` with podman), and for a device folder passed in, the
+        groups owning its render nodes (``--group-add GID``: docker and podman)."""
+        kind = devices.find(cell.device)
+        args = kind.container_device_args(self.name) if kind else []
+        if self.name == "buildah":
+            return args   # buildah run has no --group-add
+        folders = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--device"]
+        for gid in render_groups([Path(dev_root) / f.lstrip("/") for f in folders]):
+            args += ["--group-add", str(gid)]
+        return args
 
     def run_commands(self, cell: Cell, tag: str, results: Path, pytest_args: Sequence[str],
                      env: Mapping[str, str]) -> list[list[str]]:
@@ -416,12 +436,39 @@ class Engine:
                  *self.device_args(cell), ctr, "--", *command],
                 [self.exe, "rm", ctr],
             ]
+        mounts: list[str] = []
+        durations = env.get(contract.SHARD_DURATIONS)
+        if durations and Path(durations).is_file():   # read by the shard's split inside
+            mounts = ["--volume", f"{durations}:{durations}:ro"]
         user: list[str] = []
         if self.name == "docker" and hasattr(os, "getuid") and os.getuid() != 0:
             # Results belong to the caller, not root (rootless podman maps root already).
             user = ["--user", f"{os.getuid()}:{os.getgid()}", "--env", "HOME=/tmp"]
         return [[self.exe, "run", "--rm", *self.device_args(cell), "--shm-size", "8g",
-                 "--volume", f"{results}:{inside}:z", *user, *env_args, tag, *command]]
+                 "--volume", f"{results}:{inside}:z", *mounts, *user, *env_args, tag,
+                 *command]]
+
+
+def render_groups(folders: Sequence[Path]) -> list[int]:
+    """The groups owning the render nodes (``renderD*``) in ``folders``, e.g. /dev/dri: a
+    process in the container needs one of them to open the GPU. The number, not the name:
+    ``render`` has no fixed GID across hosts and an image's /etc/group may not have it
+    (openvinotoolkit/docker_ci#73; "Unable to find group render" in
+    open-edge-platform/physical-ai-studio#513)."""
+    gids: list[int] = []
+    for folder in folders:
+        try:
+            nodes = sorted(folder.glob("renderD*"))
+        except OSError:
+            continue
+        for node in nodes:
+            try:
+                gid = node.stat().st_gid
+            except OSError:
+                continue
+            if gid not in gids:
+                gids.append(gid)
+    return gids
 
 
 def _engine_problem(name: str, exe: str) -> str | None:
@@ -482,6 +529,16 @@ def build(matrix: Matrix, cell: Cell, engine: Engine, *, base: str | None = None
     if engine.image_exists(image.tag):
         _say(f"{image.tag} up to date")
         return image
+    registry = os.environ.get(contract.IMAGE_REGISTRY, "").strip().rstrip("/")
+    if registry:
+        # The tag is the hash of everything in the image: an image of that tag built
+        # anywhere is this one.
+        remote = f"{registry}/{image.tag}"
+        why = engine.pull(remote) or engine.retag(remote, image.tag)
+        if why is None:
+            _say(f"pulled {remote}")
+            return image
+        _say(f"{remote} cannot be pulled ({why}): building it")
     for item in image.pip.dropped:
         _say(f"note: pip's {item} is a local path {engine.name} cannot mount during a "
              "build; packages come from the remaining indexes")

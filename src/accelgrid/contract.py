@@ -15,6 +15,7 @@ DEVICE = "ACCELGRID_DEVICE"            # cpu | cuda | xpu | mps | a spec file's 
 DEVICE_SPEC = "ACCELGRID_DEVICE_SPEC"  # the spec file of a device outside the four
                                        # (matrix devices.<d>.spec; accelgrid.devices.spec)
 TORCH = "ACCELGRID_TORCH"              # the cell's torch series, e.g. "2.13"
+TORCH_CHANNEL = "ACCELGRID_TORCH_CHANNEL"  # PyTorch's channel it came from: release, nightly, test
 PROFILE = "ACCELGRID_PROFILE"          # the cell's env profile
 RESULTS = "ACCELGRID_RESULTS"          # the cell's results folder (recording is on)
 COMMIT = "ACCELGRID_COMMIT"            # the project's git commit, for provenance
@@ -82,6 +83,9 @@ HF_TRANSFORMERS_TESTS = "ACCELGRID_HF_TRANSFORMERS_TESTS"  # the selection: mode
 HF_ACCELERATE_TESTS = "ACCELGRID_HF_ACCELERATE_TESTS"      # under tests/, comma-separated
 CONTAINER_ENGINE = "ACCELGRID_CONTAINER_ENGINE"  # docker | podman | buildah
 CONTAINER_BASE = "ACCELGRID_CONTAINER_BASE"      # base image instead of the matrix's
+# A registry holding images by their hash tag (REGISTRY/accelgrid/<cell>:<hash12>): pulled
+# before a build is tried (CI sets it from the repository variable of that name).
+IMAGE_REGISTRY = "ACCELGRID_IMAGE_REGISTRY"
 SOURCE_COMMIT = "ACCELGRID_SOURCE_COMMIT"  # inside an image: the commit it was built from
 SOURCE_DIRTY = "ACCELGRID_SOURCE_DIRTY"
 IMAGE = "ACCELGRID_IMAGE"                  # inside an image: its tag

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import statistics
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from . import outcomes
+from . import contract, outcomes
 from .errors import AccelgridError
 from .provenance import now
 from .results import CellResults, discover, read_cell, run_of
@@ -96,6 +97,7 @@ MIGRATIONS: dict[int, str] = {
     """,
 }
 MESSAGE_LIMIT = 500
+DURATION_RUNS = 10   # the runs a test's duration is the median of (Store.durations)
 RUN_COLUMNS = ("id", "run_id", "cell", "start", "end", "status", "end_reason", "commit_sha",
                "torch_version", "torch_build", "torch_git", "runner", "device_name",
                "device_count", "driver", "python", "selection", "inputs", "total", "counts",
@@ -104,6 +106,16 @@ RUN_COLUMNS = ("id", "run_id", "cell", "start", "end", "status", "end_reason", "
 
 class HistoryError(AccelgridError):
     """The history database cannot be used (corrupt, locked, newer, unwritable)."""
+
+
+def is_database(path: Path) -> bool:
+    """Whether ``path`` is an SQLite file (its header), e.g. a history named where a
+    durations file or results folder could be too."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def default_path() -> Path:
@@ -142,6 +154,19 @@ def inputs_digest(env: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def torch_build(env: dict[str, Any]) -> str:
+    """A run's torch build as the grid and the history show it, from its env.json: the
+    exact version with the runtime it is for, and the channel when not a release
+    (``2.16.0.dev20261201+cpu (nightly)``: which nightly is known only from the run)."""
+    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
+    flags = env.get("env") if isinstance(env.get("env"), dict) else {}
+    runtime = (torch.get("cuda_runtime") and f"CUDA {torch['cuda_runtime']}") or (
+        torch.get("xpu_runtime") and f"XPU {torch['xpu_runtime']}")
+    channel = flags.get(contract.TORCH_CHANNEL)
+    extra = [x for x in (runtime, channel if channel and channel != "release" else None) if x]
+    return (torch.get("version") or "?") + (f" ({', '.join(extra)})" if extra else "")
+
+
 def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
     """The runs row of a cell read back; None when it cannot be told apart from others
     (no run id and no start)."""
@@ -155,8 +180,6 @@ def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
         # Results written before runs had ids: the cell and its start tell runs apart.
         run_id = "legacy-" + hashlib.sha1(f"{cell.name}|{env['start']}".encode()).hexdigest()[:16]
     version = torch.get("version")
-    runtime = (torch.get("cuda_runtime") and f"CUDA {torch['cuda_runtime']}") or (
-        torch.get("xpu_runtime") and f"XPU {torch['xpu_runtime']}")
     devices = [d for d in torch.get("devices") or [] if isinstance(d, dict)]
     names = list(dict.fromkeys(str(d.get("name")) for d in devices if d.get("name")))
     counts: dict[str, int] = {}
@@ -167,7 +190,7 @@ def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
         "end": env.get("end"), "status": env.get("status"), "end_reason": env.get("end_reason"),
         "commit_sha": (env.get("project") or {}).get("commit"),
         "torch_version": version,
-        "torch_build": (version or "?") + (f" ({runtime})" if runtime else ""),
+        "torch_build": torch_build(env),
         "torch_git": torch.get("git_version"), "runner": (env.get("host") or {}).get("name"),
         "device_name": ", ".join(names) or None, "device_count": torch.get("device_count"),
         "driver": torch.get("driver"), "python": (env.get("python") or {}).get("version"),
@@ -312,6 +335,21 @@ class Store:
                 "ORDER BY start DESC, id DESC" + (" LIMIT ?" if limit else ""),
                 (cell, limit) if limit else (cell,))
             return [dict(zip(RUN_COLUMNS, r, strict=True)) for r in cur][::-1]
+
+    def durations(self, cell: str, runs: int = DURATION_RUNS) -> dict[str, float]:
+        """Each test's duration in ``cell``'s last ``runs`` runs that recorded one, as the
+        median of those (a shard split balanced by them, :mod:`accelgrid.shards`: one slow
+        run of a test moves it less than the last run alone would). {} without any."""
+        with _faults(self.path):
+            cur = self.conn.execute(
+                "SELECT t.nodeid, r.duration FROM results r JOIN tests t ON t.id = r.test "
+                "WHERE r.run IN (SELECT id FROM runs WHERE cell = ? ORDER BY start DESC, "
+                "id DESC LIMIT ?) AND r.duration IS NOT NULL AND r.duration >= 0",
+                (cell, runs))
+            seen: dict[str, list[float]] = {}
+            for nodeid, duration in cur:
+                seen.setdefault(nodeid, []).append(float(duration))
+        return {n: statistics.median(d) for n, d in sorted(seen.items())}
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         with _faults(self.path):

@@ -15,6 +15,7 @@ had, installs nothing (two no-op ``uv pip install`` calls cost seconds per run).
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import json
 import os
@@ -31,7 +32,7 @@ from typing import Any
 
 from . import contract, environment, results
 from .errors import InvalidInput
-from .matrix import Cell
+from .matrix import RELEASE, Cell
 from .versions import version_key
 
 
@@ -50,6 +51,9 @@ class InstallPlan:
     index: str
     steps: tuple[Step, ...]
     env: dict[str, str] = field(default_factory=dict)   # UV_* from pip's configuration
+    # A nightly range: the build is the newest on the channel when the env is built, so
+    # a warm env (and an image) is re-resolved once a day (:func:`pins`, :func:`nightly_day`).
+    daily: bool = False
 
     @property
     def shown_index(self) -> str:
@@ -101,8 +105,9 @@ def torch_requirement(cell: Cell, *, tag: str | None = None) -> str:
     """The requirement both install steps pin torch with: a cpu cell's names the CPU build
     where its wheels are tagged (``torch==2.4.1+cpu``), so no index can hand it a CUDA
     build of the same version."""
-    if cell.device != CPU_DEVICE or "+" in cell.torch_requirement:
-        return cell.torch_requirement
+    if cell.device != CPU_DEVICE or "+" in cell.torch_requirement or \
+            not cell.torch_requirement.startswith("torch=="):
+        return cell.torch_requirement   # a nightly range takes no local label
     tag = cpu_build_tag() if tag is None else tag
     return f"{cell.torch_requirement}+{tag}" if tag else cell.torch_requirement
 
@@ -111,8 +116,21 @@ def can_fall_back(cell: Cell, torch_index: str | None = None) -> bool:
     """Whether an unreachable torch index lets ``cell`` take torch from pip's configuration
     (a cpu cell on its device's CPU index, not an index the user named: that one must
     answer)."""
-    return (cell.device == CPU_DEVICE and cell.torch_wheel is None
+    return (cell.device == CPU_DEVICE and cell.torch_wheel is None and cell.channel == RELEASE
             and not (torch_index or "").strip() and cell.index != "default")
+
+
+def resolved_at_run(cell: Cell) -> bool:
+    """Whether the cell's torch build is known only when it installs (a nightly range,
+    ``torch>=2.16.0.dev0,<2.16.0a0``): the run's env.json records which it got."""
+    return cell.torch_wheel is None and not cell.torch_requirement.startswith("torch==")
+
+
+def nightly_day(now: datetime.datetime | None = None) -> str:
+    """The UTC day a nightly-range env was resolved on: PyTorch publishes a nightly a
+    day, so an env (or image) of an earlier day is re-resolved and gets the newer one."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 (as provenance)
+    return now.astimezone(datetime.timezone.utc).date().isoformat()  # noqa: UP017
 
 
 def cuda_build(envdir: Path) -> str | None:
@@ -175,12 +193,16 @@ def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] |
         torch_env = {"UV_EXTRA_INDEX_URL": extra, "PIP_EXTRA_INDEX_URL": extra}
     elif index != "default":
         torch_args = ("--extra-index-url", index, requirement)
+    daily = resolved_at_run(cell)
+    if daily:   # an env holding an older nightly satisfies the range: take the newest
+        torch_args = ("--upgrade", *torch_args)
     shown = "the default index" if index == "default" else environment.redact_url(index)
+    what = f"torch ({cell.channel} channel)" if cell.channel != RELEASE else "torch"
     steps = (
-        Step(f"torch from {shown}", torch_args, torch_env),
+        Step(f"{what} from {shown}", torch_args, torch_env),
         Step("test tooling and suite packages", (requirement, *cell.packages)),
     )
-    return InstallPlan(cell.name, index, steps, dict(uv_env))
+    return InstallPlan(cell.name, index, steps, dict(uv_env), daily)
 
 
 def expected_download(plan: InstallPlan, requirement: str, python: str) -> str | None:
@@ -381,6 +403,7 @@ def pins(plan: InstallPlan, envdir: Path, env: dict[str, str] | None = None
         "uv": sorted((k, v) for k, v in env.items() if k.startswith("UV_")),
         "wheels": sorted(wheels.items()),
         "python": _python_of(envdir),
+        **({"nightly_day": nightly_day()} if plan.daily else {}),
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return {"cell": plan.cell, "digest": digest, "plan": plan.as_dict()}

@@ -37,9 +37,10 @@ _FROM_ENV = (
     ("profile", contract.PROFILE), ("hardware", contract.HARDWARE),
     ("driver", contract.DRIVER), ("commit", contract.COMMIT), ("run_id", contract.RUN_ID),
     ("pass", contract.PASS), ("shard", contract.SHARD),
+    ("torch_channel", contract.TORCH_CHANNEL),
 )
 PROPERTIES = ("cell", "device", "torch", "torch_series", "profile", "hardware", "driver",
-              "commit", "run_id", "pass", "shard")
+              "commit", "run_id", "pass", "shard", "torch_channel")
 NOT_KNOWN = "unknown"      # a property the run did not record (a cpu host has no family)
 
 _ELEMENT = {

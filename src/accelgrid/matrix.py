@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from . import compat, contract, devices, environment
 from .errors import UnknownName
@@ -50,6 +51,11 @@ DEFAULT_MATRIX = "matrix.yaml"
 # the same pin as the dev extra's (tests/test_reruns.py checks).
 RERUN_TOOL = "pytest-rerunfailures==16.7"
 AXES = ("device", "torch", "profile")
+# PyTorch's channels (torch.<series>.channel): releases from the device's index; nightly
+# builds (torch X.Y.Z.devYYYYMMDD) and release candidates (the test channel, final
+# version numbers) from the device's index for that channel (devices.<d>.channels).
+RELEASE, NIGHTLY, TEST = "release", "nightly", "test"
+CHANNELS = (RELEASE, NIGHTLY, TEST)
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,10 @@ class Device:
     hardware: dict[str, Hardware] = dataclasses.field(default_factory=dict)
     drivers: dict[str, Hardware] = dataclasses.field(default_factory=dict)
     spec: str | None = None   # a device outside the four: its spec file (accelgrid.devices.spec)
+    # PyTorch channel -> this device's index for it (devices.<d>.channels: nightly, test)
+    channels: dict[str, str] = dataclasses.field(default_factory=dict)
+    # CI runs its cells inside their images (runner.container; default: it has a family)
+    ci_container: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +142,7 @@ class TorchSeries:
     series: str
     pins: dict[str, str]
     python: str | None = None
+    channel: str = RELEASE   # PyTorch's release, nightly or test channel
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,8 @@ class Cell:
     torch_wheel: str | None = None
     shards: int = 1     # runners its tests are split across in CI (accelgrid.shards)
     reruns: int = 0     # pytest-rerunfailures --reruns N (0: none, plugin not installed)
+    channel: str = RELEASE   # where torch comes from: RELEASE, NIGHTLY or TEST
+    ci_container: bool = False   # CI runs it inside its image (runner.container)
 
     @property
     def manual(self) -> bool:
@@ -213,7 +226,7 @@ class Cell:
             "runtime": self.runtime.as_dict() if self.runtime else None,
             "hardware": self.hardware, "driver": self.driver,
             "torch_wheel": self.torch_wheel, "manual": self.manual, "shards": self.shards,
-            "reruns": self.reruns,
+            "reruns": self.reruns, "channel": self.channel, "ci_container": self.ci_container,
         }
 
 
@@ -447,11 +460,31 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
             if pin in PIN_NAMES and not _is_version(value):
                 problems.append(smap.problem(("torch", key, pin),
                                              f"'{value}' is not a PEP 440 version"))
+        why = _channel_pin_problem(spec.get("channel", RELEASE), str(spec["torch"]))
+        if why:
+            problems.append(smap.problem(("torch", key, "torch"), why))
 
     for dev, spec in data["devices"].items():
         why = environment.index_url_problem(spec["index"])
         if why:
             problems.append(smap.problem(("devices", dev, "index"), why))
+        for channel, url in (spec.get("channels") or {}).items():
+            why = environment.index_url_problem(url)
+            if why:
+                problems.append(smap.problem(("devices", dev, "channels", channel), why))
+        runner = spec.get("runner") or {}
+        if ("labels" in runner) == ("scale_set" in runner):
+            problems.append(smap.problem(("devices", dev, "runner"), (
+                "labels and scale_set both given: a runner scale set is reached by its name "
+                "alone" if "labels" in runner else "give labels (runs-on) or scale_set (an "
+                "actions-runner-controller scale set's name)")))
+        elif runner.get("scale_set") and runner.get("hosted"):
+            problems.append(smap.problem(("devices", dev, "runner", "hosted"),
+                                         "a scale set's runners are self-hosted"))
+        if runner.get("container") and not spec.get("container"):
+            problems.append(smap.problem(("devices", dev, "runner", "container"),
+                                         f"device {dev} has no container image to run in "
+                                         "(container: null): leave runner.container out"))
         problems += _flag_problems(spec.get("env"), [dev], smap, ("devices", dev, "env"),
                                    f"device {dev}")
         for i, entry in enumerate(spec.get("runtime") or []):
@@ -528,6 +561,24 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
     return problems
 
 
+def _channel_pin_problem(channel: str, pin: str) -> str | None:
+    """Why a torch pin cannot come from ``channel``, or None (a bad version is reported on
+    its own)."""
+    try:
+        version = Version(pin)
+    except InvalidVersion:
+        return None
+    if channel == NIGHTLY and (version.pre or version.post is not None or version.local):
+        return (f"'{pin}' cannot come from the nightly channel: give the release its "
+                "nightlies lead to ('2.16.0': the newest nightly when the cell runs) or one "
+                "nightly ('2.16.0.dev20261201')")
+    if channel == TEST and (version.is_prerelease or version.post is not None
+                            or version.local):
+        return (f"'{pin}' cannot come from the test channel: its release candidates carry "
+                f"the final release number ('{version.base_version}')")
+    return None
+
+
 def _runtime_range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
     try:
         if range_is_empty(text):
@@ -584,7 +635,9 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             index=spec["index"],
             env=_env(spec.get("env")),
             detect=dict(spec["detect"]),
-            runner_labels=tuple(runner["labels"]),
+            # An ARC scale set is reached by its name as the only label.
+            runner_labels=((runner["scale_set"],) if runner.get("scale_set")
+                           else tuple(runner.get("labels") or ())),
             hosted=bool(runner.get("hosted", False)),
             description=spec.get("description", ""),
             torch_local_version=spec.get("torch_local_version"),
@@ -597,10 +650,12 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             hardware=_hardware(spec.get("hardware")),
             drivers=_hardware(spec.get("drivers")),
             spec=spec.get("spec"),
+            channels=dict(spec.get("channels") or {}),
+            ci_container=bool(runner.get("container", bool(container))),
         )
     torch = {
         key: TorchSeries(key, {k: v for k, v in spec.items() if k in PIN_NAMES},
-                         spec.get("python"))
+                         spec.get("python"), spec.get("channel", RELEASE))
         for key, spec in data["torch"].items()
     }
     profiles = {
@@ -833,9 +888,16 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
                        else matrix.reruns)
     if reruns and not any(_requirement_name(p) == "pytest-rerunfailures" for p in packages):
         packages.append(RERUN_TOOL)
-    torch_req = f"torch=={series.pins['torch']}"
-    if device.torch_local_version:
-        torch_req += f"+{device.torch_local_version}"
+    torch_req = channel_requirement(series.pins["torch"], series.channel,
+                                    device.torch_local_version)
+    wheel = combo.get("torch_wheel")
+    channel = series.channel if wheel is None else RELEASE   # a local wheel is the build
+    index = device.index
+    if channel != RELEASE:
+        if channel not in device.channels:
+            return None, (f"cell {name}: torch {series.series} comes from PyTorch's {channel} "
+                          f"channel and devices.{device.name}.channels has no {channel} index")
+        index = device.channels[channel]
     runtimes = [r for r in device.runtime if in_range(series.pins["torch"], r.torch)]
     hardware = device.hardware.get(combo["hardware"]) if combo.get("hardware") else None
     driver = device.drivers.get(combo["driver"]) if combo.get("driver") else None
@@ -843,7 +905,6 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         x.label for x in (hardware, driver) if x is not None and x.label
         and x.label not in device.runner_labels)
     timeout = combo.get("timeout") or {}
-    wheel = combo.get("torch_wheel")
     if wheel is not None:
         wheel = str((matrix.root / wheel).resolve()) if not Path(wheel).is_absolute() else wheel
     # A cell run on request only carries none of the tags `nox -t` selects by.
@@ -864,7 +925,7 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
              # the in-cell plugin loads the spec (relative: to the matrix's folder, where
              # the cell's pytest starts)
              **({contract.DEVICE_SPEC: device.spec} if device.spec else {})},
-        index=device.index,
+        index=index,
         torch_requirement=torch_req,
         runner_labels=labels,
         hosted=device.hosted,
@@ -883,4 +944,20 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         torch_wheel=wheel,
         shards=combo.get("shards", device.shards or 1),
         reruns=reruns,
+        channel=channel,
+        ci_container=device.ci_container and wheel is None,
     ), None
+
+
+def channel_requirement(pin: str, channel: str = RELEASE, local: str | None = None) -> str:
+    """The requirement torch is installed with: ``torch==2.5.1+xpu`` for a release or a
+    release candidate (the test channel's wheels carry the final number), one exact nightly
+    for a pin like ``2.16.0.dev20261201``, and for a nightly pin ``2.16.0`` every nightly
+    leading to it, ``torch>=2.16.0.dev0,<2.16.0a0`` (the newest is resolved when the cell
+    runs; a range takes no local label, the channel's index holds only its device's
+    builds)."""
+    if channel == NIGHTLY and ".dev" not in pin:
+        base = public_version(pin).base_version
+        return f"torch>={base}.dev0,<{base}a0"
+    return f"torch=={pin}" + (f"+{local}" if local and "+" not in pin else "")
+

@@ -105,6 +105,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         contract.CELL: cell.name,
         contract.DEVICE: cell.device,
         contract.TORCH: cell.torch,
+        contract.TORCH_CHANNEL: cell.channel,
         contract.PROFILE: cell.profile,
         contract.RESULTS: str(folder),
         contract.COMMIT: commit or "",

@@ -28,6 +28,7 @@ from . import (
     contract,
     detect,
     environment,
+    history,
     install,
     known_issues,
     progress,
@@ -82,17 +83,36 @@ def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
 def _shard_results(out: Path, cell: Cell) -> Path:
     """Where the run writes: ``out``, or a shard run's ``out/shard-K-of-N`` (so the shards
     of a cell never share a folder, here or in a CI artifacts download). A shard run
-    balances by the durations of the cell's last full run here unless
-    ACCELGRID_SHARD_DURATIONS names others (every shard must get the same)."""
+    balances by recorded durations (every shard must get the same), the first of:
+    ACCELGRID_SHARD_DURATIONS (a results folder, a JSON file, or a history database), the
+    history database (ACCELGRID_HISTORY, else ``out/history.sqlite``) when it has runs of
+    the cell, the cell's last full run here; without any, equal counts."""
     try:
         shard = shards.selected()
     except shards.ShardError as exc:
         raise InvalidInput(f"{contract.SHARD}: {exc}") from None
     if shard is None:
         return out
-    if not os.environ.get(contract.SHARD_DURATIONS) and (out / cell.name).is_dir():
+    folder = out / shards.folder_name(*shard)
+    named = os.environ.get(contract.SHARD_DURATIONS, "").strip()
+    if named:
+        db = Path(named) if history.is_database(Path(named)) else None
+    else:
+        found = Path(os.environ.get("ACCELGRID_HISTORY") or out / "history.sqlite")
+        db = found if found.is_file() else None
+    if db is not None:
+        # The in-cell split reads JSON (standard library only): the medians, written down.
+        with history.open_store(db, create=False) as store:
+            recorded = store.durations(cell.name)
+        if recorded or named:
+            path = folder / f"{cell.name}.durations.json"
+            folder.mkdir(parents=True, exist_ok=True)
+            shards.write_durations(path, recorded)
+            os.environ[contract.SHARD_DURATIONS] = str(path)
+            return folder
+    if not named and (out / cell.name).is_dir():
         os.environ[contract.SHARD_DURATIONS] = str(out / cell.name)
-    return out / shards.folder_name(*shard)
+    return folder
 
 
 def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:

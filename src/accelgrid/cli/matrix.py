@@ -60,7 +60,8 @@ def _cells(args: argparse.Namespace) -> int:
         return 1
     width = max(len(c.name) for c in picked)
     for c in picked:
-        print(f"{c.name:<{width}}  {c.device:<4} torch {c.pins['torch']:<7} "
+        torch = c.pins["torch"] + ("" if c.channel == "release" else f" ({c.channel})")
+        print(f"{c.name:<{width}}  {c.device:<4} torch {torch:<7} "
               f"{c.profile:<15} {','.join(c.suites)}"
               + ("  [local torch wheel: on request only]" if c.manual else ""))
     return 0
@@ -94,6 +95,11 @@ def _plan(args: argparse.Namespace) -> int:
         requirement = install.torch_requirement(cell)
         print(f"torch       {requirement} from "
               f"{'the default index' if plan.index == 'default' else plan.shown_index}")
+        if cell.channel != "release":
+            build = ("the newest nightly in that range when the cell runs"
+                     if install.resolved_at_run(cell) else "that build")
+            print(f"channel     PyTorch's {cell.channel} channel: {build}; the run's env.json "
+                  "records the exact build (torch.version)")
         if install.can_fall_back(cell, os.environ.get(contract.TORCH_INDEX)):
             print("            (where that index cannot be reached: torch's CPU build from "
                   "pip's configuration, else the cell stops with one line)")

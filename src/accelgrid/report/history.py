@@ -69,6 +69,14 @@ def _since(strips: dict[str, str], at: int) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+def _builds(runs: list[dict[str, Any]], at: int | None) -> dict[str, Any] | None:
+    """The torch builds of the previous run and this one, when they differ (a nightly
+    against the night before: which builds the changes are between), else None."""
+    if at is None or runs[at]["torch_build"] == runs[-1]["torch_build"]:
+        return None
+    return {"previous": runs[at]["torch_build"], "this": runs[-1]["torch_build"]}
+
+
 def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
     """Fill ``model`` with what ``store`` knows of its cells (the runs of the grid's own
     columns are expected to be in it: the grid adds them first). Returns the model's
@@ -95,7 +103,8 @@ def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) 
         at = _previous(runs) if mine else None
         col["history"] = {"runs": [_brief(r) for r in runs], "in_history": mine,
                           "since": _since(strips, at) if at is not None else None,
-                          "previous": _brief(runs[at]) if at is not None else None}
+                          "previous": _brief(runs[at]) if at is not None else None,
+                          "builds": _builds(runs, at) if mine else None}
         if not mine:
             continue  # this column's run is not the latest of its window: no strips
         inputs = [r["inputs"] for r in runs]
@@ -190,8 +199,12 @@ def markdown_lines(model: dict[str, Any], md: Any, cap: int = 50) -> list[str]:
                 "| --- | --- | --- | --- | --- | --- |"]
         for col, s in since:
             prev = col["history"]["previous"] or {}
+            builds = col["history"].get("builds")
+            torch = (f"; torch {md(builds['previous'])} → {md(builds['this'])}" if builds
+                     else "")
             out.append(f"| {md(col['name'])} | {md(prev.get('start'))} "
-                       f"({md(str(prev.get('commit_sha'))[:12])}) | {len(s['new_failures'])} | "
+                       f"({md(str(prev.get('commit_sha'))[:12])}{torch}) | "
+                       f"{len(s['new_failures'])} | "
                        f"{len(s['fixed'])} | {len(s['appeared'])} | {len(s['vanished'])} |")
         out.append("")
         new = [(col["name"], n) for col, s in since for n in s["new_failures"]]

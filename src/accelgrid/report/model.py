@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import ops, outcomes, reasons, shards
+from .. import contract, history, ops, outcomes, reasons, shards
 from ..provenance import now
 from ..results import CellResults, discover, read_cell, suite_of
 from ..versions import version_key
@@ -87,8 +87,6 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
     torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
     devices = [d for d in torch.get("devices") or [] if isinstance(d, dict)]
     version = torch.get("version")
-    runtime = (torch.get("cuda_runtime") and f"CUDA {torch['cuda_runtime']}") or (
-        torch.get("xpu_runtime") and f"XPU {torch['xpu_runtime']}")
     names = list(dict.fromkeys(str(d.get("name")) for d in devices if d.get("name")))
     counts = {o: 0 for o in outcomes.ALL}
     for rec in cell.tests.values():
@@ -105,7 +103,8 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
         "torch_series": flags.get("ACCELGRID_TORCH") or series,
         "profile": flags.get("ACCELGRID_PROFILE") or profile,
         "torch_version": version,
-        "torch_build": (version or "?") + (f" ({runtime})" if runtime else ""),
+        "torch_build": history.torch_build(env),
+        "torch_channel": flags.get(contract.TORCH_CHANNEL) or "release",
         "torch_git": torch.get("git_version"),
         "device_name": ", ".join(names) or None,
         "device_count": torch.get("device_count"),

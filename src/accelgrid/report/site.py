@@ -107,6 +107,9 @@ def _cell_page(col: dict[str, Any], model: dict[str, Any], nav: str, ops_cells: 
     since = hist.get("since")
     if since:
         parts.append(f"<h2 id=\"since\">Since the previous run ({_run(hist['previous'])})</h2>")
+        if hist.get("builds"):   # a nightly against the night before: both builds
+            parts.append(f"<p>torch {_e(hist['builds']['previous'])} → "
+                         f"{_e(hist['builds']['this'])}</p>")
         for key, label in (("new_failures", "new failures"), ("fixed", "fixed"),
                            ("appeared", "appeared"), ("vanished", "vanished")):
             items = since[key]
