@@ -33,8 +33,6 @@ SELECTION = "ACCELGRID_SELECTION"      # JSON list: those of them that narrow th
                                        # -k, -m, -x, ...); [] for a run of the whole cell
 GATE = "ACCELGRID_GATE"                # a file: the pass starts beside the others (start-up,
                                        # collection) and runs its tests once it exists
-ORDER_DURATIONS = "ACCELGRID_ORDER_DURATIONS"  # {nodeid: s} JSON of the cell's last full run:
-                                               # a shared pass hands out its slowest first
 
 # Passes of a cell run (runner.passes): one xdist run on the host's device(s), or one
 # worker pinned per device plus a pass for tests that need every device (beside the pinned

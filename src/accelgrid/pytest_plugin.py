@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import math
 import os
 import sys
 import time
@@ -482,8 +481,7 @@ class JUnitProperties:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A shard run (ACCELGRID_SHARD=K/N) keeps shard K's tests of the whole collection
-    (before marker selection, so every pass of every shard splits the same set); a shared
-    pass puts them slowest first (:func:`_slowest_first`)."""
+    (before marker selection, so every pass of every shard splits the same set)."""
     if os.environ.get(contract.SHARD):
         try:
             mine, others = shards.keep(items)
@@ -492,28 +490,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if others:
             config.hook.pytest_deselected(items=others)
             items[:] = mine
-    _slowest_first(items)
-
-
-def _slowest_first(items: list[pytest.Item]) -> None:
-    """A shared pass (ACCELGRID_ORDER_DURATIONS=1) puts its tests slowest first by the
-    cell's last full run (results.LAST_DURATIONS), the ones it did not record before them
-    (unknown: they may be long): xdist's ``load``, one test a step, then hands them out
-    longest-first, and no worker is left alone with a long test at the end. Every worker
-    sorts the same collection by the same file, so their orders agree (xdist needs it)."""
-    folder = os.environ.get(contract.RESULTS)
-    if os.environ.get(contract.ORDER_DURATIONS) != "1" or not folder:
-        return
-    data, err = results.read_json(Path(folder) / results.LAST_DURATIONS)
-    if err or not isinstance(data, dict):
-        return
-
-    def slowest(item: pytest.Item) -> float:
-        d = data.get(item.nodeid)
-        known = isinstance(d, int | float) and not isinstance(d, bool) and math.isfinite(d)
-        return -d if known else -math.inf
-
-    items.sort(key=slowest)  # stable: equal durations keep pytest's order
 
 
 GATE_POLL_S = 0.02

@@ -64,8 +64,6 @@ PYTEST_LOG = "pytest.log"            # pytest's whole output, every pass (-rA: c
 MULTI_DEVICE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
 HOST_ACCELERATORS = "host_accelerators.json"  # tests a cpu cell left for the host-accelerators pass
 DEVICE_ALONE = "device_alone.json"   # tests the shared pass left for the device-alone pass
-LAST_DURATIONS = "last-durations.json"  # {nodeid: s} of the cell's previous full run: the
-                                        # order a shared pass hands its tests out in
 RUNS = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection
 LAST_RUN = "last-run.json"           # results/<cell>/last-run.json: the latest run's folder
 LOCK = ".lock"                       # results/<cell>/.lock: flock of the run in progress

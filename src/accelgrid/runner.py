@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import math
 import os
 import re
 import signal
@@ -253,7 +252,7 @@ def _device_alone(cell: Cell, var: str, device_ids: Sequence[str]) -> Pass:
 
 
 def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (),
-           serial: bool = False, ordered: bool = False) -> list[Pass]:
+           serial: bool = False) -> list[Pass]:
     """How the cell's tests are spread. With several devices: xdist workers pinned to
     each device (per-device ``--tx`` specs, so a replacement worker keeps its device),
     and a pass with one worker that sees every device of the run for ``multi_device``
@@ -262,9 +261,7 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
     by processes (:data:`SHARED_BY_PROCESSES`), unless ``serial``; else after it. Where
     several workers share a device (:func:`workers_per_device`), the ``device_alone``
     tests run afterwards, one worker per device, their pytest started with the shared
-    workers. ``ordered``: the plugin puts the tests of the shared pass
-    slowest first (the last full run's durations), so one device's workers take them one
-    at a time (xdist's ``load``, one test a step: longest-first) instead of stealing."""
+    workers."""
     var = detect.VISIBILITY_VAR.get(cell.device)
     per_device = (workers_per_device(cell, len(device_ids), serial)
                   if var and device_ids and workers is None else 1)
@@ -276,11 +273,8 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         if per_device == 1:
             return [Pass(contract.PASS_SINGLE, ("-n", str(cell.workers)), env=pin,
                          title=f"the cell's tests on {cell.device} device {device_ids[0]}")]
-        dist = ("load", "--maxschedchunk", "1") if ordered else ("worksteal",)
-        order = ((contract.ORDER_DURATIONS, "1"),) if ordered else ()
-        return [Pass(contract.PASS_SINGLE, ("-n", str(per_device), "--dist", *dist),
-                     ("-m", f"not {DEVICE_ALONE_MARK}"),
-                     env=(*pin, *_thread_share(per_device), *order),
+        return [Pass(contract.PASS_SINGLE, ("-n", str(per_device), "--dist", "worksteal"),
+                     ("-m", f"not {DEVICE_ALONE_MARK}"), env=(*pin, *_thread_share(per_device)),
                      title=f"the cell's tests on {cell.device} device {device_ids[0]}, "
                            f"{per_device} workers sharing it"), *alone]
     if var and len(device_ids) > 1 and workers is None:
@@ -544,10 +538,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             results.prune_runs(cell_folder, RUNS_KEPT - 1)
             folder.mkdir(parents=True)
         else:
-            last = last_durations(cell_folder)
             results.clear_for_run(cell_folder)
-            if last:
-                results.write_json(folder / results.LAST_DURATIONS, last)
         results.write_last_run(cell_folder, run_id, folder, chosen)
         run = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
         env = cell_env(cell, root, folder)
@@ -564,19 +555,6 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
                       "selection can take no test from the other suites)", flush=True)
         return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
                            run, lock_fds, run_start)
-
-
-def last_durations(cell_folder: Path) -> dict[str, float]:
-    """Each test's duration in the cell's last full run (its records, read before a new
-    run clears them): the order a shared pass hands its tests out in."""
-    records, _ = results.read_records(cell_folder / results.TESTS)
-    out: dict[str, float] = {}
-    for rec in records:
-        d = rec.get("duration")
-        if isinstance(d, int | float) and not isinstance(d, bool) and math.isfinite(d) \
-                and d >= 0 and isinstance(rec.get("nodeid"), str):
-            out[rec["nodeid"]] = float(d)
-    return out
 
 
 def serial_reason(env: dict[str, str], pytest_args: Sequence[str]) -> str | None:
@@ -637,8 +615,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
         else None
     serial = serial_reason(env, pytest_args)
-    plan = passes(cell, workers, ids, serial=serial is not None,
-                  ordered=(folder / results.LAST_DURATIONS).is_file())
+    plan = passes(cell, workers, ids, serial=serial is not None)
     if plan[0].name == contract.PASS_PINNED:
         beside = any(p.beside and not p.gated for p in plan)
         each = plan[0].workers // len(ids)
