@@ -1004,3 +1004,34 @@ def test_a_run_loads_only_its_own_pytest_plugins(mini_project, python, monkeypat
     monkeypatch.setenv("PYTEST_PLUGINS", "strayplug")
     runner.run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_ok"])
     assert mark.read_text() == "loaded"
+
+
+def test_a_run_whose_tests_do_not_import_torch_does_not_import_it(mini_project,
+                                                                   python) -> None:
+    """The torch report of a process whose tests never import torch is the installed
+    version from metadata: importing torch for the report alone was most of a small
+    cell run's CPU (docs/testing.md). A process whose tests import it reports in full."""
+    proj = mini_project(workers=2)
+    (proj / "suites" / "payload" / "test_no_torch.py").write_text(
+        "import sys\n"
+        "def test_nothing_imported_torch():\n"
+        "    assert 'torch' not in sys.modules\n")
+    folder = proj / "results" / "cpu-2.13"
+    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    recs, _ = results.read_records(folder / results.TESTS)
+    assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs
+            if "test_no_torch" in r["nodeid"]} == {"test_nothing_imported_torch": "passed"}
+    torch = json.loads((folder / results.ENV).read_text())["torch"]
+    installed = subprocess.run([python, "-c", "from importlib.metadata import version; "
+                                "print(version('torch'))"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    assert torch["version"] == installed and torch["imported"] is False
+    # The same run with a test that imports torch: the full report (its devices).
+    (proj / "suites" / "payload" / "test_no_torch.py").write_text(
+        "def test_uses_torch():\n"
+        "    import torch\n"
+        "    assert torch.ones(1).item() == 1\n")
+    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    torch = json.loads((folder / results.ENV).read_text())["torch"]
+    assert torch["version"] == installed and "imported" not in torch
+    assert torch["device_count"] == len(torch["devices"]) >= 1

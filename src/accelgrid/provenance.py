@@ -98,10 +98,21 @@ def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, A
 TORCH_REPORT_GLOB = "torch-*.json"
 
 
-def worker_torch_report(device_type: str) -> dict[str, Any]:
+def worker_torch_report(device_type: str, imported: bool = True) -> dict[str, Any]:
     """torch facts as one test process sees them; a pinned worker notes its device index
-    (it sees one device, numbered 0 in its own view)."""
-    facts = torch_facts(device_type)
+    (it sees one device, numbered 0 in its own view). Not ``imported``: the process's
+    tests have not imported torch, and importing it only for this report would cost
+    seconds of CPU per process (most of a small cell run: docs/testing.md), so the report
+    holds the installed version from the package's metadata alone."""
+    if imported:
+        facts = torch_facts(device_type)
+    else:
+        from importlib import metadata
+
+        try:
+            facts = {"version": metadata.version("torch"), "imported": False}
+        except metadata.PackageNotFoundError:
+            facts = {"error": "torch is not installed", "imported": False}
     facts["pinned_index"] = os.environ.get(contract.DEVICE_INDEX)
     return facts
 
@@ -111,6 +122,9 @@ def merge_torch_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     first, and the union of the devices they saw, in the host's numbering."""
     if not reports:
         return {"pending": True}
+    # A process that imported torch knows its build and devices; one whose tests did not,
+    # only the version: the build facts come from the first that did.
+    reports = sorted(reports, key=lambda r: r.get("imported") is False)
     merged = {k: v for k, v in reports[0].items() if k not in ("devices", "pinned_index")}
     devices: dict[Any, dict[str, Any]] = {}
     for report in reports:

@@ -363,11 +363,28 @@ class WorkerMarker:
         self.cpu_start = time.process_time()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.worker == "main" and getattr(session.config.option, "dist", "no") != "no":
-            return  # the xdist controller runs no test and need not import torch
-        # This process imports torch for its tests anyway: its view goes into env.json.
-        results.write_json(self.folder / f"torch-{self.slot}.json",
-                           provenance.worker_torch_report(self.device))
+        self.reports_torch = not (self.worker == "main"
+                                  and getattr(session.config.option, "dist", "no") != "no")
+        # (the xdist controller runs no test and need not import torch). A report at once
+        # (the version, from metadata), so a process that dies early leaves one.
+        self._torch_report()
+
+    def _torch_report(self) -> None:
+        """This process's view of torch into ``torch-<slot>.json``: the full one once its
+        tests have imported torch (the suites do, at collection), never importing it
+        only for the report."""
+        if self.reports_torch and not getattr(self, "torch_reported", False):
+            imported = "torch" in sys.modules
+            results.write_json(self.folder / f"torch-{self.slot}.json",
+                               provenance.worker_torch_report(self.device, imported))
+            self.torch_reported = imported
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._torch_report()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._torch_report()  # a test that imported torch itself
 
     # pass -> (the marker its -m deselects, the file listing those tests for a later pass)
     LEFT_BEHIND = {contract.PASS_PINNED: (("multi_device", results.MULTI_DEVICE),
