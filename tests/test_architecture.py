@@ -32,6 +32,8 @@ def test_import_contracts_hold() -> None:
 @pytest.mark.parametrize("module, planted, broken", [
     # results is read by the reports; it must never reach up into them.
     ("results.py", "from . import report  # noqa\n", "Layers"),
+    # run and report are siblings: the run leaves report pages to the session step.
+    ("run/cell.py", "from .. import report  # noqa\n", "Layers"),
     # the in-cell plugin runs where only torch, pytest and the stdlib exist.
     ("provenance.py", "import yaml  # noqa\n", "In-cell"),
 ])

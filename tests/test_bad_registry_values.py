@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cli, errors, known_issues, results, runner
+from accelgrid import cli, errors, known_issues, results
 from accelgrid.matrix import load_matrix
+from accelgrid.run.cell import run_cell
 from accelgrid.validation import ValidationFailed
 
 TESTS = Path(__file__).resolve().parent
@@ -139,7 +140,7 @@ def test_a_bad_registry_stops_a_cell_before_its_results_are_touched(tmp_path, py
     (previous / results.TESTS).write_text('{"nodeid": "t.py::a", "outcome": "passed"}\n')
     before = (previous / results.TESTS).read_bytes()
     with pytest.raises(ValidationFailed) as info:
-        runner.run_cell(matrix.cell("cpu-2.13"), python, proj, out)
+        run_cell(matrix.cell("cpu-2.13"), python, proj, out)
     assert "expect: 'passed' is not one of" in str(info.value)
     assert (previous / results.TESTS).read_bytes() == before
     assert sorted(p.name for p in previous.iterdir()) == [results.TESTS]

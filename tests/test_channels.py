@@ -15,11 +15,12 @@ from report_cases import write_cell
 from test_containers import project  # noqa: F401 (a fixture)
 from test_cpu_index import _installed_torch, _nox, _simple_index, _wheel, pypi  # noqa: F401
 
-from accelgrid import contract, install, junit, report, runner
+from accelgrid import contract, install, junit, report
 from accelgrid.cli import main
 from accelgrid.history import open_store
 from accelgrid.matrix import load_matrix
 from accelgrid.report import model
+from accelgrid.run import cellenv
 
 TESTS = Path(__file__).resolve().parent
 NIGHTLY_CPU = "https://download.pytorch.org/whl/nightly/cpu"
@@ -121,7 +122,7 @@ def test_plan_shows_the_channel_and_its_index(matrix_file: Path,
 
 def test_the_channel_is_in_the_runs_env_and_its_junit(matrix_file: Path, tmp_path: Path) -> None:
     cell = load_matrix(matrix_file).cell("cpu-2.16")
-    env = runner.cell_env(cell, tmp_path, tmp_path / "out", base={})
+    env = cellenv.cell_env(cell, tmp_path, tmp_path / "out", base={})
     assert env[contract.TORCH_CHANNEL] == "nightly"
     props = dict(junit.suite_properties(env))
     assert props["torch_channel"] == "nightly"

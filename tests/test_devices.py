@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import backends, detect, devices, environment, opcapture, results, runner
+from accelgrid import backends, detect, devices, environment, opcapture, results
 from accelgrid.devices import spec as device_spec
 from accelgrid.matrix import ValidationFailed, load_matrix
+from accelgrid.run import passes as pass_plan
+from accelgrid.run.cell import run_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = Path(__file__).with_name("fake_device_spec.py")
@@ -40,7 +42,7 @@ def test_old_readers_read_the_table() -> None:
     assert detect.VISIBILITY_VAR == {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
     assert detect.HIDE_ACCELERATORS == {"CUDA_VISIBLE_DEVICES": "",
                                         "ONEAPI_DEVICE_SELECTOR": "!level_zero:gpu"}
-    assert runner.SHARED_BY_PROCESSES == {"cuda": True, "xpu": True, "mps": False}
+    assert pass_plan.SHARED_BY_PROCESSES == {"cuda": True, "xpu": True, "mps": False}
     assert opcapture.DISPATCH_KEY == {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
     assert opcapture.ENABLE_FALLBACK == {"xpu": "PYTORCH_ENABLE_XPU_FALLBACK",
                                          "mps": "PYTORCH_ENABLE_MPS_FALLBACK"}
@@ -177,7 +179,7 @@ def test_the_fake_device_runs_the_smoke_suite(mini_project, python) -> None:
     shutil.copy(ROOT / "suites" / "smoke" / "test_device_api.py",
                 proj / "suites" / "payload" / "test_device_api.py")
     cell = load_matrix(proj / "matrix.yaml").cell("fakeacc-2.13")
-    rc = runner.run_cell(cell, python, proj, proj / "results")
+    rc = run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "fakeacc-2.13"
     recs, problems = results.read_records(folder / results.TESTS)
     assert not problems

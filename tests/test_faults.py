@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from report_cases import write_cell
 
-from accelgrid import cli, errors, outcomes, results, runner, venvs
+from accelgrid import cli, errors, outcomes, results, venvs
 from accelgrid.matrix import load_matrix
+from accelgrid.run.cell import run_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,7 @@ def _records(folder: Path) -> tuple[dict[str, dict], list[str]]:
 def test_a_failure_of_any_size_is_recorded_as_one(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_huge.py").write_text(HUGE)
-    assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 1
+    assert run_cell(_cell(proj), python, proj, proj / "results") == 1
     folder = proj / "results" / "cpu-2.13"
     recs, problems = _records(folder)
     assert not problems, problems
@@ -152,7 +153,7 @@ def test_i_last():
 def test_records_are_safe_from_the_tests(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_hostile.py").write_text(HOSTILE)
-    runner.run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(_cell(proj), python, proj, proj / "results")
     folder = proj / "results" / "cpu-2.13"
     recs, problems = _records(folder)
     assert not problems, problems
@@ -201,7 +202,7 @@ def test_a_run_never_writes_or_deletes_through_a_symlink(mini_project, python, t
     link.symlink_to(target)
     args = ("-k", "test_a") if where == "runs" else ()
     with pytest.raises(results.UnsafePath) as caught:
-        runner.run_cell(_cell(proj), python, proj, proj / "results", args)
+        run_cell(_cell(proj), python, proj, proj / "results", args)
     assert str(link) in str(caught.value) and "symlink" in str(caught.value)
     assert "\n" not in str(caught.value)
     assert canary.read_text() == "keep me" and sorted(os.listdir(out)) == ["canary.txt"]
@@ -579,7 +580,7 @@ def test_no_secret_in_any_file_a_run_and_its_grid_write(mini_project, python, mo
     monkeypatch.setenv("ACCELGRID_NOTE", corpus["jwt"])
     proj = mini_project()
     (proj / "suites" / "payload" / "test_leaky.py").write_text(LEAKY.format(corpus=corpus))
-    runner.run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_"])
+    run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_"])
     grid = tmp_path / "grid"
     cli.main(["grid", str(proj / "results"), "--out", str(grid)])
     console = "".join(capfd.readouterr())
@@ -931,7 +932,7 @@ def test_a_5000_character_test_id_keeps_its_record_and_grid_row(mini_project, py
                                                                 tmp_path) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_long.py").write_text(LONG_ID)
-    assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+    assert run_cell(_cell(proj), python, proj, proj / "results") == 0
     folder = proj / "results" / "cpu-2.13"
     recs, problems = results.read_records(folder / results.TESTS)
     assert not problems and len(recs) == 1 and len(recs[0]["nodeid"]) > 5000
@@ -1014,7 +1015,7 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
     proj = mini_project()
     (proj / "suites" / "payload" / "test_daemon.py").write_text(DAEMON)
     t0 = time.monotonic()
-    runner.run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(_cell(proj), python, proj, proj / "results")
     took = time.monotonic() - t0
     pid = int(pidfile.read_text())
     try:
@@ -1050,9 +1051,9 @@ def test_kill_9_of_the_runner_ends_a_daemon_through_the_cgroup(mini_project, pyt
     pidfile = tmp_path / "daemon.pid"
     proj = mini_project()
     (proj / "suites" / "payload" / "test_daemon.py").write_text(HANGS_AFTER_A_DAEMON)
-    code = ("import sys; from pathlib import Path; from accelgrid import runner; "
+    code = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
             "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
-            "runner.run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
+            "run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
             "sys.executable, p, p / 'results')")
     first = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

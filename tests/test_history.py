@@ -462,15 +462,15 @@ def test_bench_history_small(tmp_path: Path) -> None:
 @pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatch,
                                                         tmp_path: Path) -> None:
-    from accelgrid import runner
     from accelgrid.matrix import load_matrix
+    from accelgrid.run.cell import run_cell
 
     pytest.importorskip("pytest_rerunfailures")
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(RERUN_PAYLOAD)
     monkeypatch.setenv("PYTEST_PLUGINS", "pytest_rerunfailures")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    rc = runner.run_cell(cell, sys.executable, proj, proj / "results",
+    rc = run_cell(cell, sys.executable, proj, proj / "results",
                          pytest_args=["--reruns", "2"])
     assert rc == 1
     made = report.grid([proj / "results"], tmp_path / "out", history_db=tmp_path / "h.sqlite")

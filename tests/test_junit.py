@@ -11,8 +11,9 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from accelgrid import junit, outcomes, report, results, runner
+from accelgrid import junit, outcomes, report, results
 from accelgrid.matrix import load_matrix
+from accelgrid.run.cell import run_cell
 
 ISSUE = {"id": "acme/widgets#1", "url": "https://github.com/acme/widgets/issues/1",
          "title": "widgets drop frames"}
@@ -124,7 +125,7 @@ def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, pyt
         "def test_bad():\n    assert 1 == 2\n"
         "def test_nr():\n    outcomes.not_run('no checkout')\n")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    runner.run_cell(cell, python, proj, proj / "results")
+    run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "cpu-2.13"
     own = junitparser.JUnitXml.fromfile(str(folder / results.JUNIT))
     suite = next(iter(own)) if isinstance(own, junitparser.JUnitXml) else own

@@ -16,9 +16,11 @@ import jsonschema
 import pytest
 import yaml
 
-from accelgrid import known_issues, results, runner
+from accelgrid import known_issues, results
 from accelgrid import known_issues_runtime as rt
 from accelgrid.matrix import PIN_NAMES, load_matrix
+from accelgrid.run import cellenv
+from accelgrid.run.cell import run_cell
 from accelgrid.validation import ValidationFailed, load_schema, schema_text
 
 TESTS = Path(__file__).resolve().parent
@@ -291,7 +293,7 @@ issues:
 
 def _run(proj: Path, python: str) -> tuple[int, dict[str, dict], Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    rc = runner.run_cell(cell, python, proj, proj / "results")
+    rc = run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "cpu-2.13"
     recs, problems = results.read_records(folder / results.TESTS)
     assert not problems
@@ -354,7 +356,7 @@ def test_invalid_registry_stops_the_run(mini_project, python: str, monkeypatch) 
     with pytest.raises(ValidationFailed, match=re.escape(
             "acme/widgets#2.expect: 'eror' is not one of: failed, error, skipped; "
             "did you mean 'error'?")):
-        runner.cell_env(cell, proj, proj / "results" / "cpu-2.13")
+        cellenv.cell_env(cell, proj, proj / "results" / "cpu-2.13")
 
 
 def test_out_of_scope_reason_uses_installed_versions() -> None:
@@ -462,12 +464,12 @@ def test_hardware_scoped_entry_applies_only_on_that_hardware(
     (proj / "suites" / "payload" / "test_hw.py").write_text(HW_PAYLOAD)
     (proj / "known_issues.yaml").write_text(HW_REGISTRY)
     cell = load_matrix(proj / "matrix.yaml").cell("xpu-2.13")
-    runner.run_cell(cell, python, proj, proj / "results")
+    run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "xpu-2.13"
     recs, _ = results.read_records(folder / results.TESTS)
     got = {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs}
     assert got == {"test_fp64_math": fp64, "test_flags_follow_the_hardware": "passed"}
-    hardware = json.loads((folder / runner.HARDWARE_JSON).read_text())
+    hardware = json.loads((folder / cellenv.HARDWARE_JSON).read_text())
     assert (hardware["family"], hardware["how"]) == (family, "detected")
     assert hardware["gpus"][0]["family"] == family
     data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())

@@ -15,15 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import lifetime, results, runner
+from accelgrid import lifetime, results
 from accelgrid.matrix import load_matrix
+from accelgrid.run import lock as cell_lock
+from accelgrid.run import supervise
+from accelgrid.run.cell import run_cell
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc and relies on prctl")
 
-RUN_CELL = ("import sys; from pathlib import Path; from accelgrid import runner; "
+RUN_CELL = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
             "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
-            "sys.exit(runner.run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
+            "sys.exit(run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
             "sys.executable, p, p / 'results'))")
 
 # test_3 starts a child (in pytest's process group, as test helpers do) and hangs.
@@ -108,12 +111,12 @@ def _wait_unlocked(path: Path, seconds: float = 15.0) -> bool:
 
 
 def _wait_name_free(folder: Path, seconds: float = 15.0) -> bool:
-    """Whether the cell's :func:`accelgrid.runner.name_lock` can be taken within
+    """Whether the cell's :func:`accelgrid.run.lock.name_lock` can be taken within
     ``seconds`` (as :func:`_wait_unlocked`: an exiting process closes its files last)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            sock = runner.name_lock(folder)
+            sock = cell_lock.name_lock(folder)
         except BlockingIOError:
             if time.monotonic() > deadline:
                 return False
@@ -160,8 +163,8 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
         assert len(_processes_with(_marker(folder))) >= 3
         # A second run of the cell is refused in one line, naming the run in progress.
         cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-        with pytest.raises(runner.CellBusy) as busy:
-            runner.run_cell(cell, python, proj, proj / "results")
+        with pytest.raises(cell_lock.CellBusy) as busy:
+            run_cell(cell, python, proj, proj / "results")
         message = str(busy.value)
         assert "\n" not in message and "another run of this cell is in progress" in message
         assert first_id in message and str(folder) in message
@@ -179,7 +182,7 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     assert any("never finished" in p for p in killed.problems)
     # The next run of the cell is its own: nothing of the killed run lands in it.
     payload.write_text("def test_new():\n    pass\n")
-    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(cell, python, proj, proj / "results") == 0
     env = json.loads((folder / results.ENV).read_text())
     assert env["run_id"] != first_id and env["status"] == "finished"
     recs, _ = results.read_records(folder / results.TESTS)
@@ -257,8 +260,8 @@ def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
         assert "its lock file is gone" in busy[0] and str(folder) in busy[0], busy
         assert "Traceback" not in second.stderr
         # And from the library: the same refusal.
-        with pytest.raises(runner.CellBusy):
-            runner.run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
+        with pytest.raises(cell_lock.CellBusy):
+            run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
                             proj / "results")
         assert not (folder / results.LOCK).exists()  # refused before touching the folder
         release.write_text("")
@@ -272,7 +275,7 @@ def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
     assert {r["run_id"] for r in recs} == {first_id}  # nothing of another run mixed in
     # Once the first run has ended, the next one runs.
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(cell, python, proj, proj / "results") == 0
     env_json = json.loads((folder / results.ENV).read_text())
     assert env_json["run_id"] != first_id and env_json["status"] == "finished"
     recs, _ = results.read_records(folder / results.TESTS)
@@ -376,7 +379,7 @@ def test_the_pass_leaves_nothing_in_its_process_group(mini_project, python) -> N
     '''))
     folder = (proj / "results" / "cpu-2.13").resolve()
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(cell, python, proj, proj / "results") == 0
     assert _wait_gone(_marker(folder), 10) == []
 
 
@@ -407,13 +410,13 @@ def test_death_signal_reaches_the_child_of_a_killed_parent(tmp_path: Path) -> No
 def test_guard_kills_its_group_when_its_pipe_closes() -> None:
     leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                               process_group=0)
-    guard = runner._start_guard(leader.pid)
+    guard = supervise._start_guard(leader.pid)
     assert guard is not None
     os.killpg(leader.pid, signal.SIGTERM)  # ignored by the guard: only EOF ends it
     assert leader.wait(timeout=10) == -signal.SIGTERM
     time.sleep(0.3)
     assert guard.poll() is None
-    runner._end_guard(guard)
+    supervise._end_guard(guard)
     assert guard.returncode == -signal.SIGKILL
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelgrid import results, runner
+from accelgrid import results
 from accelgrid.matrix import load_matrix
+from accelgrid.run import cellenv
+from accelgrid.run.cell import run_cell
 
 INNER = '''
 def test_inner_one():
@@ -46,7 +48,7 @@ def test_a_pytest_started_by_a_test_records_nothing(mini_project, python) -> Non
     (payload / "inner_case.py").write_text(INNER)
     (payload / "test_outer.py").write_text(OUTER)
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(cell, python, proj, proj / "results") == 0
     folder = proj / "results" / "cpu-2.13"
     recs, problems = results.read_records(folder / results.TESTS)
     assert not problems, problems
@@ -65,5 +67,5 @@ def test_the_runner_does_not_hand_a_recorder_mark_on(tmp_path: Path, mini_projec
     proj = mini_project()
     monkeypatch.setenv("ACCELGRID_RECORDER_PID", "1")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    env = runner.cell_env(cell, proj, tmp_path / "r")
+    env = cellenv.cell_env(cell, proj, tmp_path / "r")
     assert "ACCELGRID_RECORDER_PID" not in env

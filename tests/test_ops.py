@@ -16,9 +16,10 @@ torch = pytest.importorskip("torch")
 
 from report_cases import xpu_survey_cell  # noqa: E402
 
-from accelgrid import opcapture, ops, runner  # noqa: E402
+from accelgrid import opcapture, ops, sessions  # noqa: E402
 from accelgrid.matrix import load_matrix  # noqa: E402
 from accelgrid.report import ops_pages  # noqa: E402
+from accelgrid.run.cell import run_cell  # noqa: E402
 
 # Verbatim upstream texts (REFERENCE.md §2), in the forms they reach us.
 XPU_DEBUG_WARNING = (
@@ -156,7 +157,8 @@ def test_recorded_run_builds_ops_json_and_grids(mini_project, python, tmp_path: 
     (proj / "suites" / "payload" / "test_wl.py").write_text(PAYLOAD)
     monkeypatch.setenv("ACCELGRID_CAPTURE_OPS", "1")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(cell, python, proj, proj / "results",
+                    finalized=sessions.write_op_pages) == 0
     folder = proj / "results" / "cpu-2.13"
     data = json.loads((folder / "ops.json").read_text())
     assert data["workloads"] == ["conv", "mlp"]
@@ -380,7 +382,8 @@ def test_recorded_cpu_run_feeds_ops_predict(mini_project, python, tmp_path: Path
     (proj / "suites" / "payload" / "test_wl.py").write_text(XPU_MESSAGE_PAYLOAD)
     monkeypatch.setenv("ACCELGRID_CAPTURE_OPS", "1")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(cell, python, proj, proj / "results",
+                    finalized=sessions.write_op_pages) == 0
     folder = proj / "results" / "cpu-2.13"
     data = json.loads((folder / "ops.json").read_text())
     # The message reached ops.json through the plugin, next to the call it matched.

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import results, runner
+from accelgrid import results
 from accelgrid.matrix import load_matrix
+from accelgrid.run import passes as pass_plan
+from accelgrid.run import preflight, selection, supervise
+from accelgrid.run.cell import run_cell
 
 PAYLOAD = '''
 import os, time, pytest
@@ -97,7 +100,7 @@ def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", "https://user:pa55word@mirror.invalid/simple")
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
-    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(_cell(proj), python, proj, proj / "results")
     assert rc == 1  # failures present
     folder = proj / "results" / "cpu-2.13"
     recs = _records(folder)
@@ -130,7 +133,7 @@ def test_crash_and_hang_lose_nothing(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_crashy.py").write_text(CRASHY)
     t0 = time.monotonic()
-    runner.run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(_cell(proj), python, proj, proj / "results")
     assert time.monotonic() - t0 < 120
     got = {n: r["outcome"] for n, r in _records(proj / "results" / "cpu-2.13").items()}
     assert got == {"test_a_before": "passed", "test_b_segfault": "crashed",
@@ -145,8 +148,8 @@ def test_cell_time_limit_marks_rest_not_run(mini_project, python) -> None:
         def test_2(): time.sleep(600)
         def test_3(): pass
     '''))
-    rc = runner.run_cell(_cell(proj), python, proj, proj / "results", limit_s=15)
-    assert rc == runner.EXIT_CELL_TIMEOUT
+    rc = run_cell(_cell(proj), python, proj, proj / "results", limit_s=15)
+    assert rc == supervise.EXIT_CELL_TIMEOUT
     folder = proj / "results" / "cpu-2.13"
     got = {n: (r["outcome"], r.get("message", "")) for n, r in _records(folder).items()}
     assert got["test_1"][0] == "passed"
@@ -164,9 +167,9 @@ def test_killed_runner_keeps_what_was_recorded(mini_project, python) -> None:
         def test_2(): pass
         def test_3(): time.sleep(600)
     '''))
-    code = ("import sys; from pathlib import Path; from accelgrid import runner; "
+    code = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
             "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
-            "runner.run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), sys.executable, "
+            "run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), sys.executable, "
             "p, p / 'results')")
     proc = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True)
     folder = proj / "results" / "cpu-2.13"
@@ -195,7 +198,7 @@ def test_torch_mismatch_message(mini_project, tmp_path: Path) -> None:
     fake = tmp_path / "fakepy"
     fake.write_text("#!/bin/sh\necho 2.11.0+cu130\n")
     fake.chmod(0o755)
-    msg = runner.torch_mismatch(cell, str(fake))
+    msg = preflight.torch_mismatch(cell, str(fake))
     assert msg == (f"cpu-2.13: {fake} has torch 2.11.0+cu130, the cell needs torch 2.13.x "
                    "(pin torch==2.13.0)")
 
@@ -205,7 +208,7 @@ def test_torch_mismatch_message(mini_project, tmp_path: Path) -> None:
 ])
 def test_pytest_args_pass_through(mini_project, python, args, expect_suites) -> None:
     proj = mini_project()
-    cmd = runner.pytest_command(_cell(proj), python, proj / "r", args, root=proj)
+    cmd = pass_plan.pytest_command(_cell(proj), python, proj / "r", args, root=proj)
     assert cmd[: 3] == [python, "-m", "pytest"]
     assert cmd[len(cmd) - len(args):] == args  # the user's args come last: they win
     assert (cmd[3] == "suites/payload") == expect_suites
@@ -236,7 +239,7 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial)
     monkeypatch.setenv("ACCELGRID_DEVICES", "0,1")
     monkeypatch.setenv("ACCELGRID_SERIAL_PASSES", serial)
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results")
+    run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results")
     recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
     by_test = {r["nodeid"].split("::")[-1]: r for r in recs}
     pinned = [r for n, r in by_test.items() if n.startswith("test_pinned")]
@@ -264,22 +267,22 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial)
 def test_single_device_host_runs_one_pass(mini_project, monkeypatch) -> None:
     proj = mini_project()
     cell = _cell(proj, "xpu-2.13")
-    one = runner.passes(cell, device_ids=["3"])
+    one = pass_plan.passes(cell, device_ids=["3"])
     assert [p.name for p in one] == ["single"]
     assert dict(one[0].env) == {"ZE_AFFINITY_MASK": "3", "ACCELGRID_DEVICE_INDEX": "3"}
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    two = runner.passes(cell, device_ids=["0", "1"])
+    two = pass_plan.passes(cell, device_ids=["0", "1"])
     assert [p.name for p in two] == ["pinned", "all-devices"]
     share = max(1, (os.cpu_count() or 1) // 2)
     # GPUs that processes can share: the all-devices pass runs beside the pinned one
     # (with a worker's share of the CPU)...
     assert [p.beside for p in two] == [False, True]
     assert dict(two[1].env)["OMP_NUM_THREADS"] == str(share)
-    assert "no:cacheprovider" in runner.pytest_command(cell, "py", proj, run_pass=two[1])
+    assert "no:cacheprovider" in pass_plan.pytest_command(cell, "py", proj, run_pass=two[1])
     # ... unless asked not to, or the device type cannot be shared.
-    assert not runner.passes(cell, device_ids=["0", "1"], serial=True)[1].beside
-    monkeypatch.setitem(runner.SHARED_BY_PROCESSES, "xpu", False)
-    assert not runner.passes(cell, device_ids=["0", "1"])[1].beside
+    assert not pass_plan.passes(cell, device_ids=["0", "1"], serial=True)[1].beside
+    monkeypatch.setitem(pass_plan.SHARED_BY_PROCESSES, "xpu", False)
+    assert not pass_plan.passes(cell, device_ids=["0", "1"])[1].beside
     assert two[0].xdist == (
         "--dist", "worksteal",
         "--tx", f"popen//env:ZE_AFFINITY_MASK=0//env:ACCELGRID_DEVICE_INDEX=0"
@@ -287,10 +290,10 @@ def test_single_device_host_runs_one_pass(mini_project, monkeypatch) -> None:
         "--tx", f"popen//env:ZE_AFFINITY_MASK=1//env:ACCELGRID_DEVICE_INDEX=1"
                 f"//env:OMP_NUM_THREADS={share}")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
-    assert "OMP_NUM_THREADS" not in " ".join(runner.passes(cell, device_ids=["0", "1"])[0].xdist)
+    assert "OMP_NUM_THREADS" not in " ".join(pass_plan.passes(cell, device_ids=["0", "1"])[0].xdist)
     # cpu has no visibility variable: never pinned; its tests see no accelerator, those
     # that ask for the host's run in a pass of their own.
-    cpu = runner.passes(_cell(proj, "cpu-2.13"), device_ids=["0", "1"])
+    cpu = pass_plan.passes(_cell(proj, "cpu-2.13"), device_ids=["0", "1"])
     assert [p.name for p in cpu] == ["single", "host-accelerators"]
     assert dict(cpu[0].env) == {"CUDA_VISIBLE_DEVICES": "", "ONEAPI_DEVICE_SELECTOR":
                                 "!level_zero:gpu"}
@@ -302,7 +305,7 @@ def test_one_chosen_device_is_pinned(mini_project, python, monkeypatch) -> None:
     (proj / "suites" / "payload" / "test_one.py").write_text(
         "import os\ndef test_sees_one():\n    assert os.environ['ZE_AFFINITY_MASK'] == '1'\n")
     monkeypatch.setenv("ACCELGRID_DEVICES", "1")
-    assert runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results") == 0
     recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
     assert [(r["outcome"], r["device"]) for r in recs] == [("passed", "xpu:1")]
 
@@ -360,7 +363,7 @@ def test_recorded_properties_land_in_the_test_record(mini_project, python) -> No
         "def test_facts_then_skip(request):\n"
         "    request.node.user_properties.append(('has_fp64', False))\n"
         "    pytest.skip('no fp64')\n")
-    runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
     recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
     by = {r["nodeid"].split("::")[-1]: r for r in recs}
     props = by["test_facts"]["properties"]
@@ -382,7 +385,7 @@ def test_a_record_tells_cpu_work_from_waiting(mini_project, python) -> None:
         "        pass\n"
         "def test_waits():\n"
         "    time.sleep(0.5)\n")
-    runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
     recs = _records(proj / "results" / "cpu-2.13")
     assert recs["test_computes"]["cpu_s"] >= 0.5
     assert recs["test_waits"]["cpu_s"] < 0.2 <= 0.5 <= recs["test_waits"]["duration"]
@@ -401,7 +404,7 @@ def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatc
     for name, value in flags.items():
         monkeypatch.setenv(name, value)
     cell = load_matrix(root / "matrix.yaml").cell("cpu-2.13")
-    rc = runner.run_cell(cell, python, root, tmp_path,
+    rc = run_cell(cell, python, root, tmp_path,
                          ["suites/smoke/test_device_api.py::test_float64_math"])
     assert rc == 0
     _, folder = results.last_run(tmp_path / "cpu-2.13")   # a selected run: runs/<id>/
@@ -433,7 +436,7 @@ def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch)
     monkeypatch.delenv("ONEAPI_DEVICE_SELECTOR", raising=False)
     proj = mini_project(workers=2)
     (proj / "suites" / "payload" / "test_hidden.py").write_text(HIDDEN_PAYLOAD)
-    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
     folder = proj / "results" / "cpu-2.13"
     recs, _ = results.read_records(folder / results.TESTS)
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs} == {
@@ -447,7 +450,7 @@ def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch)
 def test_cpu_cell_without_marked_tests_runs_one_pass(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_plain.py").write_text("def test_x():\n    pass\n")
-    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
     assert _pass_names(proj / "results" / "cpu-2.13") == ["single"]
 
 
@@ -460,7 +463,7 @@ def test_a_module_that_fails_to_import_is_an_error_record(mini_project, python,
     (payload / "test_ok.py").write_text("def test_a():\n    pass\n")
     (payload / "test_broken.py").write_text("import not_installed_anywhere\n"
                                             "def test_b():\n    pass\n")
-    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") != 0
+    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") != 0
     recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
     by = {r["nodeid"]: r for r in recs}
     broken = by["suites/payload/test_broken.py"]
@@ -503,7 +506,7 @@ def test_any_number_of_crashes_and_hangs_lose_only_themselves(mini_project, pyth
     # worker), which used to end the run and leave every later test not-run.
     proj = mini_project()
     (proj / "suites" / "payload" / "test_many.py").write_text(MANY_CRASHES)
-    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(_cell(proj), python, proj, proj / "results")
     assert rc == 1  # the crashes and timeouts are failures
     got = {n: r["outcome"] for n, r in _records(proj / "results" / "cpu-2.13").items()}
     assert got == {**{f"test_b_crash[{i}]": "crashed" for i in range(6)},
@@ -532,7 +535,7 @@ def test_workers_leave_once_their_session_is_over(mini_project, python, monkeypa
         monkeypatch.setenv("ACCELGRID_WORKER_TEARDOWN", teardown)
         monkeypatch.setenv("TEARDOWN_DIR", str(tmp_path / f"teardown{teardown}"))
         (tmp_path / f"teardown{teardown}").mkdir()
-        assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+        assert run_cell(_cell(proj), python, proj, proj / "results") == 0
         assert {r["outcome"] for r in _records(proj / "results" / "cpu-2.13").values()} == {
             "passed"}
     assert sorted(p.name for p in (tmp_path / "teardown1").iterdir()) == ["gw0", "gw1"]
@@ -549,7 +552,7 @@ def test_workers_that_die_without_a_test_still_end_the_run(mini_project, python)
         "        os._exit(3)\n")
     (proj / "suites" / "payload" / "test_one.py").write_text("def test_one(): pass\n")
     t0 = time.monotonic()
-    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(_cell(proj), python, proj, proj / "results")
     assert rc != 0 and time.monotonic() - t0 < 120  # ended, not restarting forever
 
 
@@ -607,7 +610,7 @@ def test_text_that_is_not_utf8_is_recorded_and_the_run_goes_on(mini_project, pyt
     (payload / "test_surrogates.py").write_text(SURROGATES)
     with open(bytes(payload) + b"/test_\xff.py", "w") as fh:  # a non-UTF-8 test file name
         fh.write("def test_x():\n    pass\n")
-    rc = runner.run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(_cell(proj), python, proj, proj / "results")
     assert rc == 1
     folder = proj / "results" / "cpu-2.13"
     recs = _records(folder)
@@ -692,7 +695,7 @@ def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: list[str
     monkeypatch.setenv("ACCELGRID_DEVICES", "0,1")
     monkeypatch.delenv("ACCELGRID_SERIAL_PASSES", raising=False)
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    rc = runner.run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results", list(args))
+    rc = run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results", list(args))
     return rc, results.last_run(proj / "results" / "xpu-2.13")[1]
 
 
@@ -796,12 +799,12 @@ def test_a_selection_holds_in_both_passes_beside_each_other(mini_project, python
 
 
 def test_serial_passes_when_asked_or_when_the_cache_is_used(monkeypatch) -> None:
-    assert runner.serial_reason({}, ["-k", "x"]) is None
-    assert runner.serial_reason({"ACCELGRID_SERIAL_PASSES": "0"}, []) is None
-    assert runner.serial_reason({"ACCELGRID_SERIAL_PASSES": "1"}, []) == (
+    assert pass_plan.serial_reason({}, ["-k", "x"]) is None
+    assert pass_plan.serial_reason({"ACCELGRID_SERIAL_PASSES": "0"}, []) is None
+    assert pass_plan.serial_reason({"ACCELGRID_SERIAL_PASSES": "1"}, []) == (
         "ACCELGRID_SERIAL_PASSES=1")
-    assert runner.serial_reason({}, ["--lf", "-x"]) == "--lf uses pytest's cache"
-    assert runner.serial_reason({}, ["--last-failed-no-failures=none"]) == (
+    assert pass_plan.serial_reason({}, ["--lf", "-x"]) == "--lf uses pytest's cache"
+    assert pass_plan.serial_reason({}, ["--last-failed-no-failures=none"]) == (
         "--last-failed-no-failures uses pytest's cache")
 
 
@@ -813,7 +816,7 @@ def test_serial_passes_when_asked_or_when_the_cache_is_used(monkeypatch) -> None
     ((), ["-m", "a or b", "--maxfail", "2"], (["-m", "a or b"], ["--maxfail", "2"])),
 ])
 def test_the_users_marker_expression_joins_the_passes(select, args, want) -> None:
-    assert runner._with_markers(select, args) == want
+    assert pass_plan._with_markers(select, args) == want
 
 
 # --- a chosen subset of devices holds in every pass ------------------------------------
@@ -838,12 +841,12 @@ def test_chosen_devices_hold_in_every_pass(mini_project, python, monkeypatch) ->
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
     proj = mini_project()
     cell = _cell(proj, "xpu-2.13")
-    every = runner.passes(cell, device_ids=detect.device_ids("xpu"))
+    every = pass_plan.passes(cell, device_ids=detect.device_ids("xpu"))
     assert {k: v for k, v in every[1].env if k != "OMP_NUM_THREADS"} == {
         "ZE_AFFINITY_MASK": "0,1,2,3", "ACCELGRID_DEVICE_INDEX": "0,1,2,3"}
     monkeypatch.setenv("ACCELGRID_DEVICES", "1,3")
     (proj / "suites" / "payload" / "test_subset.py").write_text(SUBSET)
-    assert runner.run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(cell, python, proj, proj / "results") == 0
     recs = _records(proj / "results" / "xpu-2.13")
     assert all(r["outcome"] == "passed" for r in recs.values()) and len(recs) == 5
     assert {r["device"] for n, r in recs.items() if n.startswith("test_pinned")} <= {
@@ -886,7 +889,7 @@ def test_distributed_world_is_the_visible_devices(root, monkeypatch) -> None:
     (["--some-new-option"], ["--some-new-option"]),  # unknown: counted as narrowing
 ])
 def test_selection_of_pytest_args(args, chosen) -> None:
-    assert runner.selection(args) == chosen
+    assert selection.selection(args) == chosen
 
 
 SELECTABLE = '''
@@ -908,12 +911,12 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     test_file.write_text(SELECTABLE)
     out = proj / "results"
     cell_folder = out / "cpu-2.13"
-    assert runner.run_cell(_cell(proj), python, proj, out) == 1  # the full run
+    assert run_cell(_cell(proj), python, proj, out) == 1  # the full run
     full = json.loads((cell_folder / results.SUMMARY).read_text())
     assert full["total"] == 5 and full["selection"] == [] and full["partial"] is False
     compare.update([cell_folder], proj / "baselines")
 
-    assert runner.run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
+    assert run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
     run_id, selected = results.last_run(cell_folder)
     assert selected.parent == cell_folder / results.RUNS and selected.name == run_id
     summary = json.loads((selected / results.SUMMARY).read_text())
@@ -943,13 +946,13 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     merged, _ = compare.update([selected], proj / "baselines", allow_partial=True)
     assert len(merged[0].tests) == 5 and merged[0].dropped == 0
     # -x stops early: a selection too.
-    assert runner.run_cell(_cell(proj), python, proj, out, ["-x", "-k", "other"]) != 0
+    assert run_cell(_cell(proj), python, proj, out, ["-x", "-k", "other"]) != 0
     x_run = results.last_run(cell_folder)[1]
     assert json.loads((x_run / results.SUMMARY).read_text())["selection"] == [
         "-x", "-k", "other"]
     # Everything selected is gone (renamed): the gate compared nothing and says so.
     test_file.write_text(SELECTABLE.replace("test_smoke_", "test_smoke_renamed_"))
-    assert runner.run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
+    assert run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
     gone = results.last_run(cell_folder)[1]
     rc = cli.main(["grid", str(gone), "--out", str(tmp_path / "g2"),
                    "--baseline", str(proj / "baselines")])
@@ -994,7 +997,7 @@ def test_a_run_loads_only_its_own_pytest_plugins(mini_project, python, monkeypat
                           capture_output=True, text=True, timeout=120)
     assert bare.returncode == 0 and mark.read_text() == "loaded", bare.stdout[-2000:]
     mark.unlink()
-    runner.run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(_cell(proj), python, proj, proj / "results")
     assert not mark.exists()
     folder = results.last_run(proj / "results" / "cpu-2.13")[1]
     outcomes_by_test = {k: r["outcome"] for k, r in _records(folder).items()}
@@ -1002,7 +1005,7 @@ def test_a_run_loads_only_its_own_pytest_plugins(mini_project, python, monkeypat
     log = (folder / results.PYTEST_LOG).read_text()
     assert "created: 1/1 worker" in log
     monkeypatch.setenv("PYTEST_PLUGINS", "strayplug")
-    runner.run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_ok"])
+    run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_ok"])
     assert mark.read_text() == "loaded"
 
 

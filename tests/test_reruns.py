@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 from mini_projects import RERUN_PAYLOAD
 
-from accelgrid import install, outcomes, report, runner
+from accelgrid import install, outcomes, report
 from accelgrid.history import open_store
 from accelgrid.matrix import RERUN_TOOL, load_matrix
 from accelgrid.results import read_cell
+from accelgrid.run import passes as pass_plan
+from accelgrid.run import selection
+from accelgrid.run.cell import run_cell
 from accelgrid.validation import ValidationFailed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +47,7 @@ def test_reruns_default_zero_adds_neither_plugin_nor_option(tmp_path: Path) -> N
     m = _matrix(tmp_path)
     for cell in m.cells:
         assert cell.reruns == 0 and _rerun_pins(cell) == []
-        cmd = runner.pytest_command(cell, "python", tmp_path)
+        cmd = pass_plan.pytest_command(cell, "python", tmp_path)
         assert not any(a.startswith("--rerun") or "rerunfailures" in a for a in cmd), cmd
     assert m.cell("cpu-2.13").as_dict()["reruns"] == 0
 
@@ -58,9 +61,9 @@ def test_reruns_per_default_device_and_include_rule(tmp_path: Path) -> None:
     cpu = m.cell("cpu-2.13")
     assert _rerun_pins(cpu) == [RERUN_TOOL]
     assert _rerun_pins(m.cell("xpu-2.4")) == []
-    cmd = runner.pytest_command(cpu, "python", tmp_path)
+    cmd = pass_plan.pytest_command(cpu, "python", tmp_path)
     assert cmd[cmd.index("pytest_rerunfailures") - 1] == "-p" and "--reruns=3" in cmd
-    assert "--reruns=3" not in runner.pytest_command(m.cell("xpu-2.4"), "python", tmp_path)
+    assert "--reruns=3" not in pass_plan.pytest_command(m.cell("xpu-2.4"), "python", tmp_path)
     # The cell env gets the plugin in its tooling step, only where reruns > 0.
     steps = install.plan(cpu, uv_env={}).steps
     assert RERUN_TOOL in steps[-1].args
@@ -86,9 +89,9 @@ def test_reruns_must_be_a_count(tmp_path: Path, value: str) -> None:
 
 
 def test_reruns_option_does_not_make_a_selected_run() -> None:
-    assert runner.selection(["--reruns", "2", "--reruns-delay=1", "--only-rerun",
+    assert selection.selection(["--reruns", "2", "--reruns-delay=1", "--only-rerun",
                              "AssertionError"]) == []
-    assert runner.selection(["--reruns", "2", "-k", "x"]) == ["-k", "x"]
+    assert selection.selection(["--reruns", "2", "-k", "x"]) == ["-k", "x"]
 
 
 def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
@@ -102,7 +105,7 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     assert cell.reruns == 2
     # Nothing by hand: no PYTEST_PLUGINS, no --reruns; the matrix alone asks for them.
-    rc = runner.run_cell(cell, sys.executable, proj, proj / "results")
+    rc = run_cell(cell, sys.executable, proj, proj / "results")
     assert rc == 1  # test_always_fails failed all three attempts
     recs = {n.split("::")[1]: r for n, r in read_cell(proj / "results" / "cpu-2.13").tests.items()}
     assert recs["test_flaky"]["outcome"] == outcomes.FLAKY

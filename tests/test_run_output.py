@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import install, outcomes, progress, report, results, runner
+from accelgrid import install, outcomes, report, results
 from accelgrid.matrix import load_matrix
+from accelgrid.run import console
+from accelgrid.run.cell import run_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -65,7 +67,7 @@ def _project(mini_project) -> Path:
 
 def _run(proj: Path, *args: str) -> tuple[int, Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    rc = runner.run_cell(cell, sys.executable, proj, proj / "results", list(args))
+    rc = run_cell(cell, sys.executable, proj, proj / "results", list(args))
     return rc, results.last_run(proj / "results" / "cpu-2.13")[1]
 
 
@@ -112,7 +114,7 @@ def test_console_shows_progress_per_suite_and_why_tests_did_not_run(
 @pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_a_long_suite_reports_while_it_runs(mini_project, capfd, monkeypatch) -> None:
     proj = _project(mini_project)
-    monkeypatch.setattr(progress, "HEARTBEAT_S", 1.0)
+    monkeypatch.setattr(console, "HEARTBEAT_S", 1.0)
     assert _run(proj, "suites/two")[0] == 0
     lines = [ln.removeprefix("accelgrid: cpu-2.13: ") for ln in capfd.readouterr().out
              .splitlines() if ln.startswith("accelgrid: cpu-2.13: two ")]
@@ -254,4 +256,4 @@ def test_env_build_prints_each_step_with_what_and_how_long(tmp_path: Path) -> No
 @pytest.mark.parametrize("seconds, text", [(0.4, "0 s"), (48, "48 s"), (125, "2 min 05 s"),
                                            (3599.9, "60 min")])
 def test_elapsed_reads_as_minutes_and_seconds(seconds: float, text: str) -> None:
-    assert progress.elapsed(seconds) == text
+    assert console.elapsed(seconds) == text

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, results, runner, shards
+from accelgrid import contract, results, shards
 from accelgrid.matrix import load_matrix
 from accelgrid.report import model
+from accelgrid.run.cell import run_cell
 
 
 def test_shard_specs() -> None:
@@ -94,12 +95,12 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
     (proj / "suites" / "payload" / "test_s.py").write_text(PAYLOAD)
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     whole = proj / "whole"
-    runner.run_cell(cell, python, proj, whole)
+    run_cell(cell, python, proj, whole)
     parts = proj / "sharded"
     for k in (1, 2):
         monkeypatch.setenv(contract.SHARD, f"{k}/2")
         monkeypatch.setenv(contract.SHARD_DURATIONS, str(whole / cell.name))
-        runner.run_cell(cell, python, proj, parts / shards.folder_name(k, 2))
+        run_cell(cell, python, proj, parts / shards.folder_name(k, 2))
     monkeypatch.delenv(contract.SHARD)
     one = model.build([whole / cell.name])
     merged = model.build([parts])

@@ -1,4 +1,4 @@
-"""Several xdist workers sharing a device: how many (runner.workers_per_device), the plan
+"""Several xdist workers sharing a device: how many (pass_plan.workers_per_device), the plan
 that pins k workers to each device, and the device_alone tests that run after them, one
 worker per device, on real pytest runs of generated payload tests (a faked xpu host)."""
 
@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, results, runner
+from accelgrid import contract, results
 from accelgrid.errors import InvalidInput
 from accelgrid.matrix import load_matrix
+from accelgrid.run import passes as pass_plan
+from accelgrid.run.cell import run_cell
 
 
 def _cell(proj: Path, name: str = "xpu-2.13"):
@@ -26,7 +28,7 @@ def host(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
     def make(cores: int) -> None:
-        monkeypatch.setattr(runner.os, "cpu_count", lambda: cores)
+        monkeypatch.setattr(pass_plan.os, "cpu_count", lambda: cores)
 
     return make
 
@@ -35,29 +37,29 @@ def test_workers_per_device_come_from_the_host(mini_project, host, monkeypatch) 
     cell = _cell(mini_project())
     host(16)
     # 16 cores, one 141 GiB device: 2 cores and 12 GiB a worker, at most 8.
-    assert runner.workers_per_device(cell, 1, memory_gib=[141.0]) == 8
-    assert runner.workers_per_device(cell, 2, memory_gib=[141.0, 141.0]) == 4  # the cores
-    assert runner.workers_per_device(cell, 1, memory_gib=[16.0, 141.0]) == 1   # the smallest
-    assert runner.workers_per_device(cell, 1, memory_gib=[48.0]) == 4          # the memory
-    assert runner.workers_per_device(cell, 1, memory_gib=[]) == 2     # unknown: cautious
+    assert pass_plan.workers_per_device(cell, 1, memory_gib=[141.0]) == 8
+    assert pass_plan.workers_per_device(cell, 2, memory_gib=[141.0, 141.0]) == 4  # the cores
+    assert pass_plan.workers_per_device(cell, 1, memory_gib=[16.0, 141.0]) == 1   # the smallest
+    assert pass_plan.workers_per_device(cell, 1, memory_gib=[48.0]) == 4          # the memory
+    assert pass_plan.workers_per_device(cell, 1, memory_gib=[]) == 2     # unknown: cautious
     host(64)
-    assert runner.workers_per_device(cell, 1, memory_gib=[1000.0]) == runner.MAX_PER_DEVICE
+    assert pass_plan.workers_per_device(cell, 1, memory_gib=[1000.0]) == pass_plan.MAX_PER_DEVICE
     host(2)  # this kind of box: one worker
-    assert runner.workers_per_device(cell, 1, memory_gib=[141.0]) == 1
+    assert pass_plan.workers_per_device(cell, 1, memory_gib=[141.0]) == 1
     host(16)
     # The run's own settings: serial passes, a device type processes cannot share...
-    assert runner.workers_per_device(cell, 1, serial=True, memory_gib=[141.0]) == 1
-    monkeypatch.setitem(runner.SHARED_BY_PROCESSES, "xpu", False)
-    assert runner.workers_per_device(cell, 1, memory_gib=[141.0]) == 1
-    monkeypatch.setitem(runner.SHARED_BY_PROCESSES, "xpu", True)
+    assert pass_plan.workers_per_device(cell, 1, serial=True, memory_gib=[141.0]) == 1
+    monkeypatch.setitem(pass_plan.SHARED_BY_PROCESSES, "xpu", False)
+    assert pass_plan.workers_per_device(cell, 1, memory_gib=[141.0]) == 1
+    monkeypatch.setitem(pass_plan.SHARED_BY_PROCESSES, "xpu", True)
     # ... the cell's own workers when the matrix sets more than one, the user's variable.
-    assert runner.workers_per_device(dataclasses.replace(cell, workers=3), 1,
+    assert pass_plan.workers_per_device(dataclasses.replace(cell, workers=3), 1,
                                      memory_gib=[141.0]) == 3
     env = {contract.WORKERS_PER_DEVICE: "5"}
-    assert runner.workers_per_device(cell, 1, env=env, memory_gib=[16.0]) == 5
+    assert pass_plan.workers_per_device(cell, 1, env=env, memory_gib=[16.0]) == 5
     for bad in ("0", "x", "65", "-1"):
         with pytest.raises(InvalidInput, match=f"{contract.WORKERS_PER_DEVICE}="):
-            runner.workers_per_device(cell, 1, env={contract.WORKERS_PER_DEVICE: bad})
+            pass_plan.workers_per_device(cell, 1, env={contract.WORKERS_PER_DEVICE: bad})
 
 
 def test_one_shared_device_runs_its_device_alone_tests_afterwards(mini_project, host,
@@ -65,7 +67,7 @@ def test_one_shared_device_runs_its_device_alone_tests_afterwards(mini_project, 
     cell = _cell(mini_project())
     host(16)
     monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "4")
-    shared, alone = runner.passes(cell, device_ids=["3"])
+    shared, alone = pass_plan.passes(cell, device_ids=["3"])
     assert (shared.name, alone.name) == ("single", "device-alone")
     assert shared.xdist == ("-n", "4", "--dist", "worksteal") and shared.workers == 4
     assert shared.select == ("-m", "not device_alone")
@@ -78,9 +80,9 @@ def test_one_shared_device_runs_its_device_alone_tests_afterwards(mini_project, 
     assert alone.beside and alone.gated and alone.empty_ok
     # One worker per device: the plan as before, no pass of its own for device_alone.
     monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "1")
-    assert [p.name for p in runner.passes(cell, device_ids=["3"])] == ["single"]
+    assert [p.name for p in pass_plan.passes(cell, device_ids=["3"])] == ["single"]
     # ACCELGRID_WORKERS (the user's worker count) keeps its meaning: -n N, nothing pinned.
-    assert [(p.name, p.xdist) for p in runner.passes(cell, 6, ["3"])] == [("single",
+    assert [(p.name, p.xdist) for p in pass_plan.passes(cell, 6, ["3"])] == [("single",
                                                                            ("-n", "6"))]
 
 
@@ -89,7 +91,7 @@ def test_k_workers_are_pinned_to_each_of_several_devices(mini_project, host,
     cell = _cell(mini_project())
     host(16)
     monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "2")
-    pinned, every, alone = runner.passes(cell, device_ids=["0", "1"])
+    pinned, every, alone = pass_plan.passes(cell, device_ids=["0", "1"])
     assert (pinned.name, every.name, alone.name) == ("pinned", "all-devices", "device-alone")
     spec = "popen//env:ZE_AFFINITY_MASK={0}//env:ACCELGRID_DEVICE_INDEX={0}//env:OMP_NUM_THREADS=4"
     assert pinned.xdist == ("--dist", "worksteal", "--tx", spec.format(0), "--tx",
@@ -130,7 +132,7 @@ def test_a_shared_run_records_every_test_once(mini_project, python, monkeypatch,
     monkeypatch.setenv("ACCELGRID_DEVICES", devices)
     monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "2")
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    assert runner.run_cell(_cell(proj), python, proj, proj / "results") == 0
+    assert run_cell(_cell(proj), python, proj, proj / "results") == 0
     folder = proj / "results" / "xpu-2.13"
     recs, problems = results.read_records(folder / results.TESTS)
     assert not problems

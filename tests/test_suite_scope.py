@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import runner, suite_scope
+from accelgrid import suite_scope
 from accelgrid.matrix import load_matrix
+from accelgrid.run import passes as pass_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,7 +214,7 @@ def test_the_runner_gives_pytest_the_narrowed_suites() -> None:
     folder = Path("/results")
 
     def paths(args: list[str]) -> list[str]:
-        cmd = runner.pytest_command(cell, "python", folder, args, root=ROOT)
+        cmd = pass_plan.pytest_command(cell, "python", folder, args, root=ROOT)
         first_option = next(i for i, a in enumerate(cmd) if a.startswith("-") and i > 2)
         return cmd[3:first_option]
 
@@ -253,9 +254,9 @@ def test_a_later_pass_keeps_option_values_that_name_paths(tmp_path: Path) -> Non
     """A pass that runs what an earlier one left it drops the user's test paths (the list
     replaces them), not an option's value that happens to be a folder (`-k suites`)."""
     cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
-    later = runner.cpu_passes(cell)[1]
+    later = pass_plan.cpu_passes(cell)[1]
     left = ["suites/smoke/test_device_api.py::test_x"]
-    (tmp_path / runner.LEFT_FOR[later.name]).write_text(json.dumps(left))
+    (tmp_path / pass_plan.LEFT_FOR[later.name]).write_text(json.dumps(left))
     args = ["-k", "suites", "suites/smoke", "-ksmoke", "suites/smoke/test_device_api.py::t", "-v"]
-    assert runner._pass_args(later, tmp_path, ROOT, args) == [*left, "-k", "suites",
+    assert pass_plan.pass_args(later, tmp_path, ROOT, args) == [*left, "-k", "suites",
                                                               "-ksmoke", "-v"]

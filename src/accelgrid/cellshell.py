@@ -1,9 +1,9 @@
 """Working inside a cell by hand: the variables a run of the cell gives its tests, and a
 shell (or one command) in the cell's env with them.
 
-The variables come from the runner's own functions: :func:`accelgrid.runner.cell_env`
+The variables come from the runner's own functions: :func:`accelgrid.run.cellenv.cell_env`
 (device, profile, hardware family and driver, accelgrid's contract, the cell's known
-issues) and the first pass of :func:`accelgrid.runner.passes` (a cpu cell hides the
+issues) and the first pass of :func:`accelgrid.run.passes.passes` (a cpu cell hides the
 host's accelerators; one device is pinned). Left out are what only a run has: its id and
 its pytest arguments. A test run by hand records into ``results/<cell>/.debug/``, which no
 grid reads and the cell's next full run clears.
@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from . import contract, detect, results, runner, venvs
+from . import contract, detect, results, venvs
 from .errors import InvalidInput
 from .matrix import Cell, Matrix
+from .run import cellenv, preflight
+from .run import passes as pass_plan
 
 DEBUG = ".debug"   # results/<cell>/.debug/: a dot folder, so grids never take it for a cell
 
@@ -115,7 +117,7 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     root = matrix.root.resolve()   # as the noxfile's ROOT: every path printed is absolute
     if no_venv:
         python = Path(sys.executable)
-        mismatch = runner.torch_mismatch(cell, str(python))
+        mismatch = preflight.torch_mismatch(cell, str(python))
         if mismatch:
             raise InvalidInput(mismatch + " (--no-venv runs on the current interpreter)")
     else:
@@ -131,7 +133,7 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     results.refuse_symlink(folder, results.results_root(root))
     results.clear_for_run(folder)
     with contextlib.redirect_stdout(note):
-        env = runner.cell_env(cell, root, folder, base)
+        env = cellenv.cell_env(cell, root, folder, base)
     first = _first_pass(cell, env, str(python))
     env.update({**dict(first.env), contract.PASS: first.name})
     return CellEnv(
@@ -141,15 +143,15 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
         unset=tuple(sorted(k for k in base if k not in env)))
 
 
-def _first_pass(cell: Cell, env: Mapping[str, str], python: str | None = None) -> runner.Pass:
+def _first_pass(cell: Cell, env: Mapping[str, str], python: str | None = None) -> pass_plan.Pass:
     """The pass a test runs in, as the runner plans it for this host (an xpu cell's
     devices counted in its env, as the run counts them). With several devices the run
     pins one to each worker: by hand, one process, the first device."""
     workers = 1 if env.get(contract.WORKERS, "").strip() else None  # only None matters
     ids = detect.device_ids(cell.device, dict(env), python, cell.torch)
-    plan = runner.passes(cell, workers, ids)
+    plan = pass_plan.passes(cell, workers, ids)
     if plan[0].name == contract.PASS_PINNED:
-        plan = runner.passes(cell, None, ids[:1])
+        plan = pass_plan.passes(cell, None, ids[:1])
     return plan[0]
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import contract, devices, environment, install, results, runner
+from . import contract, devices, environment, install, provenance, results
 from .errors import InvalidInput
 from .matrix import Cell, Matrix, Runtime, control_problem
 
@@ -566,7 +566,7 @@ def run(matrix: Matrix, cell: Cell, engine: Engine, pytest_args: Sequence[str] =
     env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
     # The image has no .git: record which checkout it was built from (env.json keeps
     # ACCELGRID_* variables).
-    commit, dirty = runner.project_commit(matrix.root)
+    commit, dirty = provenance.project_commit(matrix.root)
     if commit:
         env.update({contract.SOURCE_COMMIT: commit,
                     contract.SOURCE_DIRTY: "1" if dirty else "0"})

@@ -34,7 +34,7 @@ SELECTION = "ACCELGRID_SELECTION"      # JSON list: those of them that narrow th
 GATE = "ACCELGRID_GATE"                # a file: the pass starts beside the others (start-up,
                                        # collection) and runs its tests once it exists
 
-# Passes of a cell run (runner.passes): one xdist run on the host's device(s), or one
+# Passes of a cell run (accelgrid.run.passes): one xdist run on the host's device(s), or one
 # worker pinned per device plus a pass for tests that need every device (beside the pinned
 # one where processes can share a device, else after it).
 PASS_SINGLE = "single"

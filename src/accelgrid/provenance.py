@@ -11,7 +11,9 @@ import importlib.metadata
 import os
 import platform
 import socket
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from . import contract, devices, environment
@@ -145,3 +147,19 @@ def merge_torch_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     merged["devices"] = sorted(devices.values(), key=lambda d: str(d["index"]))
     merged["device_count"] = len(merged["devices"])
     return merged
+
+
+def project_commit(root: Path) -> tuple[str | None, bool]:
+    """HEAD of the project and whether the tree has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=30, check=False)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                 "--untracked-files=no"], capture_output=True, text=True,
+                                timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+    if head.returncode != 0:
+        return None, False
+    return head.stdout.strip(), bool(status.stdout.strip())
+

@@ -3,7 +3,7 @@
 ``noxfile.py`` calls :func:`register`. A cell session checks the device is present and
 its torch's runtime bundle sourced (:func:`accelgrid.detect.runtime_problem`), builds its
 env with uv (pip's configuration carried over), installs the cell's pins from the right
-index, and hands over to :mod:`accelgrid.runner`. With ``--no-venv`` it installs nothing
+index, and hands over to :mod:`accelgrid.run.cell`. With ``--no-venv`` it installs nothing
 and runs on the current interpreter, refusing a torch of another version.
 
 nox creates a session's env before the session's code runs, so a cell whose runtime is
@@ -31,14 +31,15 @@ from . import (
     history,
     install,
     known_issues,
-    progress,
+    ops,
     results,
-    runner,
     shards,
     venvs,
 )
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
+from .run import console, preflight
+from .run.cell import run_cell
 
 
 def _python_in(session: nox.Session) -> str:
@@ -71,13 +72,25 @@ def _fail(session: nox.Session, message: str) -> None:
 def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     """The body of every cell session."""
     global _IDLE_SINCE
-    progress.tolerant_console()
+    console.tolerant_console()
     try:
         _run_cell_session(session, matrix, cell)
     except AccelgridError as exc:  # e.g. an invalid known_issues.yaml: one line
         _fail(session, str(exc) if hasattr(exc, "problems") else f"{cell.name}: {exc}")
     finally:
         _IDLE_SINCE = time.time()
+
+
+def write_op_pages(cell: Cell, folder: Path) -> None:
+    """The session step after a run: the cell's op coverage pages (ops.json, ops.md,
+    ops.html) where its tests captured ops (the run leaves report pages to its caller:
+    run and report are siblings)."""
+    captured = ops.aggregate(folder)
+    if captured is not None:
+        from .report import ops_pages  # only then: the report package brings jinja2
+
+        ops_pages.write_cell(folder, captured)
+        print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
 
 
 def _shard_results(out: Path, cell: Cell) -> Path:
@@ -129,7 +142,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     workers = _workers_override()
     python = _python_in(session)
     if isinstance(session.virtualenv, PassthroughEnv):
-        mismatch = runner.torch_mismatch(cell, python)
+        mismatch = preflight.torch_mismatch(cell, python)
         if mismatch:
             _fail(session, mismatch + " (--no-venv runs on the current interpreter)")
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
@@ -160,7 +173,8 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
     if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
         return
     try:
-        rc = runner.run_cell(cell, python, matrix.root, out, session.posargs, workers=workers)
+        rc = run_cell(cell, python, matrix.root, out, session.posargs, workers=workers,
+                      finalized=write_op_pages)
     except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
         problem = results.storage_problem(exc)
         if problem is None:
@@ -230,7 +244,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
     one per step that names it). Returns whether uv
     installed every step (not under ``--no-install``)."""
     total = len(plan.steps) + 1
-    shown = progress.shown_path(Path(session.bin).parent)
+    shown = console.shown_path(Path(session.bin).parent)
     # nox's own record of whether it reused the env (its sessions read it too); the file
     # times said "created" once for a reused env in CI.
     reused = bool(getattr(session.virtualenv, "_reused", False))

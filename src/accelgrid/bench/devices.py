@@ -30,10 +30,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import contract, detect, lifetime, outcomes, progress, results, runner
+from .. import contract, detect, lifetime, outcomes, provenance, results
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
 from ..provenance import now
+from ..run import console
+from ..run import passes as pass_plan
 from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
 
 DEFAULT_OUT = "results/bench-devices"
@@ -51,10 +53,10 @@ def parse_per_device(value: str | None) -> list[str] | None:
         return None
     items = [x.strip() for x in value.split(",") if x.strip()]
     wrong = [x for x in items if x != AUTO and not (x.isdigit() and
-                                                   1 <= int(x) <= runner.MAX_WORKERS_PER_DEVICE)]
+                                                   1 <= int(x) <= pass_plan.MAX_WORKERS_PER_DEVICE)]
     if not items or wrong:
         raise InvalidInput(f"--workers-per-device {value!r}: whole numbers from 1 to "
-                           f"{runner.MAX_WORKERS_PER_DEVICE} or {AUTO}, comma-separated")
+                           f"{pass_plan.MAX_WORKERS_PER_DEVICE} or {AUTO}, comma-separated")
     return items
 
 
@@ -105,7 +107,7 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
     ids = detect.device_ids(cell.device)
     plan = counts_for(len(ids), counts)
     root = matrix.root.resolve()
-    commit, dirty = runner.project_commit(root)
+    commit, dirty = provenance.project_commit(root)
     command = ["accelgrid", "bench", "devices", "--cell", cell.name, "--repeat", str(repeat),
                *(["--counts", ",".join(map(str, counts))] if counts else []),
                *(["--workers-per-device", ",".join(per_device)] if per_device else []),
@@ -285,7 +287,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{', beside ' + p['beside'] if p['beside'] else ''}) {p['wall_s']} s"
             for p in r["passes"])
         first = ", ".join(f"{p['name']} {p['first_test_s']}" for p in r["passes"])
-        counts = progress.count_text(r["counts"] or {})
+        counts = console.count_text(r["counts"] or {})
         own = ", ".join(f"{k} {v}" for k, v in (r.get("test_seconds") or {}).items())
         shared = f" × {r['per_device']}" if r.get("per_device") else ""
         lines.append(f"| {i} | {r['devices']}{shared} | {r['wall_s']:.1f} s | {passes} | "

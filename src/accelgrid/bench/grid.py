@@ -30,10 +30,9 @@ from typing import Any
 from .. import outcomes, results
 from .. import report as grid
 from ..errors import InvalidInput
-from ..provenance import now
+from ..provenance import now, project_commit
 from ..report import compare as baseline
 from ..results import dumps
-from ..runner import project_commit
 from . import load_average, machine, write_outputs
 
 DEVICES = ("cpu", "cuda", "xpu", "mps")

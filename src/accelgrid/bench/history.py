@@ -26,10 +26,9 @@ from typing import Any
 from .. import outcomes, report, results
 from ..errors import InvalidInput
 from ..history import open_store
-from ..provenance import now
+from ..provenance import now, project_commit
 from ..report import site
 from ..results import read_cell
-from ..runner import project_commit
 from . import load_average, machine, write_outputs
 from .grid import synthesize
 

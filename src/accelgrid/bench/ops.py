@@ -58,7 +58,8 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
     paths = list(suites)
     if not paths:
         raise InvalidInput("--suites names no test paths")
-    from .. import results, runner, sessions  # imports nox: only when a benchmark runs
+    from .. import results, sessions  # imports nox: only when a benchmark runs
+    from ..run.cell import run_cell
 
     the_cell = matrix.cell(cell)
     print(f"[1/2] preparing {the_cell.name}'s env", flush=True)
@@ -71,7 +72,8 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
                 folder = Path(tmp) / f"{mode}-{i}"
                 t0 = time.perf_counter()
                 with _capture(mode == "capture"), contextlib.redirect_stdout(io.StringIO()):
-                    rc = runner.run_cell(the_cell, python, matrix.root, folder, paths)
+                    rc = run_cell(the_cell, python, matrix.root, folder, paths,
+                                  finalized=sessions.write_op_pages)
                 times[mode].append(time.perf_counter() - t0)
                 print(f"[2/2] run {i + 1}/{repeat} {mode}: {times[mode][-1]:.1f} s "
                       f"(pytest exit {rc})", flush=True)

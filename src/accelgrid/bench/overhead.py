@@ -133,12 +133,15 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
         partial_repeat = 0
     if repeat + partial_repeat == 0 and not env_creation:
         raise InvalidInput("nothing to time: --repeat and --partial-repeat are both 0")
-    from .. import runner, sessions  # imports nox: only when a benchmark runs
+    from .. import (
+        provenance,
+        sessions,  # imports nox: only when a benchmark runs
+    )
 
     the_cell = matrix.cell(cell)
     root = matrix.root
     paths = list(suites) if suites else list(the_cell.suite_paths)
-    commit, dirty = runner.project_commit(root)
+    commit, dirty = provenance.project_commit(root)
     command = ["accelgrid", "bench", "overhead", "--cell", the_cell.name,
                "--partial", partial, "--partial-repeat", str(partial_repeat),
                "--repeat", str(repeat), *(["--suites", ",".join(suites)] if suites else []),

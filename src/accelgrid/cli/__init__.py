@@ -20,8 +20,8 @@ import sys
 from .. import __version__
 from ..environment import redact_text
 from ..errors import EXIT_INVALID, AccelgridError
-from ..progress import tolerant_console
 from ..results import storage_problem
+from ..run.console import tolerant_console
 from ._common import DEFAULT_MATRIX, common_parser
 
 # Command groups, in the order `accelgrid --help` lists them, with the commands each adds.

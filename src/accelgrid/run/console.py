@@ -17,9 +17,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from . import outcomes, reasons, results
+from .. import outcomes, reasons, results
+
+if TYPE_CHECKING:
+    from .passes import Pass
 
 HEARTBEAT_S = 60.0   # a suite still running gets a line this often (if it advanced)
 MAX_FAILURES = 20    # failed tests listed at the end; the rest are counted
@@ -192,3 +195,34 @@ def tolerant_console() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
             stream.reconfigure(errors="backslashreplace")
+
+
+def beside_note(run_pass: Pass, front: Pass) -> str:
+    if run_pass.gated:
+        return f", started now, its tests once {front.title} ended"
+    return (f", at the same time as {front.title}" if run_pass.beside else "")
+
+
+def print_timing(cell: str, summary: dict[str, object]) -> None:
+    """One line: the run's wall time and each pass's, with its workers' start-up (pass
+    start to their first test), as summary.json records them."""
+    parts = []
+    for p in summary.get("passes") or []:  # type: ignore[union-attr]
+        first = sorted((p.get("workers_first_test_s") or {}).values())
+        start_up = (f", first test at {first[0]:.1f} s" if len(first) == 1 else
+                    f", first tests at {first[0]:.1f}-{first[-1]:.1f} s" if first else "")
+        waited = p.get("waited_s")
+        parts.append(f"{p['name']} {p['wall_s']:.1f} s"
+                     + (f" beside {p['beside']}" if p.get("beside") else "")
+                     + (f", its tests after {waited:.1f} s" if waited is not None else "")
+                     + f" ({p['workers']} worker{'s' if p['workers'] != 1 else ''}{start_up})")
+    if parts:
+        print(f"accelgrid: {cell}: wall {summary['wall_s']:.1f} s: " + "; ".join(parts),
+              flush=True)
+
+
+
+# pytest's exit codes that mean it ran no test or stopped on its own: the console shows
+# the end of its output (it goes to pytest.log, not the console).
+PYTEST_TROUBLE = {2: "interrupted", 3: "internal error", 4: "usage error",
+                  5: "no tests collected"}

@@ -1,0 +1,69 @@
+"""The environment a cell's pytest starts with.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import contract, detect, known_issues, results
+from ..errors import AccelgridError
+from ..matrix import Cell
+from ..provenance import project_commit
+
+HARDWARE_JSON = "hardware.json"   # in the results folder: the runner's family, driver, GPUs
+
+
+# The pytest plugins of every run (the matrix's tools): crash isolation and time limits.
+RUN_PLUGINS = ("xdist.plugin", "pytest_timeout")
+
+
+def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None
+             ) -> dict[str, str]:
+    """The environment the cell's pytest starts with: the host's, the cell's (device and
+    profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
+    and how they were known), and accelgrid's own variables."""
+    env = dict(os.environ if base is None else base)
+    hardware = detect.resolve_hardware(cell, env)
+    env.update(cell.env)
+    if hardware.problem:
+        raise AccelgridError(hardware.problem)
+    env.update(hardware.env(cell))
+    commit, dirty = project_commit(root)
+    src = str(root / "src")
+    env.update({
+        contract.CELL: cell.name,
+        contract.DEVICE: cell.device,
+        contract.TORCH: cell.torch,
+        contract.TORCH_CHANNEL: cell.channel,
+        contract.PROFILE: cell.profile,
+        contract.RESULTS: str(folder),
+        contract.COMMIT: commit or "",
+        contract.DIRTY: "1" if dirty else "0",
+        # The plugin and the suites' helpers come from this checkout, not an install.
+        "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
+        "PYTHONUNBUFFERED": "1",
+        # pytest loads the plugins a run needs, not every one the interpreter has: on the
+        # --no-venv H200 machine (nine plugins) a worker's first test came 5.0-5.8 s after
+        # its start instead of 6.4-7.3 s, and a stray plugin can change how tests run.
+        # More: PYTEST_PLUGINS in the caller's environment, or `-p NAME` after `--`.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTEST_PLUGINS": ",".join(dict.fromkeys(
+            [*RUN_PLUGINS, *(p.strip() for p in env.get("PYTEST_PLUGINS", "").split(",")
+                             if p.strip())])),
+    })
+    # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
+    env.pop(contract.KNOWN_ISSUES, None)
+    env.pop(contract.RECORDER_PID, None)  # a run started from inside a cell's test records
+    env.update(known_issues.cell_env(cell, root, folder, hardware=hardware.family,
+                                     driver=hardware.driver))
+    if cell.hardware_env or cell.driver_env:
+        extra = " ".join(f"{k}={v}" for k, v in hardware.env(cell).items()
+                         if not k.startswith(contract.PREFIX))
+        print(f"accelgrid: {cell.name}: {hardware.describe()}"
+              + (f": {extra}" if extra else ""), flush=True)
+        results.write_json(folder / HARDWARE_JSON, {
+            "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
+            "note": hardware.note, "env": hardware.env(cell),
+            **detect.xpu_inventory()})
+    return env

@@ -1,0 +1,205 @@
+"""Process supervision: pytest passes started, timed, signalled and ended, with
+whatever they leave behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .. import contract, lifetime
+
+EXIT_CELL_TIMEOUT = 124
+
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
+    (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+
+
+TICK_S = 1.0  # how often the console's progress is updated while pytest runs
+
+
+def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
+                 limit: float, stop_reason: list[str], keep_fds: tuple[int, ...] = (),
+                 tick: Callable[[], None] | None = None, ended: list[int] | None = None,
+                 gates: Sequence[Path | None] = ()
+                 ) -> list[tuple[int, float, float, float | None]]:
+    """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
+    output goes to its log file (a file, not a pipe: kept even when this process dies
+    first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
+    cgroup of its own where one can be made (:func:`accelgrid.lifetime.cell_cgroup`),
+    ended with it; the pids ended that way (what its tests left) go to ``ended``. A job
+    with a gate file in ``gates`` (its pytest waits for it: contract.GATE) gets it once
+    every job without one has ended.
+    Returns (exit code, start, end, gate opened or None) per started job, epoch seconds."""
+    # Each in its own process group (the cell limit and signals reach every xdist worker
+    # and what the tests start), no terminal input (a background group reading it would
+    # be stopped), killed by the kernel if this process dies, and a guard in that group
+    # (lifetime).
+    posix = os.name == "posix"
+    procs: list[subprocess.Popen] = []
+    guards: list[subprocess.Popen | None] = []
+    cgroups: list[str] = []
+    starts: list[float] = []
+
+    def _forward(signum: int, _frame: object) -> None:
+        stop_reason.append(f"interrupted by {signal.Signals(signum).name}")
+        _terminate(*procs)
+
+    old = {s: signal.signal(s, _forward) for s in FORWARDED_SIGNALS}
+    try:
+        for cmd, env, log in jobs:
+            if stop_reason:
+                break
+            extra: dict[str, object] = {}
+            cgroup = None
+            if posix:
+                cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID, uuid.uuid4().hex)}-"
+                                              f"{env.get(contract.PASS, len(procs))}")
+                if cgroup is not None:
+                    cgroups.append(cgroup)
+                extra = {"process_group": 0, "pass_fds": keep_fds,
+                         "preexec_fn": lifetime.death_signal_preexec(cgroup=cgroup)}
+            starts.append(time.time())
+            with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
+                proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=subprocess.STDOUT if out else None,
+                                        **extra)
+            procs.append(proc)
+            guards.append(_start_guard(proc.pid, cgroup) if posix else None)
+        gated = list(gates)[:len(procs)] + [None] * (len(procs) - len(gates))
+        opened: list[float | None] = [None] * len(procs)
+        ends = _wait_all(procs, time.monotonic() + max(limit, 1.0), limit, stop_reason, tick,
+                         gated, opened)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for cgroup in cgroups:  # what the tests left, daemons included
+            gone = lifetime.end_cgroup(cgroup)
+            if ended is not None:
+                ended.extend(gone)
+        for guard in guards:
+            _end_guard(guard)  # whatever a pass left in its group goes with it
+    out = []
+    for proc, start, end, gate in zip(procs, starts, ends, opened, strict=True):
+        rc = EXIT_CELL_TIMEOUT if proc.returncode is None else proc.returncode
+        if end[1]:
+            rc = EXIT_CELL_TIMEOUT
+        elif rc < 0:
+            stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
+        out.append((rc, start, end[0], gate))
+    return out
+
+
+def _wait_all(procs: list[subprocess.Popen], deadline: float, limit: float,
+              stop_reason: list[str], tick: Callable[[], None] | None = None,
+              gates: Sequence[Path | None] = (), opened: list[float | None] | None = None
+              ) -> list[tuple[float, bool]]:
+    """Wait for every process; (end time, whether the cell limit ended it) for each. The
+    gate files in ``gates`` are made (and the time put in ``opened``) once every process
+    without one has ended."""
+    ends: dict[int, tuple[float, bool]] = {}
+    last_tick = time.monotonic()
+    shut = [i for i, gate in enumerate(gates) if gate is not None]
+    while len(ends) < len(procs):
+        for i, proc in enumerate(procs):
+            if i not in ends and proc.poll() is not None:
+                ends[i] = (time.time(), False)
+        if shut and all(i in ends for i in range(len(procs)) if i not in shut):
+            for i in shut:
+                gates[i].touch()  # type: ignore[union-attr]
+                if opened is not None:
+                    opened[i] = time.time()
+            shut = []
+        if len(ends) == len(procs):
+            break
+        if time.monotonic() >= deadline:
+            stop_reason.append(f"cell time limit of {limit:.0f} s reached")
+            running = [i for i in range(len(procs)) if i not in ends]
+            _terminate(*(procs[i] for i in running))
+            for i in running:
+                ends[i] = (time.time(), True)
+            break
+        if tick is not None and time.monotonic() - last_tick >= TICK_S:
+            tick()
+            last_tick = time.monotonic()
+        # Returns as soon as that pass ends (a short run is not rounded up to a tick); a
+        # gated pass is waited for last (the gate opens when the others end).
+        pending = next((p for i, p in enumerate(procs) if i not in ends and i not in shut),
+                       None) or next(p for i, p in enumerate(procs) if i not in ends)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            pending.wait(timeout=0.05)
+    return [ends[i] for i in range(len(procs))]
+
+
+def append_logs(log: Path, others: Sequence[Path]) -> None:
+    """A pass that ran beside another wrote its own log (two writers would mix their
+    lines): appended whole to the run's log once both ended, then removed."""
+    for other in others:
+        if not other.exists():
+            continue
+        with open(log, "ab") as out, open(other, "rb") as src:
+            out.write(src.read())
+        other.unlink()
+
+
+def _start_guard(pgid: int, cgroup: str | None = None) -> subprocess.Popen | None:
+    """The guard (:data:`accelgrid.lifetime.GUARD_CODE`) in process group ``pgid``: it
+    kills the group (and ``cgroup``) once its stdin closes, i.e. when this process ends
+    the pass or dies."""
+    try:
+        guard = subprocess.Popen([sys.executable, "-I", "-c", lifetime.GUARD_CODE,
+                                  *([cgroup] if cgroup else [])],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 process_group=pgid)
+        # Ready once it ignores the group's SIGTERM/SIGINT (a signal sent before then
+        # would end it early): it says so with one byte.
+        ready = guard.stdout.read(1)  # type: ignore[union-attr]
+        guard.stdout.close()  # type: ignore[union-attr]
+        if ready != b"+":
+            guard.wait()
+            raise OSError(f"it exited with {guard.returncode}")
+        return guard
+    except (OSError, subprocess.SubprocessError) as exc:  # pytest already gone, or no python
+        print(f"accelgrid: no guard for pytest's process group ({exc}); it relies on "
+              "the parent-death signal alone", file=sys.stderr, flush=True)
+        return None
+
+
+def _end_guard(guard: subprocess.Popen | None) -> None:
+    if guard is None:
+        return
+    with contextlib.suppress(OSError):
+        guard.stdin.close()  # type: ignore[union-attr]
+    try:
+        guard.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        guard.kill()
+        guard.wait()
+
+
+def _terminate(*procs: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to each process's group, then SIGKILL to the groups whose leader is still
+    there after ``grace`` seconds (passes beside each other stop together)."""
+    alive = []
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            alive.append(proc)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(p.poll() is None for p in alive):
+        time.sleep(0.1)
+    for proc in alive:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
