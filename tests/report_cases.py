@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from accelgrid import results
+from accelgrid import contract, jsonio, results
 from accelgrid.report import compare
 
 ISSUE = {"id": "pytorch/pytorch#127929", "title": "fp64 unsupported on ATS-M",
@@ -20,7 +20,7 @@ def write_cell(folder: Path, name: str, outcomes: dict[str, str], torch: str = "
                finished: bool = True, **env: object) -> Path:
     cell = folder / name
     cell.mkdir(parents=True)
-    results.write_json(cell / results.ENV, {
+    jsonio.write_json(cell / contract.ENV_FILE, {
         "cell": name, "device_type": name.split("-")[0], "start": "s",
         "end": "e" if finished else None, "status": "finished" if finished else "running",
         "torch": {"version": torch, "devices": [{"name": device_name}], "device_count": 1},
@@ -30,7 +30,7 @@ def write_cell(folder: Path, name: str, outcomes: dict[str, str], torch: str = "
                          "cell": name, **(extra or {}).get(nodeid, {})}) + "\n"
              for nodeid, outcome in outcomes.items()]
     if lines:
-        (cell / results.TESTS).write_text("".join(lines))
+        (cell / contract.TESTS_FILE).write_text("".join(lines))
     return cell
 
 
@@ -59,7 +59,7 @@ def demo(folder: Path) -> list[Path]:
     ]
     broken = folder / "xpu-2.13"
     broken.mkdir()
-    results.write_json(broken / results.ENV, {"cell": "xpu-2.13", "device_type": "xpu"})
+    jsonio.write_json(broken / contract.ENV_FILE, {"cell": "xpu-2.13", "device_type": "xpu"})
     return [*cells, broken]
 
 
@@ -87,9 +87,9 @@ def broken_cells(tmp_path: Path) -> list[Path]:
     empty = tmp_path / "cpu-2.6"
     empty.mkdir()
     corrupt = write_cell(tmp_path, "cpu-2.8", {"suites/smoke/t.py::a": "passed"})
-    with open(corrupt / results.TESTS, "a") as fh:
+    with open(corrupt / contract.TESTS_FILE, "a") as fh:
         fh.write('{"nodeid": "suites/smoke/t.py::b", "outc')  # killed mid-write
-    (corrupt / results.ENV).write_text("{not json")
+    (corrupt / contract.ENV_FILE).write_text("{not json")
     killed = write_cell(tmp_path, "cpu-2.9", {"suites/smoke/t.py::a": "passed",
                                               "suites/smoke/t.py::c": "sideways"},
                         finished=False)
@@ -105,12 +105,12 @@ def artifacts(tmp_path: Path) -> tuple[Path, Path]:
     # An artifact uploaded from inside the cell folder: files at its root, no env.json;
     # the cell's name then comes from the records.
     flat = write_cell(tmp_path, "cuda-2.11", {"suites/s/t.py::a": "failed"})
-    (flat / results.ENV).unlink()
+    (flat / contract.ENV_FILE).unlink()
     shutil.copytree(flat, art / "results-cuda-2.11")
-    (flat / results.RUNNING).mkdir()
-    results.write_json(flat / results.RUNNING / "gw0.json", {"nodeid": "x"})
+    (flat / contract.RUNNING_DIR).mkdir()
+    jsonio.write_json(flat / contract.RUNNING_DIR / "gw0.json", {"nodeid": "x"})
     (art / ".hidden" / "cpu-2.4").mkdir(parents=True)
-    (art / ".hidden" / "cpu-2.4" / results.TESTS).write_text("")
+    (art / ".hidden" / "cpu-2.4" / contract.TESTS_FILE).write_text("")
     (tmp_path / "grid.html").write_text("<html>")
     return art, flat
 
@@ -119,7 +119,7 @@ def ops_cell(folder: Path, name: str, torch: str, statuses: dict[str, str],
              device_type: str = "xpu") -> Path:
     """A cell folder with captured ops (``ops-raw/``): each op hit once per workload."""
     cell = folder / name
-    results.write_json(cell / results.ENV, {"cell": name, "device_type": device_type,
+    jsonio.write_json(cell / contract.ENV_FILE, {"cell": name, "device_type": device_type,
                                             "torch": {"version": torch}})
     lines = []
     for wl in ("mlp", "conv"):
@@ -204,9 +204,9 @@ def pinned_cell(root: Path) -> Path:
     """A cuda-2.11 cell whose two tests ran on pinned workers, one per GPU."""
     cell = root / "cuda-2.11"
     cell.mkdir()
-    results.write_json(cell / results.ENV, {"cell": "cuda-2.11", "device_type": "cuda",
+    jsonio.write_json(cell / contract.ENV_FILE, {"cell": "cuda-2.11", "device_type": "cuda",
                                             "torch": {"version": "2.11.0"}})
     for n, dev in enumerate(("cuda:0", "cuda:1")):
-        results.append_record(cell / results.TESTS, {"nodeid": f"suites/s/t.py::t{n}",
+        results.append_record(cell / contract.TESTS_FILE, {"nodeid": f"suites/s/t.py::t{n}",
                                                      "outcome": "passed", "device": dev})
     return cell

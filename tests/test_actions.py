@@ -14,7 +14,7 @@ import pytest
 import yaml
 from test_ci import _actionlint, _tool
 
-from accelgrid import actions, ci, cli, outcomes, results
+from accelgrid import actions, cellresults, ci, cli, contract, jsonio, outcomes, results
 from accelgrid.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,11 +23,11 @@ ACTIONS_ENV = {"GITHUB_ACTIONS": "true"}
 
 def _cell(folder: Path, records: list[dict]) -> Path:
     folder.mkdir(parents=True)
-    results.write_json(folder / results.ENV, {"cell": folder.name, "run_id": "r",
+    jsonio.write_json(folder / contract.ENV_FILE, {"cell": folder.name, "run_id": "r",
                                               "torch": {"version": "2.13.0+cpu"},
                                               "env": {}})
     for rec in records:
-        results.append_record(folder / results.TESTS, {"run_id": "r", **rec})
+        results.append_record(folder / contract.TESTS_FILE, {"run_id": "r", **rec})
     return folder
 
 
@@ -86,7 +86,7 @@ def test_a_step_summary_says_counts_what_went_wrong_and_why_tests_did_not_run(
     assert "**5 tests:**" in out.getvalue() and "::error" not in out.getvalue()
     assert not other.exists()
     # No results at all (the cell stopped before pytest): said so.
-    missing = actions.summary(results.read_cell(tmp_path / "nothing"))
+    missing = actions.summary(cellresults.read_cell(tmp_path / "nothing"))
     assert "**No results:** results folder" in missing
 
 

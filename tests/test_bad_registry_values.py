@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cli, errors, known_issues, results
+from accelgrid import cli, contract, errors, known_issues
 from accelgrid.matrix import load_matrix
 from accelgrid.run.cell import run_cell
 from accelgrid.validation import ValidationFailed
@@ -137,13 +137,13 @@ def test_a_bad_registry_stops_a_cell_before_its_results_are_touched(tmp_path, py
     out = tmp_path / "results"
     previous = out / "cpu-2.13"
     previous.mkdir(parents=True)
-    (previous / results.TESTS).write_text('{"nodeid": "t.py::a", "outcome": "passed"}\n')
-    before = (previous / results.TESTS).read_bytes()
+    (previous / contract.TESTS_FILE).write_text('{"nodeid": "t.py::a", "outcome": "passed"}\n')
+    before = (previous / contract.TESTS_FILE).read_bytes()
     with pytest.raises(ValidationFailed) as info:
         run_cell(matrix.cell("cpu-2.13"), python, proj, out)
     assert "expect: 'passed' is not one of" in str(info.value)
-    assert (previous / results.TESTS).read_bytes() == before
-    assert sorted(p.name for p in previous.iterdir()) == [results.TESTS]
+    assert (previous / contract.TESTS_FILE).read_bytes() == before
+    assert sorted(p.name for p in previous.iterdir()) == [contract.TESTS_FILE]
 
 
 def test_a_bad_registry_fails_the_nox_session_in_one_line_and_keeps_results(tmp_path) -> None:
@@ -155,7 +155,7 @@ def test_a_bad_registry_fails_the_nox_session_in_one_line_and_keeps_results(tmp_
     (proj / "noxfile.py").write_text((root / "noxfile.py").read_text())
     out = tmp_path / "results"
     (out / "cpu-2.13").mkdir(parents=True)
-    (out / "cpu-2.13" / results.TESTS).write_text(json.dumps(
+    (out / "cpu-2.13" / contract.TESTS_FILE).write_text(json.dumps(
         {"nodeid": "t.py::a", "outcome": "passed"}) + "\n")
     proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(proj / "noxfile.py"),
                            "--no-venv", "-s", "cpu-2.13"], cwd=proj, capture_output=True,
@@ -166,4 +166,4 @@ def test_a_bad_registry_fails_the_nox_session_in_one_line_and_keeps_results(tmp_
     failed = [line for line in proc.stderr.splitlines() if "aborted" in line or "failed" in line]
     assert any("expect: 'passed' is not one of: failed, error, skipped" in line
                for line in failed), proc.stderr
-    assert (out / "cpu-2.13" / results.TESTS).read_text().count("t.py::a") == 1
+    assert (out / "cpu-2.13" / contract.TESTS_FILE).read_text().count("t.py::a") == 1

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from report_cases import write_cell
 
-from accelgrid import cli, errors, results
+from accelgrid import cli, contract, errors, jsonio, results
 from accelgrid.report import compare
 
 GOOD = {"suites/smoke/t.py::a": "passed", "suites/smoke/t.py::b": "failed"}
@@ -31,14 +31,14 @@ def _strict_json(text: str):
 
 
 def _env(folder: Path, **fields) -> None:
-    env = json.loads((folder / results.ENV).read_text())
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     env.update(fields)
-    (folder / results.ENV).write_text(json.dumps(env))
+    (folder / contract.ENV_FILE).write_text(json.dumps(env))
 
 
 def _records(cell: Path, *lines: str | bytes) -> None:
     data = b"".join((x if isinstance(x, bytes) else x.encode()) + b"\n" for x in lines)
-    (cell / results.TESTS).write_bytes(data)
+    (cell / contract.TESTS_FILE).write_bytes(data)
 
 
 def _replace(cell: Path, name: str, how: str) -> None:
@@ -95,28 +95,29 @@ CASES: list[tuple[str, Damage, str, str]] = [
      "packages is a string"),
     ("env-start-number", lambda c: _env(c, start=5, status=["x"]), "partial",
      "env.json: start is a number"),
-    ("env-is-list", lambda c: (c / results.ENV).write_text("[1, 2]"), "partial",
+    ("env-is-list", lambda c: (c / contract.ENV_FILE).write_text("[1, 2]"), "partial",
      "env.json holds a list, not a mapping"),
-    ("env-is-string", lambda c: (c / results.ENV).write_text('"x"'), "partial",
+    ("env-is-string", lambda c: (c / contract.ENV_FILE).write_text('"x"'), "partial",
      "env.json holds a string"),
-    ("env-folder", lambda c: _replace(c, results.ENV, "folder"), "partial",
+    ("env-folder", lambda c: _replace(c, contract.ENV_FILE, "folder"), "partial",
      "env.json is a folder, not a file"),
-    ("env-fifo", lambda c: _replace(c, results.ENV, "fifo"), "partial",
+    ("env-fifo", lambda c: _replace(c, contract.ENV_FILE, "fifo"), "partial",
      "env.json not a regular file"),
-    ("env-zero", lambda c: _replace(c, results.ENV, "zero"), "partial",
+    ("env-zero", lambda c: _replace(c, contract.ENV_FILE, "zero"), "partial",
      "env.json is a symlink out of"),  # issue 27: not followed out of the folder
-    ("env-loop", lambda c: _replace(c, results.ENV, "loop"), "partial",
+    ("env-loop", lambda c: _replace(c, contract.ENV_FILE, "loop"), "partial",
      "env.json unreadable: Too many levels of symbolic links"),
-    ("env-deep", lambda c: (c / results.ENV).write_text(DEEP), "partial",
+    ("env-deep", lambda c: (c / contract.ENV_FILE).write_text(DEEP), "partial",
      "env.json unreadable: nested too deeply"),
-    ("env-latin1", lambda c: (c / results.ENV).write_bytes('{"cell": "caf\xe9"}'.encode("latin-1")),
+    ("env-latin1",
+     lambda c: (c / contract.ENV_FILE).write_bytes('{"cell": "caf\xe9"}'.encode("latin-1")),
      "partial", "env.json unreadable: not UTF-8"),
-    ("env-nan", lambda c: (c / results.ENV).write_text('{"cell": "xpu-2.5", "start": NaN, '
+    ("env-nan", lambda c: (c / contract.ENV_FILE).write_text('{"cell": "xpu-2.5", "start": NaN, '
                                                        '"torch": {"device_count": Infinity}}'),
      "partial", "env.json: start is a number"),
-    ("env-5000-digits", lambda c: (c / results.ENV).write_text('{"x": ' + "9" * 5000 + "}"),
+    ("env-5000-digits", lambda c: (c / contract.ENV_FILE).write_text('{"x": ' + "9" * 5000 + "}"),
      "partial", "env.json unreadable: not JSON this reader accepts"),
-    ("env-truncated", lambda c: (c / results.ENV).write_text('{"cell": "xp'), "partial",
+    ("env-truncated", lambda c: (c / contract.ENV_FILE).write_text('{"cell": "xp'), "partial",
      "env.json unreadable: not JSON"),
     ("env-secret-left", lambda c: _env(c, env={"TORCH_HUB_AUTH": "s3cret",
                                                "ACCELGRID_TORCH_INDEX": "https://u:pw@h/whl"}),
@@ -171,10 +172,10 @@ CASES: list[tuple[str, Damage, str, str]] = [
                                                    + "9" * 5000 + "}"),
      "partial", "unreadable line (not JSON this reader accepts"),
     ("rec-huge-line", lambda c: _records(c, REC, json.dumps({
-        "nodeid": "x::big", "outcome": "failed", "longrepr": "L" * (results.MAX_LINE_BYTES + 5)}),
+        "nodeid": "x::big", "outcome": "failed", "longrepr": "L" * (jsonio.MAX_LINE_BYTES + 5)}),
         REC.replace("::a", "::c")),
      # Issue 27: a failure of any size stays a failure (its outcome kept, text not read).
-     "partial", f"tests.jsonl:2: record longer than {results.MAX_LINE_BYTES} bytes; its "
+     "partial", f"tests.jsonl:2: record longer than {jsonio.MAX_LINE_BYTES} bytes; its "
      "outcome kept"),
     ("rec-invalid-utf8", lambda c: _records(c, b'{"nodeid": "x::y", "outcome": "failed", '
                                                b'"message": "caf\xe9"}'),
@@ -183,7 +184,7 @@ CASES: list[tuple[str, Damage, str, str]] = [
      "tests.jsonl:2: unreadable line"),
     ("rec-truncated", lambda c: _records(c, REC, '{"nodeid": "x::y", "outc'), "partial",
      "tests.jsonl:2: unreadable line (not JSON"),
-    ("rec-cell-path", lambda c: ((c / results.ENV).unlink(), _records(
+    ("rec-cell-path", lambda c: ((c / contract.ENV_FILE).unlink(), _records(
         c, '{"nodeid": "x::y", "outcome": "passed", "cell": "../../x"}')), "partial",
      "env.json missing"),
     ("rec-all-broken", lambda c: _records(c, '{"nodeid": 1, "outcome": 2}', "[]"), "errored",
@@ -191,23 +192,24 @@ CASES: list[tuple[str, Damage, str, str]] = [
     ("rec-many-broken", lambda c: _records(c, REC, *(["[]"] * 500)), "partial",
      "tests.jsonl: 480 more problems"),
     # tests.jsonl: not a regular file
-    ("tests-folder", lambda c: _replace(c, results.TESTS, "folder"), "errored",
+    ("tests-folder", lambda c: _replace(c, contract.TESTS_FILE, "folder"), "errored",
      "tests.jsonl is a folder, not a file"),
-    ("tests-fifo", lambda c: _replace(c, results.TESTS, "fifo"), "errored",
+    ("tests-fifo", lambda c: _replace(c, contract.TESTS_FILE, "fifo"), "errored",
      "tests.jsonl not a regular file"),
-    ("tests-zero", lambda c: _replace(c, results.TESTS, "zero"), "errored",
+    ("tests-zero", lambda c: _replace(c, contract.TESTS_FILE, "zero"), "errored",
      "tests.jsonl is a symlink out of"),
-    ("tests-loop", lambda c: _replace(c, results.TESTS, "loop"), "errored",
+    ("tests-loop", lambda c: _replace(c, contract.TESTS_FILE, "loop"), "errored",
      "tests.jsonl unreadable: Too many levels of symbolic links"),
-    ("tests-dangling", lambda c: _replace(c, results.TESTS, "dangling"), "errored",
+    ("tests-dangling", lambda c: _replace(c, contract.TESTS_FILE, "dangling"), "errored",
      "tests.jsonl missing"),
     # files the grid does not need: damaged, they change nothing
-    ("summary-folder", lambda c: _replace(c, results.SUMMARY, "folder"), "ok", ""),
-    ("summary-nan", lambda c: (c / results.SUMMARY).write_text('{"total": NaN}'), "ok", ""),
-    ("collected-garbage", lambda c: (c / results.COLLECTED).write_bytes(b"\xff\x00"), "ok", ""),
-    ("collected-loop", lambda c: _replace(c, results.COLLECTED, "loop"), "ok", ""),
-    ("junit-garbage", lambda c: (c / results.JUNIT).write_text("<testsuite"), "ok", ""),
-    ("junit-folder", lambda c: _replace(c, results.JUNIT, "folder"), "ok", ""),
+    ("summary-folder", lambda c: _replace(c, contract.SUMMARY_FILE, "folder"), "ok", ""),
+    ("summary-nan", lambda c: (c / contract.SUMMARY_FILE).write_text('{"total": NaN}'), "ok", ""),
+    ("collected-garbage", lambda c: (c / contract.COLLECTED_FILE).write_bytes(b"\xff\x00"),
+     "ok", ""),
+    ("collected-loop", lambda c: _replace(c, contract.COLLECTED_FILE, "loop"), "ok", ""),
+    ("junit-garbage", lambda c: (c / contract.JUNIT_FILE).write_text("<testsuite"), "ok", ""),
+    ("junit-folder", lambda c: _replace(c, contract.JUNIT_FILE, "folder"), "ok", ""),
     ("running-garbage", lambda c: ((c / "running").mkdir(),
                                    (c / "running" / "gw0.json").write_text("[[[")), "ok", ""),
 ]
@@ -254,7 +256,7 @@ def test_grid_json_is_strict_json_with_nan_and_infinity_durations(tmp_path) -> N
     art = tmp_path / "a"
     cell = write_cell(art, "cpu-2.13", {"t.py::a": "passed"},
                       extra={"t.py::a": {"duration": float("nan")}})
-    text = (cell / results.TESTS).read_text()
+    text = (cell / contract.TESTS_FILE).read_text()
     assert "NaN" in text  # json.dumps writes it; RFC 8259 has no such thing
     model = report.build([cell])
     model["rows"][0]["cells"]["cpu-2.13"]["duration"] = float("inf")
@@ -266,7 +268,7 @@ def test_grid_json_is_strict_json_with_nan_and_infinity_durations(tmp_path) -> N
 
 
 def test_every_json_writer_refuses_nan(tmp_path) -> None:
-    results.write_json(tmp_path / "a.json", {"x": float("nan"), "y": [float("inf")]})
+    jsonio.write_json(tmp_path / "a.json", {"x": float("nan"), "y": [float("inf")]})
     assert _strict_json((tmp_path / "a.json").read_text()) == {"x": None, "y": [None]}
     results.append_record(tmp_path / "t.jsonl", {"nodeid": "a", "duration": float("-inf")})
     assert _strict_json((tmp_path / "t.jsonl").read_text()) == {"nodeid": "a", "duration": None}

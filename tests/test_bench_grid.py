@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import results
+from accelgrid import contract
 from accelgrid.bench import grid as bench_grid
 from accelgrid.cli import main
 from accelgrid.errors import InvalidInput
@@ -115,11 +115,12 @@ def test_library_raises_invalid_input() -> None:
 def test_synthesize_writes_a_realistic_mix(tmp_path: Path) -> None:
     folders = bench_grid.synthesize(tmp_path, cells=4, tests=500)
     assert [f.name for f in folders] == ["cpu-2.5", "cpu-2.6", "cpu-2.7", "cpu-2.8"]
-    assert not (folders[-1] / results.TESTS).exists()  # the errored cell
-    recs = [json.loads(line) for line in (folders[0] / results.TESTS).open()]
+    assert not (folders[-1] / contract.TESTS_FILE).exists()  # the errored cell
+    recs = [json.loads(line) for line in (folders[0] / contract.TESTS_FILE).open()]
     assert len(recs) == 500 and len({r["nodeid"] for r in recs}) == 500
     seen = {r["outcome"] for r in recs}
     assert {"passed", "failed", "skipped", "xfailed"} <= seen
     # Seeded: the same folders every time.
     again = bench_grid.synthesize(tmp_path / "again", cells=4, tests=500)
-    assert (again[0] / results.TESTS).read_text() == (folders[0] / results.TESTS).read_text()
+    assert ((again[0] / contract.TESTS_FILE).read_text()
+            == (folders[0] / contract.TESTS_FILE).read_text())

@@ -270,7 +270,7 @@ def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path, tm
                          capture_output=True, text=True, timeout=1500, env=base)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     folder = results.last_run(out / "cpu-2.13")[1]
-    ran = json.loads((folder / results.ENV).read_text())
+    ran = json.loads((folder / contract.ENV_FILE).read_text())
     # What `accelgrid env` prints, applied to the same starting environment.
     printed = accelgrid("env", "cpu-2.13", "--json", env=base)
     assert printed.returncode == 0, printed.stderr
@@ -294,10 +294,10 @@ def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path, tm
                  f'{node} -k matmul -p no:cacheprovider', sys.executable],
                 cwd=ROOT, capture_output=True, text=True, timeout=600, env=base)
         assert proc.returncode == 0, how + proc.stdout[-3000:] + proc.stderr[-3000:]
-        by_hand = json.loads((debug / results.ENV).read_text())
+        by_hand = json.loads((debug / contract.ENV_FILE).read_text())
         assert comparable(by_hand["env"]) == comparable(ran["env"]), how
         assert by_hand["python"]["executable"] == ran["python"]["executable"] == str(cpu_python)
-        recs = [json.loads(x) for x in (debug / results.TESTS).read_text().splitlines()]
+        recs = [json.loads(x) for x in (debug / contract.TESTS_FILE).read_text().splitlines()]
         assert [(r["nodeid"].split("::")[-1], r["outcome"]) for r in recs] == [
             ("test_allocation_and_matmul_match_cpu", "passed")], how
     shutil.rmtree(out)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import backends, detect, devices, environment, opcapture, results
+from accelgrid import backends, contract, detect, devices, environment, opcapture, results
 from accelgrid.devices import spec as device_spec
 from accelgrid.matrix import ValidationFailed, load_matrix
 from accelgrid.run import passes as pass_plan
@@ -181,13 +181,13 @@ def test_the_fake_device_runs_the_smoke_suite(mini_project, python) -> None:
     cell = load_matrix(proj / "matrix.yaml").cell("fakeacc-2.13")
     rc = run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "fakeacc-2.13"
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
     outcomes = {r["outcome"] for r in recs}
     assert rc == 0, [(r["nodeid"], r["message"]) for r in recs if r["outcome"] == "failed"]
     assert "passed" in outcomes and outcomes <= {"passed", "skipped"}
     assert {r["device"] for r in recs} == {"fakeacc"}
-    env = json.loads((folder / results.ENV).read_text())
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     assert env["device_type"] == "fakeacc"
     assert env["env"]["ACCELGRID_DEVICE_SPEC"] == "fake_device_spec.py"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from report_cases import write_cell
 
-from accelgrid import cli, errors, outcomes, results, venvs
+from accelgrid import cellresults, cli, contract, errors, jsonio, outcomes, results, venvs
 from accelgrid.matrix import load_matrix
 from accelgrid.run.cell import run_cell
 
@@ -48,7 +48,7 @@ def _cell(proj: Path):
 
 
 def _records(folder: Path) -> tuple[dict[str, dict], list[str]]:
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     return {r["nodeid"].split("::")[-1]: r for r in recs}, problems
 
 
@@ -63,8 +63,8 @@ def test_a_failure_of_any_size_is_recorded_as_one(mini_project, python) -> None:
     assert got == {"test_a_huge_message": "failed", "test_b_huge_output": "failed",
                    "test_c_huge_skip_reason": "skipped", "test_d_huge_property": "passed",
                    "test_e_after": "passed"}
-    for line in (folder / results.TESTS).read_bytes().splitlines():
-        assert len(line) < results.MAX_LINE_BYTES // 8  # bounded: readers never skip it
+    for line in (folder / contract.TESTS_FILE).read_bytes().splitlines():
+        assert len(line) < jsonio.MAX_LINE_BYTES // 8  # bounded: readers never skip it
     msg = recs["test_a_huge_message"]
     assert "characters cut; whole text in full-text/" in msg["message"]
     whole = (folder / msg["full_text"]["message"]).read_text()
@@ -73,16 +73,16 @@ def test_a_failure_of_any_size_is_recorded_as_one(mini_project, python) -> None:
     assert "END-OF-OUTPUT" in (folder / out["full_text"]["output"]).read_text()
     assert len(out["output"]) < 9000 and "Captured stdout call" in out["output"]
     assert "cut" in recs["test_d_huge_property"]["properties"]["truncated"]
-    summary = json.loads((folder / results.SUMMARY).read_text())
+    summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     assert summary["counts"]["failed"] == 2 and not summary["counts"].get(outcomes.NOT_RUN)
 
 
 def test_an_over_long_record_of_an_older_writer_keeps_its_outcome(tmp_path) -> None:
     """A record line past the reader's bound (written without bounds) is read back as
     its test's outcome, never dropped to become not-run."""
-    path = tmp_path / results.TESTS
+    path = tmp_path / contract.TESTS_FILE
     big = {"nodeid": 'suites/s/t.py::test_x["q"]', "outcome": "failed",
-           "message": "x" * (results.MAX_LINE_BYTES + 10), "run_id": "r1", "cell": "c"}
+           "message": "x" * (jsonio.MAX_LINE_BYTES + 10), "run_id": "r1", "cell": "c"}
     path.write_text(json.dumps(big) + "\n" + json.dumps(
         {"nodeid": "suites/s/t.py::test_y", "outcome": "passed"}) + "\n")
     recs, problems = results.read_records(path)
@@ -92,7 +92,7 @@ def test_an_over_long_record_of_an_older_writer_keeps_its_outcome(tmp_path) -> N
 
 
 def test_the_writer_bounds_every_field(tmp_path) -> None:
-    path = tmp_path / results.TESTS
+    path = tmp_path / contract.TESTS_FILE
     results.append_record(path, {"nodeid": "a", "outcome": "failed",
                                  "message": "m" * (results.MAX_FIELD_CHARS + 1),
                                  "longrepr": "l" * results.FIELD_LIMITS["longrepr"]})
@@ -165,10 +165,10 @@ def test_records_are_safe_from_the_tests(mini_project, python) -> None:
         "test_g_changes_cwd": "passed", "test_h_rewrites_environ": "passed",
         "test_i_last": "passed"}
     assert all(r["cell"] == "cpu-2.13" for r in recs.values())  # nothing mixed
-    assert not (folder / results.TESTS).is_symlink()
-    env = json.loads((folder / results.ENV).read_text())
+    assert not (folder / contract.TESTS_FILE).is_symlink()
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     assert env["cell"] == "cpu-2.13" and env["status"] == "finished"
-    assert len(json.loads((folder / results.COLLECTED).read_text())) == 9
+    assert len(json.loads((folder / contract.COLLECTED_FILE).read_text())) == 9
     assert not (proj / "elsewhere").exists()
     for p in proj.rglob("*.jsonl"):  # the records went nowhere else
         assert p.parent == folder or p.is_relative_to(folder), p
@@ -194,14 +194,15 @@ def test_a_run_never_writes_or_deletes_through_a_symlink(mini_project, python, t
     out, canary = _outside(tmp_path)
     cell = proj / "results" / "cpu-2.13"
     cell.mkdir(parents=True)
-    link = {"cell-folder": cell, "runs": cell / results.RUNS, "lock": cell / results.LOCK,
-            "last-run": cell / results.LAST_RUN}[where]
+    link = {"cell-folder": cell, "runs": cell / contract.RUNS_DIR,
+            "lock": cell / contract.LOCK_FILE,
+            "last-run": cell / contract.LAST_RUN_FILE}[where]
     if where == "cell-folder":
         cell.rmdir()
     target = out if where in ("cell-folder", "runs") else canary
     link.symlink_to(target)
     args = ("-k", "test_a") if where == "runs" else ()
-    with pytest.raises(results.UnsafePath) as caught:
+    with pytest.raises(jsonio.UnsafePath) as caught:
         run_cell(_cell(proj), python, proj, proj / "results", args)
     assert str(link) in str(caught.value) and "symlink" in str(caught.value)
     assert "\n" not in str(caught.value)
@@ -212,17 +213,17 @@ def test_a_symlink_planted_mid_run_is_replaced_not_followed(tmp_path) -> None:
     out, canary = _outside(tmp_path)
     folder = tmp_path / "cell"
     folder.mkdir()
-    (folder / results.RUNNING).mkdir()
-    (folder / results.RUNNING / "gw0.json").symlink_to(canary)
-    with pytest.raises(results.UnsafePath):
+    (folder / contract.RUNNING_DIR).mkdir()
+    (folder / contract.RUNNING_DIR / "gw0.json").symlink_to(canary)
+    with pytest.raises(jsonio.UnsafePath):
         results.mark_running(folder, "gw0", "t::a", None)
-    (folder / results.UPDATE_LOCK).symlink_to(out / "lock")
-    with pytest.raises(results.UnsafePath):
-        results.append_record(folder / results.TESTS, {"nodeid": "a", "outcome": "passed"})
-    (folder / results.UPDATE_LOCK).unlink()
-    (folder / results.ENV).symlink_to(canary)
-    with pytest.raises(results.UnsafePath):
-        results.write_json(folder / results.ENV, {"x": 1})
+    (folder / contract.UPDATE_LOCK_FILE).symlink_to(out / "lock")
+    with pytest.raises(jsonio.UnsafePath):
+        results.append_record(folder / contract.TESTS_FILE, {"nodeid": "a", "outcome": "passed"})
+    (folder / contract.UPDATE_LOCK_FILE).unlink()
+    (folder / contract.ENV_FILE).symlink_to(canary)
+    with pytest.raises(jsonio.UnsafePath):
+        jsonio.write_json(folder / contract.ENV_FILE, {"x": 1})
     assert canary.read_text() == "keep me" and sorted(os.listdir(out)) == ["canary.txt"]
 
 
@@ -255,16 +256,16 @@ def test_baseline_update_refuses_a_symlinked_baseline(tmp_path, capsys) -> None:
 def test_records_are_never_read_through_a_link_out_of_the_folder(tmp_path) -> None:
     outside = write_cell(tmp_path / "elsewhere", "cpu-2.13", {"suites/s/t.py::secret": "passed"})
     cell = write_cell(tmp_path / "results", "cpu-2.13", {"suites/s/t.py::a": "passed"})
-    (cell / results.TESTS).unlink()
-    (cell / results.TESTS).symlink_to(outside / results.TESTS)
-    got = results.read_cell(cell)
+    (cell / contract.TESTS_FILE).unlink()
+    (cell / contract.TESTS_FILE).symlink_to(outside / contract.TESTS_FILE)
+    got = cellresults.read_cell(cell)
     assert got.error and "symlink out of" in got.error and not got.tests
     # A link inside the folder is the folder's own: read.
-    (cell / results.TESTS).unlink()
+    (cell / contract.TESTS_FILE).unlink()
     (cell / "real.jsonl").write_text(json.dumps({"nodeid": "suites/s/t.py::a",
                                                  "outcome": "passed"}) + "\n")
-    (cell / results.TESTS).symlink_to("real.jsonl")
-    assert list(results.read_cell(cell).tests) == ["suites/s/t.py::a"]
+    (cell / contract.TESTS_FILE).symlink_to("real.jsonl")
+    assert list(cellresults.read_cell(cell).tests) == ["suites/s/t.py::a"]
 
 
 def test_accelgrid_env_refuses_a_symlinked_debug_folder(mini_project, tmp_path) -> None:
@@ -585,7 +586,7 @@ def test_no_secret_in_any_file_a_run_and_its_grid_write(mini_project, python, mo
     cli.main(["grid", str(proj / "results"), "--out", str(grid)])
     console = "".join(capfd.readouterr())
     files = [p for p in (*(proj / "results").rglob("*"), *grid.rglob("*")) if p.is_file()]
-    assert any(p.name == results.JUNIT for p in files) and any(p.name == "grid.html"
+    assert any(p.name == contract.JUNIT_FILE for p in files) and any(p.name == "grid.html"
                                                                 for p in files)
     for kind, (_, value) in SECRETS.items():
         secret = _secret_part(value)
@@ -726,7 +727,7 @@ def test_an_interrupted_env_build_is_repaired_by_the_next_session(mini_project) 
     assert done.returncode == 0 and len(said) == 1, out[-4000:]
     assert "the env is incomplete, an interrupted earlier install (torch-2.13.0" in said[0]
     assert all(p.exists() for p in gone) and stamp.is_file()
-    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / contract.TESTS_FILE)
     assert [r["outcome"] for r in recs if r["nodeid"].endswith("::test_add")] == ["passed"]
 
     # 3. A warm, whole env: nothing reinstalled, nothing said.
@@ -772,14 +773,14 @@ def test_a_full_disk_is_one_line_naming_the_path(small_disk, tmp_path, capsys) -
 
 def test_records_written_before_the_disk_filled_are_kept(small_disk) -> None:
     folder = small_disk / "cpu-2.13"
-    path = folder / results.TESTS
+    path = folder / contract.TESTS_FILE
     results.append_record(path, {"nodeid": "t.py::first", "outcome": "passed"})
     _fill(small_disk)
     with pytest.raises(OSError) as caught:
         for i in range(200):  # the reserve of the file system's last blocks runs out
             results.append_record(path, {"nodeid": f"t.py::n{i}", "outcome": "failed",
                                          "message": "m" * 60000})
-    problem = results.storage_problem(caught.value)
+    problem = jsonio.storage_problem(caught.value)
     assert problem and "No space left on device" in problem
     recs, _ = results.read_records(path)
     assert recs[0]["nodeid"] == "t.py::first" and recs[0]["outcome"] == "passed"
@@ -934,7 +935,7 @@ def test_a_5000_character_test_id_keeps_its_record_and_grid_row(mini_project, py
     (proj / "suites" / "payload" / "test_long.py").write_text(LONG_ID)
     assert run_cell(_cell(proj), python, proj, proj / "results") == 0
     folder = proj / "results" / "cpu-2.13"
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems and len(recs) == 1 and len(recs[0]["nodeid"]) > 5000
     assert cli.main(["grid", str(folder), "--out", str(tmp_path / "g")]) == 0
     grid = json.loads((tmp_path / "g" / "grid.json").read_text())
@@ -989,7 +990,7 @@ def _cgroups_of(folder: Path) -> list[str]:
     have theirs meanwhile)."""
     from accelgrid import lifetime
 
-    run_id = json.loads((folder / results.ENV).read_text())["run_id"]
+    run_id = json.loads((folder / contract.ENV_FILE).read_text())["run_id"]
     probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
     if probe is None:
         return []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import results, sessions
+from accelgrid import contract, sessions
 from accelgrid.matrix import load_matrix
 from suites.hf_examples import checkouts
 
@@ -104,7 +104,7 @@ def test_the_fixture_in_a_real_cell_makes_a_mismatch_not_run(tmp_path: Path,
             env={**os.environ, "ACCELGRID_RESULTS_DIR": str(out),
                  "ACCELGRID_TRANSFORMERS_SRC": value})
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        lines = (out / "cpu-2.13" / ".debug" / results.TESTS).read_text().splitlines()
+        lines = (out / "cpu-2.13" / ".debug" / contract.TESTS_FILE).read_text().splitlines()
         (rec,) = [json.loads(x) for x in lines]
         return rec
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import backends, hf_checkouts, hf_spec, results, sessions
+from accelgrid import backends, contract, hf_checkouts, hf_spec, jsonio, results, sessions
 from accelgrid.matrix import load_matrix
 from suites.hf_tests import conftest as suite
 from suites.hf_tests import hf_ops
@@ -215,7 +215,7 @@ def _run(tmp_path: Path, args: list[str], **env: str) -> list[dict]:
          "pytest", *args, "-p", "no:cacheprovider", "-q"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "ACCELGRID_RESULTS_DIR": str(out), **env})
-    lines = (out / "cpu-2.13" / ".debug" / results.TESTS).read_text().splitlines()
+    lines = (out / "cpu-2.13" / ".debug" / contract.TESTS_FILE).read_text().splitlines()
     recs = [json.loads(x) for x in lines]
     assert recs, proc.stdout[-3000:] + proc.stderr[-3000:]
     return recs
@@ -276,10 +276,10 @@ def test_suite_in_a_real_cell_bad_inputs_and_the_planted_seed_fault(
 
 def _cell(root: Path, name: str, device: str, recs: dict[str, str]) -> Path:
     folder = root / name
-    results.write_json(folder / results.ENV, {"cell": name, "device_type": device,
+    jsonio.write_json(folder / contract.ENV_FILE, {"cell": name, "device_type": device,
                                               "status": "finished"})
     for nodeid, outcome in recs.items():
-        results.append_record(folder / results.TESTS, {"nodeid": nodeid, "outcome": outcome,
+        results.append_record(folder / contract.TESTS_FILE, {"nodeid": nodeid, "outcome": outcome,
                                                        "cell": name, "message": "boom"})
     return folder
 
@@ -292,7 +292,7 @@ def test_report_puts_the_reference_cells_outcome_beside_each_failure(tmp_path: P
     xpu = _cell(tmp_path, "xpu-2.13", "xpu", {a: "failed", b: "crashed"})
     _cell(tmp_path, "cpu-2.13", "cpu", {a: "failed", b: "passed"})
 
-    results.write_json(xpu / "hf_ops.json", hf_ops.merged(None, {
+    jsonio.write_json(xpu / "hf_ops.json", hf_ops.merged(None, {
         "aten::_foreach_norm.Scalar": {"kind": "missing", "tests": [b]}}))
     model = hf_tests.summary([tmp_path])
     cells = {c["cell"]: c for c in model["cells"]}

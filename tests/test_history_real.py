@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from accelgrid import ci, report
+from accelgrid.cellresults import read_cell
 from accelgrid.history import CODE, open_store
 from accelgrid.report import site
-from accelgrid.results import read_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -11,7 +11,7 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from accelgrid import junit, outcomes, report, results
+from accelgrid import cellresults, contract, jsonio, junit, outcomes, report, results
 from accelgrid.matrix import load_matrix
 from accelgrid.run.cell import run_cell
 
@@ -30,9 +30,9 @@ def _cell_folder(folder: Path, records: list[dict], env: dict | None = None) -> 
                 "ACCELGRID_HARDWARE": "ats-m", "ACCELGRID_DRIVER": "lts"},
         "project": {"commit": "abc123", "dirty": False},
     }
-    results.write_json(folder / results.ENV, env)
+    jsonio.write_json(folder / contract.ENV_FILE, env)
     for rec in records:
-        results.append_record(folder / results.TESTS, {"run_id": "r1", "cell": "cpu-2.13",
+        results.append_record(folder / contract.TESTS_FILE, {"run_id": "r1", "cell": "cpu-2.13",
                                                        "duration": 0.5, **rec})
     return folder
 
@@ -97,7 +97,7 @@ def test_every_cell_of_a_run_in_one_file_and_an_unreadable_one_says_why(tmp_path
         {"nodeid": "suites/smoke/test_a.py::test_ok", "outcome": outcomes.PASSED}])
     broken = tmp_path / "b" / "cuda-2.11"
     broken.mkdir(parents=True)
-    (broken / results.ENV).write_text(json.dumps({"cell": "cuda-2.11"}))
+    (broken / contract.ENV_FILE).write_text(json.dumps({"cell": "cuda-2.11"}))
     out, _ = junit.write_merged([tmp_path / "a", tmp_path / "b"], tmp_path / "m.xml")
     xml = junitparser.JUnitXml.fromfile(str(out))
     assert sorted(s.name for s in xml) == ["cpu-2.13", "cuda-2.11"]
@@ -127,7 +127,7 @@ def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, pyt
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "cpu-2.13"
-    own = junitparser.JUnitXml.fromfile(str(folder / results.JUNIT))
+    own = junitparser.JUnitXml.fromfile(str(folder / contract.JUNIT_FILE))
     suite = next(iter(own)) if isinstance(own, junitparser.JUnitXml) else own
     props = _props(suite)
     assert props["cell"] == "cpu-2.13" and props["device"] == "cpu"
@@ -151,8 +151,8 @@ def test_merged_from_cells_already_read_is_the_same_file_and_control_chars_go(
         {"nodeid": "t.py::test_bad", "outcome": outcomes.FAILED,
          "message": "bell\x07 and\x1b[31m escape, tab\tkept", "longrepr": "x\x00y\nz"},
         {"nodeid": "t.py::test_flaky", "outcome": outcomes.FLAKY, "reruns": 1}])
-    folders, _ = results.discover([tmp_path / "r"])
-    read = [(f, results.read_cell(f)) for f in folders]
+    folders, _ = cellresults.discover([tmp_path / "r"])
+    read = [(f, cellresults.read_cell(f)) for f in folders]
     fresh, _ = junit.write_merged([tmp_path / "r"], tmp_path / "fresh.xml")
     reused, _ = junit.write_merged([tmp_path / "r"], tmp_path / "reused.xml", read)
     assert fresh.read_bytes() == reused.read_bytes()

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from accelgrid import known_issues, results
+from accelgrid import contract, known_issues, results
 from accelgrid import known_issues_runtime as rt
 from accelgrid.matrix import PIN_NAMES, load_matrix
 from accelgrid.run import cellenv
@@ -295,7 +295,7 @@ def _run(proj: Path, python: str) -> tuple[int, dict[str, dict], Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     rc = run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "cpu-2.13"
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
     return rc, {r["nodeid"].split("::")[-1]: r for r in recs}, folder
 
@@ -466,7 +466,7 @@ def test_hardware_scoped_entry_applies_only_on_that_hardware(
     cell = load_matrix(proj / "matrix.yaml").cell("xpu-2.13")
     run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "xpu-2.13"
-    recs, _ = results.read_records(folder / results.TESTS)
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
     got = {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs}
     assert got == {"test_fp64_math": fp64, "test_flags_follow_the_hardware": "passed"}
     hardware = json.loads((folder / cellenv.HARDWARE_JSON).read_text())

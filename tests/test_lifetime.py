@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import lifetime, results
+from accelgrid import cellresults, contract, lifetime, results
 from accelgrid.matrix import load_matrix
 from accelgrid.run import lock as cell_lock
 from accelgrid.run import supervise
@@ -137,7 +137,7 @@ def _wait_hanging(folder: Path, proc: subprocess.Popen, seconds: float = 120.0) 
     """Until test_1 and test_2 are recorded and test_3's child runs."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        recs, _ = results.read_records(folder / results.TESTS)
+        recs, _ = results.read_records(folder / contract.TESTS_FILE)
         if len(recs) >= 2 and (folder / "child-started").exists():
             return
         assert proc.poll() is None, f"the runner ended early ({proc.returncode})"
@@ -158,7 +158,7 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     first = _start_runner(proj, python)
     try:
         _wait_hanging(folder, first)
-        first_id = json.loads((folder / results.ENV).read_text())["run_id"]
+        first_id = json.loads((folder / contract.ENV_FILE).read_text())["run_id"]
         # pytest, its worker and test_3's child: all carry the run's results folder.
         assert len(_processes_with(_marker(folder))) >= 3
         # A second run of the cell is refused in one line, naming the run in progress.
@@ -174,23 +174,23 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     # Nothing of the killed run survives it: not pytest (own process group), not its
     # worker, not the child a test started.
     assert _wait_gone(_marker(folder)) == []
-    assert _wait_unlocked(folder / results.LOCK)   # and none of them holds the cell's lock
+    assert _wait_unlocked(folder / contract.LOCK_FILE)   # and none of them holds the cell's lock
     assert _wait_name_free(folder)                  # nor its name lock
-    killed = results.load_cell(folder)
+    killed = cellresults.load_cell(folder)
     assert {n.split("::")[-1]: r["outcome"] for n, r in killed.tests.items()} == {
         "test_1": "passed", "test_2": "passed"}
     assert any("never finished" in p for p in killed.problems)
     # The next run of the cell is its own: nothing of the killed run lands in it.
     payload.write_text("def test_new():\n    pass\n")
     assert run_cell(cell, python, proj, proj / "results") == 0
-    env = json.loads((folder / results.ENV).read_text())
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     assert env["run_id"] != first_id and env["status"] == "finished"
-    recs, _ = results.read_records(folder / results.TESTS)
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert [(r["nodeid"].split("::")[-1], r["run_id"]) for r in recs] == [
         ("test_new", env["run_id"])]
-    junit = (folder / results.JUNIT).read_text()
+    junit = (folder / contract.JUNIT_FILE).read_text()
     assert "test_new" in junit and "test_1" not in junit
-    summary = json.loads((folder / results.SUMMARY).read_text())
+    summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     assert summary["run_id"] == env["run_id"] and summary["total"] == 1
 
 
@@ -251,7 +251,7 @@ def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
             assert first.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the first run never reached test_2"
             time.sleep(0.1)
-        assert not (folder / results.LOCK).exists()
+        assert not (folder / contract.LOCK_FILE).exists()
         # A second run, by the CLI: refused in one line, non-zero exit, nothing run.
         second = _accelgrid_run(proj)
         busy = [ln for ln in (second.stdout + second.stderr).splitlines()
@@ -263,22 +263,22 @@ def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
         with pytest.raises(cell_lock.CellBusy):
             run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
                             proj / "results")
-        assert not (folder / results.LOCK).exists()  # refused before touching the folder
+        assert not (folder / contract.LOCK_FILE).exists()  # refused before touching the folder
         release.write_text("")
         assert first.wait(timeout=120) == 0, log.read_text()[-3000:]
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
-    first_id = json.loads((folder / results.ENV).read_text())["run_id"]
-    recs, _ = results.read_records(folder / results.TESTS)
+    first_id = json.loads((folder / contract.ENV_FILE).read_text())["run_id"]
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert {r["run_id"] for r in recs} == {first_id}  # nothing of another run mixed in
     # Once the first run has ended, the next one runs.
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     assert run_cell(cell, python, proj, proj / "results") == 0
-    env_json = json.loads((folder / results.ENV).read_text())
+    env_json = json.loads((folder / contract.ENV_FILE).read_text())
     assert env_json["run_id"] != first_id and env_json["status"] == "finished"
-    recs, _ = results.read_records(folder / results.TESTS)
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert {r["run_id"] for r in recs} == {env_json["run_id"]} and len(recs) == 2
 
 
@@ -360,10 +360,10 @@ def test_kill_9_of_pytests_group_is_closed_by_the_runner(mini_project, python) -
             proc.wait()
     assert rc == 128 + signal.SIGKILL
     assert _wait_gone(_marker(folder)) == []
-    summary = json.loads((folder / results.SUMMARY).read_text())
+    summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     assert summary["total"] == 3 and summary["counts"]["passed"] == 2
     recs = {r["nodeid"].split("::")[-1]: r for r in
-            results.read_records(folder / results.TESTS)[0]}
+            results.read_records(folder / contract.TESTS_FILE)[0]}
     assert recs["test_3_hangs_with_a_child"]["outcome"] == "crashed"
     assert "pytest killed by SIGKILL" in recs["test_3_hangs_with_a_child"]["message"]
     assert {r["run_id"] for r in recs.values()} == {summary["run_id"]}

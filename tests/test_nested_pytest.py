@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelgrid import results
+from accelgrid import contract, results
 from accelgrid.matrix import load_matrix
 from accelgrid.run import cellenv
 from accelgrid.run.cell import run_cell
@@ -50,7 +50,7 @@ def test_a_pytest_started_by_a_test_records_nothing(mini_project, python) -> Non
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     assert run_cell(cell, python, proj, proj / "results") == 0
     folder = proj / "results" / "cpu-2.13"
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems, problems
     names = sorted(r["nodeid"].split("::")[-1] for r in recs)
     assert [n for n in names if "inner" in n] == []

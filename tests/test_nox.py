@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import results
+from accelgrid import contract, results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def test_real_cpu_cell_end_to_end(tmp_path: Path, outside_envdir: Path) -> None:
                      r"\[\d+ s\]\n", proc.stdout), proc.stdout
     assert "accelgrid: cpu-2.13:   smoke: 2 skipped — cpu does not claim Stream\n" in proc.stdout
     assert "PASSES" not in proc.stdout + proc.stderr
-    assert "= PASSES =" in (folder / results.PYTEST_LOG).read_text()
+    assert "= PASSES =" in (folder / contract.PYTEST_LOG_FILE).read_text()
     grid = nox("-s", "grid", env={"ACCELGRID_RESULTS_DIR": str(out)})
     assert grid.returncode == 0, grid.stderr
     md = (out / "grid.md").read_text()

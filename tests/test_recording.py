@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import results
+from accelgrid import cellresults, contract, jsonio, results
 from accelgrid.matrix import load_matrix
 from accelgrid.run import passes as pass_plan
 from accelgrid.run import preflight, selection, supervise
@@ -76,7 +76,7 @@ def test_d_after():
 
 
 def _records(folder: Path) -> dict[str, dict]:
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
     return {r["nodeid"].split("::")[-1]: r for r in recs}
 
@@ -92,7 +92,7 @@ def _epoch(iso: str) -> float:
 
 
 def _pass_names(folder: Path) -> list[str]:
-    return [p["name"] for p in json.loads((folder / results.ENV).read_text())["passes"]]
+    return [p["name"] for p in json.loads((folder / contract.ENV_FILE).read_text())["passes"]]
 
 
 def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
@@ -116,7 +116,7 @@ def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
     assert recs["test_not_run"]["message"] == "ModelX missing in this transformers"
     assert recs["test_xfail"]["message"] == "known bug"
     assert recs["test_pass"]["worker"] == "gw0"
-    env = json.loads((folder / results.ENV).read_text())
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     assert env["cell"] == "cpu-2.13" and env["status"] == "finished" and env["end"]
     assert env["env"]["ACCELGRID_DEVICE"] == "cpu"
     assert env["env"]["HF_TOKEN"] == "<redacted>"
@@ -124,8 +124,8 @@ def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
         if f.is_file():
             text = f.read_text(errors="replace")
             assert "hf_s3cr3t_value" not in text and "pa55word" not in text, f
-    assert (folder / results.JUNIT).exists()
-    summary = json.loads((folder / results.SUMMARY).read_text())
+    assert (folder / contract.JUNIT_FILE).exists()
+    summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     assert summary["total"] == 9 and summary["counts"]["passed"] == 3
 
 
@@ -155,7 +155,7 @@ def test_cell_time_limit_marks_rest_not_run(mini_project, python) -> None:
     assert got["test_1"][0] == "passed"
     assert got["test_2"][0] == "crashed" and "time limit" in got["test_2"][1]
     assert got["test_3"] == ("not-run", "cell time limit of 15 s reached")
-    env = json.loads((folder / results.ENV).read_text())
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     assert env["end"] and env["end_reason"] == "cell time limit of 15 s reached"
 
 
@@ -175,19 +175,19 @@ def test_killed_runner_keeps_what_was_recorded(mini_project, python) -> None:
     folder = proj / "results" / "cpu-2.13"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        recs, _ = results.read_records(folder / results.TESTS)
+        recs, _ = results.read_records(folder / contract.TESTS_FILE)
         if len(recs) >= 2:
             break
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole session, runner and pytest alike
     proc.wait()
-    cell = results.load_cell(folder)
+    cell = cellresults.load_cell(folder)
     assert {n.split("::")[-1]: r["outcome"] for n, r in cell.tests.items()} == {
         "test_1": "passed", "test_2": "passed"}
     assert any("never finished" in p for p in cell.problems)
     # Closing the results afterwards attributes the rest.
     results.finalize(folder, "session killed")
-    after = results.load_cell(folder)
+    after = cellresults.load_cell(folder)
     assert after.tests[[n for n in after.tests if n.endswith("test_3")][0]]["outcome"] in (
         "crashed", "not-run")
 
@@ -240,7 +240,7 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial)
     monkeypatch.setenv("ACCELGRID_SERIAL_PASSES", serial)
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
     run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results")
-    recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
+    recs, _ = results.read_records(proj / "results" / "xpu-2.13" / contract.TESTS_FILE)
     by_test = {r["nodeid"].split("::")[-1]: r for r in recs}
     pinned = [r for n, r in by_test.items() if n.startswith("test_pinned")]
     assert len(pinned) == 8
@@ -250,10 +250,10 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial)
     assert by_test["test_sees_all_devices"]["outcome"] == "passed"
     assert by_test["test_sees_all_devices"]["device"] == "xpu:all"
     assert sorted(_pass_names(proj / "results" / "xpu-2.13")) == ["all-devices", "pinned"]
-    left = json.loads((proj / "results" / "xpu-2.13" / results.MULTI_DEVICE).read_text())
+    left = json.loads((proj / "results" / "xpu-2.13" / contract.MULTI_DEVICE_FILE).read_text())
     assert left == ["suites/payload/test_multi.py::test_sees_all_devices"]
     pinned_pass, all_pass = json.loads(
-        (proj / "results" / "xpu-2.13" / results.SUMMARY).read_text())["passes"]
+        (proj / "results" / "xpu-2.13" / contract.SUMMARY_FILE).read_text())["passes"]
     assert (pinned_pass["name"], all_pass["name"]) == ("pinned", "all-devices")
     if serial:  # after the pinned pass, fed by the list it left
         assert all_pass["beside"] is None
@@ -306,7 +306,7 @@ def test_one_chosen_device_is_pinned(mini_project, python, monkeypatch) -> None:
         "import os\ndef test_sees_one():\n    assert os.environ['ZE_AFFINITY_MASK'] == '1'\n")
     monkeypatch.setenv("ACCELGRID_DEVICES", "1")
     assert run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results") == 0
-    recs, _ = results.read_records(proj / "results" / "xpu-2.13" / results.TESTS)
+    recs, _ = results.read_records(proj / "results" / "xpu-2.13" / contract.TESTS_FILE)
     assert [(r["outcome"], r["device"]) for r in recs] == [("passed", "xpu:1")]
 
 
@@ -364,7 +364,7 @@ def test_recorded_properties_land_in_the_test_record(mini_project, python) -> No
         "    request.node.user_properties.append(('has_fp64', False))\n"
         "    pytest.skip('no fp64')\n")
     run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
-    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / contract.TESTS_FILE)
     by = {r["nodeid"].split("::")[-1]: r for r in recs}
     props = by["test_facts"]["properties"]
     assert props["peak_gib"] == 1.5 and props["flags"] == {"A": "1"}
@@ -408,7 +408,7 @@ def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatc
                          ["suites/smoke/test_device_api.py::test_float64_math"])
     assert rc == 0
     _, folder = results.last_run(tmp_path / "cpu-2.13")   # a selected run: runs/<id>/
-    [rec], _ = results.read_records(folder / results.TESTS)
+    [rec], _ = results.read_records(folder / contract.TESTS_FILE)
     assert rec["outcome"] == "passed"
     assert rec["properties"] == {"fp64_flags": flags}
 
@@ -438,11 +438,11 @@ def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch)
     (proj / "suites" / "payload" / "test_hidden.py").write_text(HIDDEN_PAYLOAD)
     assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
     folder = proj / "results" / "cpu-2.13"
-    recs, _ = results.read_records(folder / results.TESTS)
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs} == {
         "test_cpu_cell_sees_no_accelerator": "passed", "test_asks_for_the_hosts": "passed"}
     assert _pass_names(folder) == ["single", "host-accelerators"]
-    assert json.loads((folder / results.HOST_ACCELERATORS).read_text()) == [
+    assert json.loads((folder / contract.HOST_ACCELERATORS_FILE).read_text()) == [
         "suites/payload/test_hidden.py::test_asks_for_the_hosts"]
     assert (folder / "junit-host-accelerators.xml").exists()
 
@@ -464,7 +464,7 @@ def test_a_module_that_fails_to_import_is_an_error_record(mini_project, python,
     (payload / "test_broken.py").write_text("import not_installed_anywhere\n"
                                             "def test_b():\n    pass\n")
     assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") != 0
-    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / results.TESTS)
+    recs, _ = results.read_records(proj / "results" / "cpu-2.13" / contract.TESTS_FILE)
     by = {r["nodeid"]: r for r in recs}
     broken = by["suites/payload/test_broken.py"]
     assert broken["outcome"] == "error" and broken["phase"] == "collect"
@@ -512,7 +512,7 @@ def test_any_number_of_crashes_and_hangs_lose_only_themselves(mini_project, pyth
     assert got == {**{f"test_b_crash[{i}]": "crashed" for i in range(6)},
                    **{f"test_d_hang[{i}]": "timeout" for i in range(2)},
                    **{f"test_{x}_ordinary[{i}]": "passed" for x in "ace" for i in range(3)}}
-    summary = json.loads((proj / "results" / "cpu-2.13" / results.SUMMARY).read_text())
+    summary = json.loads((proj / "results" / "cpu-2.13" / contract.SUMMARY_FILE).read_text())
     assert summary["total"] == 17 and summary["counts"]["not-run"] == 0
 
 
@@ -598,7 +598,7 @@ def test_z_after():
 
 
 def _no_surrogates(data) -> bool:
-    return results.safe(data) == data
+    return jsonio.safe(data) == data
 
 
 def test_text_that_is_not_utf8_is_recorded_and_the_run_goes_on(mini_project, python,
@@ -628,12 +628,12 @@ def test_text_that_is_not_utf8_is_recorded_and_the_run_goes_on(mini_project, pyt
     for f in folder.rglob("*"):
         if f.is_file():
             f.read_text(encoding="utf-8")
-    for name in (results.ENV, results.SUMMARY, results.COLLECTED):
+    for name in (contract.ENV_FILE, contract.SUMMARY_FILE, contract.COLLECTED_FILE):
         assert _no_surrogates(json.loads((folder / name).read_text()))
-    assert _no_surrogates(results.read_records(folder / results.TESTS)[0])
-    env = json.loads((folder / results.ENV).read_text())
+    assert _no_surrogates(results.read_records(folder / contract.TESTS_FILE)[0])
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     assert env["env"]["ACCELGRID_NOTE"] == "note \\xff"
-    junit = (folder / results.JUNIT).read_text(encoding="utf-8")
+    junit = (folder / contract.JUNIT_FILE).read_text(encoding="utf-8")
     assert "log " in junit and "test_z_after" in junit
     # ... and the reports render.
     from accelgrid import report
@@ -702,17 +702,17 @@ def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: list[str
 def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, dict]:
     """Every test the passes collected (and the broken module) has exactly one record;
     env.json lists both passes with their start and end; summary counts match."""
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
     ids = [r["nodeid"] for r in recs]
     assert len(ids) == len(set(ids)), [i for i in set(ids) if ids.count(i) > 1]
     assert set(ids) == expected
-    assert set(json.loads((folder / results.COLLECTED).read_text())) == expected - {
+    assert set(json.loads((folder / contract.COLLECTED_FILE).read_text())) == expected - {
         "suites/payload/test_broken.py"}
-    env = json.loads((folder / results.ENV).read_text())
+    env = json.loads((folder / contract.ENV_FILE).read_text())
     assert sorted(p["name"] for p in env["passes"]) == ["all-devices", "pinned"]
     assert all(p["start"] and p["end"] for p in env["passes"]) and env["status"] == "finished"
-    summary = json.loads((folder / results.SUMMARY).read_text())
+    summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     assert summary["total"] == len(ids) == sum(summary["counts"].values())
     pinned, beside = summary["passes"]
     assert (pinned["name"], beside["name"], beside["beside"]) == ("pinned", "all-devices",
@@ -755,7 +755,7 @@ def test_all_devices_pass_beside_the_pinned_one_records_every_test_once(
         out = capfd.readouterr().out.splitlines()
         # pytest's output goes to pytest.log, not the console: the all-devices pass's
         # whole, after the pinned pass's (it wrote its own log meanwhile, appended after).
-        log = (folder / results.PYTEST_LOG).read_text().splitlines()
+        log = (folder / contract.PYTEST_LOG_FILE).read_text().splitlines()
         pinned_end = max(i for i, line in enumerate(log) if "test_pinned[" in line)
         beside_start = next(i for i, line in enumerate(log)
                             if line.startswith("accelgrid: pass all-devices"))
@@ -777,7 +777,7 @@ def test_a_selection_holds_in_both_passes_beside_each_other(mini_project, python
     # Node ids: the all-devices pass collects only the named multi-device ones.
     rc, folder = _run_beside(proj, python, tmp_path / "ids", monkeypatch, [
         f"{mod}::test_pinned[1]", f"{mod}::test_all[1]", f"{mod}::test_pinned[2]"])
-    assert rc == 0, (folder / results.TESTS).read_text()
+    assert rc == 0, (folder / contract.TESTS_FILE).read_text()
     recs = _records(folder)
     assert {n: (r["outcome"], r["pass"]) for n, r in recs.items()} == {
         "test_pinned[1]": ("passed", "pinned"), "test_pinned[2]": ("passed", "pinned"),
@@ -912,20 +912,20 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     out = proj / "results"
     cell_folder = out / "cpu-2.13"
     assert run_cell(_cell(proj), python, proj, out) == 1  # the full run
-    full = json.loads((cell_folder / results.SUMMARY).read_text())
+    full = json.loads((cell_folder / contract.SUMMARY_FILE).read_text())
     assert full["total"] == 5 and full["selection"] == [] and full["partial"] is False
     compare.update([cell_folder], proj / "baselines")
 
     assert run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
     run_id, selected = results.last_run(cell_folder)
-    assert selected.parent == cell_folder / results.RUNS and selected.name == run_id
-    summary = json.loads((selected / results.SUMMARY).read_text())
+    assert selected.parent == cell_folder / contract.RUNS_DIR and selected.name == run_id
+    summary = json.loads((selected / contract.SUMMARY_FILE).read_text())
     assert summary["total"] == 2 and summary["selection"] == ["-k", "smoke"]
     assert summary["partial"] is True and summary["run_id"] == run_id
-    env = json.loads((selected / results.ENV).read_text())
+    env = json.loads((selected / contract.ENV_FILE).read_text())
     assert env["run_id"] == run_id and env["pytest_args"] == ["-k", "smoke"]
     # The cell's full run is untouched, and is what a grid of results/* shows.
-    assert json.loads((cell_folder / results.SUMMARY).read_text()) == full
+    assert json.loads((cell_folder / contract.SUMMARY_FILE).read_text()) == full
     whole = report.build([out])
     assert [(c["name"], c["status"], c["total"]) for c in whole["columns"]] == [
         ("cpu-2.13", "ok", 5)]
@@ -948,7 +948,7 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     # -x stops early: a selection too.
     assert run_cell(_cell(proj), python, proj, out, ["-x", "-k", "other"]) != 0
     x_run = results.last_run(cell_folder)[1]
-    assert json.loads((x_run / results.SUMMARY).read_text())["selection"] == [
+    assert json.loads((x_run / contract.SUMMARY_FILE).read_text())["selection"] == [
         "-x", "-k", "other"]
     # Everything selected is gone (renamed): the gate compared nothing and says so.
     test_file.write_text(SELECTABLE.replace("test_smoke_", "test_smoke_renamed_"))
@@ -957,7 +957,7 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     rc = cli.main(["grid", str(gone), "--out", str(tmp_path / "g2"),
                    "--baseline", str(proj / "baselines")])
     assert rc == 1
-    assert len(list((cell_folder / results.RUNS).iterdir())) == 3
+    assert len(list((cell_folder / contract.RUNS_DIR).iterdir())) == 3
 
 
 STRAY_PLUGIN = '''
@@ -1002,7 +1002,7 @@ def test_a_run_loads_only_its_own_pytest_plugins(mini_project, python, monkeypat
     folder = results.last_run(proj / "results" / "cpu-2.13")[1]
     outcomes_by_test = {k: r["outcome"] for k, r in _records(folder).items()}
     assert outcomes_by_test == {"test_ok": "passed", "test_too_long": "timeout"}
-    log = (folder / results.PYTEST_LOG).read_text()
+    log = (folder / contract.PYTEST_LOG_FILE).read_text()
     assert "created: 1/1 worker" in log
     monkeypatch.setenv("PYTEST_PLUGINS", "strayplug")
     run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_ok"])
@@ -1020,11 +1020,11 @@ def test_a_run_whose_tests_do_not_import_torch_does_not_import_it(mini_project,
         "def test_nothing_imported_torch():\n"
         "    assert 'torch' not in sys.modules\n")
     folder = proj / "results" / "cpu-2.13"
-    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
-    recs, _ = results.read_records(folder / results.TESTS)
+    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs
             if "test_no_torch" in r["nodeid"]} == {"test_nothing_imported_torch": "passed"}
-    torch = json.loads((folder / results.ENV).read_text())["torch"]
+    torch = json.loads((folder / contract.ENV_FILE).read_text())["torch"]
     installed = subprocess.run([python, "-c", "from importlib.metadata import version; "
                                 "print(version('torch'))"], capture_output=True, text=True,
                                check=True).stdout.strip()
@@ -1034,7 +1034,7 @@ def test_a_run_whose_tests_do_not_import_torch_does_not_import_it(mini_project,
         "def test_uses_torch():\n"
         "    import torch\n"
         "    assert torch.ones(1).item() == 1\n")
-    assert runner.run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
-    torch = json.loads((folder / results.ENV).read_text())["torch"]
+    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    torch = json.loads((folder / contract.ENV_FILE).read_text())["torch"]
     assert torch["version"] == installed and "imported" not in torch
     assert torch["device_count"] == len(torch["devices"]) >= 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from report_cases import artifacts, broken_cells, demo, pinned_cell, write_cell
 
-from accelgrid import report, results
+from accelgrid import contract, report
 from accelgrid.bench import grid as bench_grid
 from accelgrid.report import model as grid_model
 
@@ -75,7 +75,8 @@ def test_broken_cells_show_as_errored(tmp_path: Path) -> None:
 
 def test_the_same_cell_twice_gets_two_columns(tmp_path: Path) -> None:
     art, flat = artifacts(tmp_path)
-    model = grid_model.build([art, flat / results.TESTS])  # a cell's file stands for its folder
+    # a cell's file stands for its folder
+    model = grid_model.build([art, flat / contract.TESTS_FILE])
     names = [c["name"] for c in model["columns"]]
     assert names == ["cpu-2.13", "cuda-2.11", "cuda-2.11#2"]  # the same cell twice, told apart
     assert {c["cell"] for c in model["columns"]} == {"cpu-2.13", "cuda-2.11"}
@@ -102,7 +103,7 @@ def test_synthetic_grid_is_complete(tmp_path: Path) -> None:
     for col in model["columns"]:
         if col["error"]:
             continue
-        recs = [json.loads(line) for line in (Path(col["path"]) / results.TESTS).open()]
+        recs = [json.loads(line) for line in (Path(col["path"]) / contract.TESTS_FILE).open()]
         assert col["total"] == 300
         assert col["counts"]["failed"] == sum(r["outcome"] == "failed" for r in recs)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from report_cases import ISSUE, baseline_case, broken_cells, demo, pinned_cell, write_cell
 
-from accelgrid import report, results
+from accelgrid import jsonio, report
 from accelgrid.bench import grid as bench_grid
 from accelgrid.report import render_html, render_json, render_markdown
 from accelgrid.report.model import SCHEMA_VERSION
@@ -326,7 +326,7 @@ def test_markdown_says_how_an_xpu_cell_compares_with_the_prediction(tmp_path: Pa
     data = synthetic_xpu_ops()
     cell = write_cell(tmp_path, data["cell"], {"suites/smoke/t.py::a": "passed"},
                       torch=data["torch"])
-    results.write_json(cell / "ops.json", data)
+    jsonio.write_json(cell / "ops.json", data)
     plain = write_cell(tmp_path, "cpu-2.13", {"suites/smoke/t.py::a": "passed"})
     model = report.build([cell, plain])
     check = {c["name"]: c["ops_vs_predicted"] for c in model["columns"]}

@@ -8,14 +8,14 @@ from pathlib import Path
 
 from report_cases import write_cell
 
-from accelgrid import results
+from accelgrid import cellresults, contract
 from accelgrid.report import model
 
 
 def _results(tmp_path: Path) -> Path:
     root = tmp_path / "results"
     write_cell(root, "cpu-2.13", {"suites/s/t.py::a": "passed"})
-    write_cell(root / results.REPRO_DIR / "pytorch-ao-958", "cpu-2.13",
+    write_cell(root / contract.REPRO_DIR / "pytorch-ao-958", "cpu-2.13",
                {"suites/repro/t.py::r": "failed"})
     return root
 
@@ -25,7 +25,7 @@ def test_the_cells_grid_leaves_reproductions_out(tmp_path: Path) -> None:
     given = sorted(root.iterdir())          # what results/* expands to
     grid = model.build(given)
     assert [c["name"] for c in grid["columns"]] == ["cpu-2.13"]
-    _, notes = results.discover(given)
+    _, notes = cellresults.discover(given)
     assert notes == [f"{root / 'repro'}: reproductions (accelgrid repro), left out of the "
                      f"cells' grid; name {root / 'repro'}/<issue> to show them"]
     assert [c["name"] for c in model.build([root])["columns"]] == ["cpu-2.13"]

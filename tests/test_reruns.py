@@ -14,9 +14,9 @@ import pytest
 from mini_projects import RERUN_PAYLOAD
 
 from accelgrid import install, outcomes, report
+from accelgrid.cellresults import read_cell
 from accelgrid.history import open_store
 from accelgrid.matrix import RERUN_TOOL, load_matrix
-from accelgrid.results import read_cell
 from accelgrid.run import passes as pass_plan
 from accelgrid.run import selection
 from accelgrid.run.cell import run_cell

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import install, outcomes, report, results
+from accelgrid import contract, install, outcomes, report, results
 from accelgrid.matrix import load_matrix
 from accelgrid.run import console
 from accelgrid.run.cell import run_cell
@@ -104,7 +104,7 @@ def test_console_shows_progress_per_suite_and_why_tests_did_not_run(
     # pytest's own report, -rA passes included, is in the log and not on the console.
     for text in ("CAPTURED-OUT-OF-A-PASSED-TEST", "PASSES", "short test summary info"):
         assert text not in out + err
-    log = (folder / results.PYTEST_LOG).read_text()
+    log = (folder / contract.PYTEST_LOG_FILE).read_text()
     assert "= PASSES =" in log and "CAPTURED-OUT-OF-A-PASSED-TEST" in log
     assert "PASSED suites/two/test_two.py::test_c" in log
     assert re.search(r"1 failed, 4 passed, 5 skipped", log), log[-500:]
@@ -132,7 +132,8 @@ def test_pytest_that_stops_early_shows_why(mini_project, capfd) -> None:
     assert "accelgrid: cpu-2.13: pytest exited with 4 (usage error); the end of its output:" \
         in err
     assert "unrecognized arguments: --no-such-option" in err
-    assert "unrecognized arguments: --no-such-option" in (folder / results.PYTEST_LOG).read_text()
+    assert "unrecognized arguments: --no-such-option" in (
+        folder / contract.PYTEST_LOG_FILE).read_text()
 
 
 @pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)

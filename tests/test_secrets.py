@@ -102,13 +102,13 @@ def test_recorded_env_and_the_grid_never_hold_them(tmp_path) -> None:
 def test_record_messages_lose_tokens_when_written_and_when_read(tmp_path) -> None:
     cell = tmp_path / "cpu-2.13"
     cell.mkdir()
-    results.append_record(cell / results.TESTS, {
+    results.append_record(cell / contract.TESTS_FILE, {
         "nodeid": "t.py::a", "outcome": "failed", "message": f"401 for https://u:pw@h/ {GH}",
         "longrepr": f"E   token={GH}"})
-    text = (cell / results.TESTS).read_text()
+    text = (cell / contract.TESTS_FILE).read_text()
     assert GH not in text and "u:pw" not in text
     # An artifact written by a version that did not redact: the grid does.
-    (cell / results.TESTS).write_text(json.dumps({
+    (cell / contract.TESTS_FILE).write_text(json.dumps({
         "nodeid": "t.py::a", "outcome": "failed", "message": f"x {GH}"}) + "\n")
     assert cli.main(["grid", str(cell), "--out", str(tmp_path / "g")]) == 0
     for name in ("grid.json", "grid.md", "grid.html"):

@@ -49,9 +49,9 @@ def test_the_split_balances_recorded_durations_and_keeps_multi_device_tests_toge
 def test_durations_from_a_results_folder_or_a_file(tmp_path: Path) -> None:
     folder = tmp_path / "cpu-2.13"
     folder.mkdir()
-    results.append_record(folder / results.TESTS, {"nodeid": "a", "outcome": "passed",
+    results.append_record(folder / contract.TESTS_FILE, {"nodeid": "a", "outcome": "passed",
                                                    "duration": 2.5})
-    results.append_record(folder / results.TESTS, {"nodeid": "b", "outcome": "passed",
+    results.append_record(folder / contract.TESTS_FILE, {"nodeid": "b", "outcome": "passed",
                                                    "duration": None})
     assert shards.durations(folder) == {"a": 2.5}
     assert shards.durations(tmp_path) == {"a": 2.5}          # a folder of cells
@@ -112,7 +112,7 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
     ran = []
     for k in (1, 2):
         folder = parts / shards.folder_name(k, 2) / cell.name
-        ids = {r["nodeid"] for r in results.read_records(folder / results.TESTS)[0]}
+        ids = {r["nodeid"] for r in results.read_records(folder / contract.TESTS_FILE)[0]}
         assert ids and not (set(ran) & ids)
         ran += ids
         md = {i for i in ids if "test_md_" in i}

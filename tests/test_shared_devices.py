@@ -134,14 +134,14 @@ def test_a_shared_run_records_every_test_once(mini_project, python, monkeypatch,
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
     assert run_cell(_cell(proj), python, proj, proj / "results") == 0
     folder = proj / "results" / "xpu-2.13"
-    recs, problems = results.read_records(folder / results.TESTS)
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
     by_test = {r["nodeid"].split("::")[-1]: r for r in recs}
     assert len(recs) == len(by_test) == 8
     assert all(r["outcome"] == "passed" for r in recs)
-    assert json.loads((folder / results.DEVICE_ALONE).read_text()) == [
+    assert json.loads((folder / contract.DEVICE_ALONE_FILE).read_text()) == [
         "suites/payload/test_shared.py::test_needs_the_device_alone"]
-    summary = json.loads((folder / results.SUMMARY).read_text())
+    summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     timed = {p["name"]: p for p in summary["passes"]}
     first = "single" if devices == "1" else "pinned"
     assert timed[first]["workers"] == 2 * len(devices.split(","))

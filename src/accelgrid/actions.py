@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import outcomes, reasons, results, shards
+from . import cellresults, outcomes, reasons, shards
 
 MAX_ANNOTATIONS = 10        # GitHub shows at most 10 error annotations per step
 MAX_WRONG_LISTED = 30       # tests listed in a step summary's "what went wrong"
@@ -90,7 +90,7 @@ def _cell_text(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def summary(cell: results.CellResults) -> str:
+def summary(cell: cellresults.CellResults) -> str:
     """A cell job's step summary (Markdown): counts, what went wrong, why tests did not
     run, or why there are no results."""
     title = f"### accelgrid: {cell.name}"
@@ -135,8 +135,8 @@ def report(paths: Iterable[Path], *, out: TextIO | None = None,
     how many tests went wrong."""
     env = os.environ if env is None else env
     out = out or sys.stdout
-    folders, _ = results.discover(paths)
-    cells = [results.read_cell(f) for f in folders]
+    folders, _ = cellresults.discover(paths)
+    cells = [cellresults.read_cell(f) for f in folders]
     text = "\n".join(summary(c) for c in cells)
     target = env.get("GITHUB_STEP_SUMMARY") if active(env) else None
     if target:

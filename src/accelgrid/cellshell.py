@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from . import contract, detect, results, venvs
+from . import contract, detect, jsonio, results, venvs
 from .errors import InvalidInput
 from .matrix import Cell, Matrix
 from .run import cellenv, preflight
@@ -130,7 +130,7 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     # Not resolved: a symlink planted as the cell folder or .debug is refused, never
     # followed to empty the folder it names.
     folder = results.results_root(root) / cell.name / DEBUG
-    results.refuse_symlink(folder, results.results_root(root))
+    jsonio.refuse_symlink(folder, results.results_root(root))
     results.clear_for_run(folder)
     with contextlib.redirect_stdout(note):
         env = cellenv.cell_env(cell, root, folder, base)

@@ -20,8 +20,8 @@ from pathlib import Path
 import jinja2
 
 from .errors import InvalidInput
+from .jsonio import dumps
 from .matrix import Cell, Matrix, injection_problem
-from .results import dumps
 
 WORKFLOW = ".github/workflows/accelgrid.yml"        # schedule/dispatch: every cell
 PR_WORKFLOW = ".github/workflows/accelgrid-pr.yml"  # pull_request: hosted cells only

@@ -88,4 +88,33 @@ SOURCE_COMMIT = "ACCELGRID_SOURCE_COMMIT"  # inside an image: the commit it was 
 SOURCE_DIRTY = "ACCELGRID_SOURCE_DIRTY"
 IMAGE = "ACCELGRID_IMAGE"                  # inside an image: its tag
 
+# --- the files of a run's results folder (written in the cell, read back outside) --------
+TESTS_FILE = "tests.jsonl"
+COLLECTED_FILE = "collected.json"
+RUNNING_DIR = "running"
+ENV_FILE = "env.json"
+JUNIT_FILE = "junit.xml"
+SUMMARY_FILE = "summary.json"
+PYTEST_LOG_FILE = "pytest.log"            # pytest's whole output, every pass (-rA: captured output)
+MULTI_DEVICE_FILE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
+# tests a cpu cell left for the host-accelerators pass
+HOST_ACCELERATORS_FILE = "host_accelerators.json"
+DEVICE_ALONE_FILE = "device_alone.json"   # tests the shared pass left for the device-alone pass
+RUNS_DIR = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection
+LAST_RUN_FILE = "last-run.json"           # results/<cell>/last-run.json: the latest run's folder
+LOCK_FILE = ".lock"                       # results/<cell>/.lock: flock of the run in progress
+# a run's folder: flock around shared writes (jsonio.locked)
+UPDATE_LOCK_FILE = ".update.lock"
+# Any of these makes a folder a cell's results folder.
+CELL_FILES = (TESTS_FILE, ENV_FILE, COLLECTED_FILE, SUMMARY_FILE)
+
+
+# Where `accelgrid repro` writes (<results>/repro/<issue>/<cell>/): a grid of the cells'
+# results leaves it out (else each reproduced cell would be a second column, cpu-2.13#2);
+# naming <results>/repro/<issue> shows those runs.
+REPRO_DIR = "repro"
+
+
+RESULTS_FOLDER = "results"
+
 PREFIX = "ACCELGRID_"  # every variable above; recorded in env.json

@@ -4,7 +4,7 @@ test fails and which tests flip. Default ``results/history.sqlite``; docs/histor
 describes the schema.
 
 :func:`open_store` opens (creating or migrating forward) a database; :meth:`Store.add`
-adds cell folders (:func:`accelgrid.results.read_cell`), idempotent by run id;
+adds cell folders (:func:`accelgrid.cellresults.read_cell`), idempotent by run id;
 :meth:`Store.window` reads the last N runs of cells back as outcome strips.
 
 Faults end in one :class:`HistoryError` line (exit 1), never a traceback, and never
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from . import contract, outcomes
+from .cellresults import CellResults, discover, read_cell, run_of
 from .errors import AccelgridError
 from .provenance import now
-from .results import CellResults, discover, read_cell, run_of
 
 DEFAULT_DB = "results/history.sqlite"
 SCHEMA_VERSION = 2
@@ -248,7 +248,7 @@ class Store:
     # --- writing ---------------------------------------------------------------------
 
     def add(self, folders: Iterable[Path]) -> tuple[list[Added], list[str]]:
-        """Add the cell folders found in ``folders`` (:func:`accelgrid.results.discover`),
+        """Add the cell folders found in ``folders`` (:func:`accelgrid.cellresults.discover`),
         all in one transaction. A run already stored (same run id, same end) is left as
         it is; one stored before it ended is replaced. Errored cells (nothing recorded)
         are skipped with the reason. Returns what happened per folder, and notes."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import contract, environment, results
+from . import contract, environment, jsonio
 from .errors import InvalidInput
 from .matrix import RELEASE, Cell
 from .versions import version_key
@@ -364,7 +364,7 @@ def uv_env(envdir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
         [sys.executable, sorted((k, v) for k, v in env.items() if k.startswith(_PIP_VARS))]
     ).encode()).hexdigest()
     cache = envdir / PIP_CONFIG
-    data, err = results.read_json(cache)
+    data, err = jsonio.read_json(cache)
     if (not err and isinstance(data, dict) and data.get("key") == key
             and isinstance(data.get("files"), dict) and isinstance(data.get("uv_env"), dict)
             and all(_file_state(f) == state for f, state in data["files"].items())):
@@ -373,7 +373,7 @@ def uv_env(envdir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     found = environment.uv_env_from_pip(environment.pip_settings(), env)
     secret = any(environment.redact({k: v})[k] != v for k, v in found.items())
     if files is not None and not secret and envdir.is_dir():
-        results.write_json(cache, {"key": key, "files": {f: _file_state(f) for f in files},
+        jsonio.write_json(cache, {"key": key, "files": {f: _file_state(f) for f in files},
                                    "uv_env": found})
     return found
 
@@ -413,7 +413,7 @@ def env_holds(envdir: Path, wanted: dict[str, Any]) -> bool:
     """Whether ``envdir``'s stamp is ``wanted``'s and its installed distributions are the
     ones it was written with (anything installed, removed or upgraded since: False). A
     missing, partial or unreadable stamp is False."""
-    stamp, err = results.read_json(envdir / STAMP)
+    stamp, err = jsonio.read_json(envdir / STAMP)
     return (not err and isinstance(stamp, dict) and stamp.get("digest") == wanted["digest"]
             and stamp.get("distributions") is not None
             and stamp.get("distributions") == _distributions(envdir))
@@ -421,7 +421,7 @@ def env_holds(envdir: Path, wanted: dict[str, Any]) -> bool:
 
 def write_stamp(envdir: Path, wanted: dict[str, Any]) -> None:
     """Record a successful install of ``wanted`` (atomically)."""
-    results.write_json(envdir / STAMP, {**wanted, "distributions": _distributions(envdir)})
+    jsonio.write_json(envdir / STAMP, {**wanted, "distributions": _distributions(envdir)})
 
 
 def forget(envdir: Path) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import contract, outcomes, results
+from . import cellresults, contract, jsonio, outcomes
 
 MERGED = "junit.xml"      # results/junit.xml: every cell of the run (the grid job's upload)
 # testsuite property -> the variable the runner sets in the cell (contract)
@@ -71,7 +71,7 @@ def _torch_build(env_json: Mapping[str, Any]) -> str | None:
     return packages.get("torch") if isinstance(packages, dict) else None
 
 
-def cell_properties(cell: results.CellResults, pass_name: str) -> list[tuple[str, str]]:
+def cell_properties(cell: cellresults.CellResults, pass_name: str) -> list[tuple[str, str]]:
     """:func:`suite_properties` of one pass of a cell read back (env.json's record of the
     variables, its torch build)."""
     env = dict(cell.env.get("env") or {}) if isinstance(cell.env.get("env"), dict) else {}
@@ -119,7 +119,7 @@ def _text(text: str) -> str:
 def _property(indent: str, name: str, value: str) -> str:
     # Cached: a testcase's outcome, pass, device and worker take few values in a run.
     return (f'{indent}<property name="{_attr(name)}" '
-            f'value="{_attr(results.safe_text(value))}" />\n')
+            f'value="{_attr(jsonio.safe_text(value))}" />\n')
 
 
 def _properties(props: Iterable[tuple[str, str]], indent: str) -> str:
@@ -131,7 +131,7 @@ def _properties(props: Iterable[tuple[str, str]], indent: str) -> str:
 
 def _clean(text: Any) -> str:
     """Text XML 1.0 can hold (control characters other than tab and newlines go)."""
-    return _NOT_XML.sub("", results.safe_text(str(text or "")))
+    return _NOT_XML.sub("", jsonio.safe_text(str(text or "")))
 
 
 _PLAIN = re.compile('[&<>"\x00-\x1f]')
@@ -190,7 +190,7 @@ def testcase(rec: Mapping[str, Any], indent: str = "") -> str:
     return "".join(lines)
 
 
-def cell_suites(cell: results.CellResults, prefix: str = "", indent: str = ""
+def cell_suites(cell: cellresults.CellResults, prefix: str = "", indent: str = ""
                 ) -> list[tuple[dict[str, int], str, str]]:
     """One ``<testsuite>`` per pass of ``cell``'s run, with its properties, as (counts,
     time attribute, the element's lines); tests that never ran (in collected.json, no
@@ -233,14 +233,14 @@ def cell_suites(cell: results.CellResults, prefix: str = "", indent: str = ""
     return suites
 
 
-def merged(paths: Iterable[Path], read: Sequence[tuple[Path, results.CellResults]] | None = None
+def merged(paths: Iterable[Path], read: Sequence[tuple[Path, cellresults.CellResults]] | None = None
            ) -> tuple[str, list[str]]:
     """One JUnit document (its text) of every cell found under ``paths``
-    (:func:`results.discover`), and the notes of what was ignored. ``read``: those cells
+    (:func:`cellresults.discover`), and the notes of what was ignored. ``read``: those cells
     already read, as (folder, cell) pairs (the grid's), so they are not read again."""
     if read is None:
-        folders, notes = results.discover(paths)
-        read = [(f, results.read_cell(f)) for f in folders]
+        folders, notes = cellresults.discover(paths)
+        read = [(f, cellresults.read_cell(f)) for f in folders]
     else:
         notes = []
     suites = []
@@ -259,14 +259,14 @@ def merged(paths: Iterable[Path], read: Sequence[tuple[Path, results.CellResults
 
 
 def write_merged(paths: Iterable[Path], out: Path,
-                 read: Sequence[tuple[Path, results.CellResults]] | None = None
+                 read: Sequence[tuple[Path, cellresults.CellResults]] | None = None
                  ) -> tuple[Path, list[str]]:
     """:func:`merged` written to ``out`` (atomically); returns it and the notes."""
     text, notes = merged(paths, read)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     # xmlcharrefreplace: as ElementTree writes, a character UTF-8 cannot hold becomes a
-    # character reference (the text is made encodable first: results.safe_text).
+    # character reference (the text is made encodable first: jsonio.safe_text).
     with open(tmp, "w", encoding="utf-8", errors="xmlcharrefreplace", newline="\n") as fh:
         fh.write(text)
     os.replace(tmp, out)

@@ -26,8 +26,8 @@ from typing import Any
 
 from . import contract
 from .environment import redact_text
+from .jsonio import dumps
 from .matrix import Cell, Matrix, load_matrix, matrix_path
-from .results import dumps
 from .validation import (
     Problem,
     SourceMap,

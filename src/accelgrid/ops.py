@@ -24,9 +24,10 @@ from typing import Any
 from packaging.version import Version
 
 from . import contract, xpu_prediction
+from .cellresults import clean_env
 from .errors import InvalidInput
+from .jsonio import read_json, read_jsonl
 from .opcapture import base_op, flag_on
-from .results import clean_env, read_json, read_jsonl
 from .versions import version_key
 
 SCHEMA_VERSION = 1

@@ -30,6 +30,7 @@ from . import (
     contract,
     devices,
     environment,
+    jsonio,
     junit,
     known_issues_runtime,
     lifetime,
@@ -67,7 +68,7 @@ def _safe_events(config: pytest.Config) -> None:
         if type(plugin).__name__ == "WorkerInteractor" and callable(send):
 
             def sendevent(name: str, _send: Any = send, **kwargs: object) -> None:
-                _send(name, **results.safe(kwargs))
+                _send(name, **jsonio.safe(kwargs))
 
             plugin.sendevent = sendevent
             return
@@ -159,8 +160,8 @@ class Recorder:
             # Every value by its shape too (pytest arguments, paths): records' redaction.
             return environment.redact_value(new)
 
-        self.env_started = results.update_json(self.folder / results.ENV, start)
-        self.records = results.RecordFile(self.folder / results.TESTS)
+        self.env_started = jsonio.update_json(self.folder / contract.ENV_FILE, start)
+        self.records = results.RecordFile(self.folder / contract.TESTS_FILE)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Without xdist the controller collects itself; with it, workers do (hook below).
@@ -173,7 +174,7 @@ class Recorder:
         # add theirs.
         seen_here = set(self.collected)
         self.collected += [i for i in ids if i not in seen_here]
-        results.update_json(self.folder / results.COLLECTED, _adding(ids))
+        jsonio.update_json(self.folder / contract.COLLECTED_FILE, _adding(ids))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         torch_facts = results.merged_torch(self.folder)
@@ -193,13 +194,13 @@ class Recorder:
                 env.update(end=end, status="finished", exitstatus=int(exitstatus))
             return environment.redact_value(env)
 
-        results.update_json(self.folder / results.ENV, finish)
+        jsonio.update_json(self.folder / contract.ENV_FILE, finish)
         if self.collected:  # back if a test deleted it: tests it lists never ran
-            results.update_json(self.folder / results.COLLECTED, _adding(self.collected))
+            jsonio.update_json(self.folder / contract.COLLECTED_FILE, _adding(self.collected))
         if self.records is not None:
             self.records.close()
         else:
-            results.sync(self.folder / results.TESTS)
+            jsonio.sync(self.folder / contract.TESTS_FILE)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # A module that fails to import is a result of its own: otherwise its tests would
@@ -324,7 +325,7 @@ class Recorder:
             rec["run_id"] = self.run["run_id"]
         rec["finished"] = time.time()
         if self.records is None:  # a report before the session started: none today
-            self.records = results.RecordFile(self.folder / results.TESTS)
+            self.records = results.RecordFile(self.folder / contract.TESTS_FILE)
         self.records.append(rec, once=once)
 
 
@@ -375,8 +376,8 @@ class WorkerMarker:
         only for the report."""
         if self.reports_torch and not getattr(self, "torch_reported", False):
             imported = "torch" in sys.modules
-            results.write_json(self.folder / f"torch-{self.slot}.json",
-                               provenance.worker_torch_report(self.device, imported))
+            jsonio.write_json(self.folder / f"torch-{self.slot}.json",
+                              provenance.worker_torch_report(self.device, imported))
             self.torch_reported = imported
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -387,10 +388,10 @@ class WorkerMarker:
         self._torch_report()  # a test that imported torch itself
 
     # pass -> (the marker its -m deselects, the file listing those tests for a later pass)
-    LEFT_BEHIND = {contract.PASS_PINNED: (("multi_device", results.MULTI_DEVICE),
-                                          ("device_alone", results.DEVICE_ALONE)),
-                   contract.PASS_SINGLE: (("sees_accelerators", results.HOST_ACCELERATORS),
-                                          ("device_alone", results.DEVICE_ALONE))}
+    LEFT_BEHIND = {contract.PASS_PINNED: (("multi_device", contract.MULTI_DEVICE_FILE),
+                                          ("device_alone", contract.DEVICE_ALONE_FILE)),
+                   contract.PASS_SINGLE: (("sees_accelerators", contract.HOST_ACCELERATORS_FILE),
+                                          ("device_alone", contract.DEVICE_ALONE_FILE))}
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         for mark, name in self.LEFT_BEHIND.get(self.pass_name, ()):
@@ -404,7 +405,7 @@ class WorkerMarker:
             seen = set(known)
             return known + [i for i in left if i not in seen]
 
-        results.update_json(self.folder / name, add)
+        jsonio.update_json(self.folder / name, add)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> None:

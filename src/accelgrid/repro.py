@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import detect, install, known_issues, outcomes, results
+from . import contract, detect, install, known_issues, outcomes, results
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
 
@@ -198,7 +198,7 @@ def reproduce(matrix: Matrix, registry: known_issues.Registry, issue_id: str, *,
     if not picked and not on_request:
         raise AccelgridError(f"no cell of {matrix.path.name} is in the scope of {issue.id}; "
                              "name one with --cell")
-    out = results_dir or results.results_root(matrix.root) / results.REPRO_DIR / _slug(issue.id)
+    out = results_dir or results.results_root(matrix.root) / contract.REPRO_DIR / _slug(issue.id)
     pytest_args = [repro, f"--upstream={issue.id}"]
     print(f"{issue.id}: {issue.title}\n{issue.url}\nreproduction: {repro}; results in {out}/",
           flush=True)

@@ -30,6 +30,7 @@ from . import (
     environment,
     history,
     install,
+    jsonio,
     known_issues,
     ops,
     results,
@@ -176,7 +177,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         rc = run_cell(cell, python, matrix.root, out, session.posargs, workers=workers,
                       finalized=write_op_pages)
     except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
-        problem = results.storage_problem(exc)
+        problem = jsonio.storage_problem(exc)
         if problem is None:
             raise
         _fail(session, f"{cell.name}: {problem}")

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import contract, results
+from . import cellresults, contract, jsonio, results
 
 _SPEC = re.compile(r"^\s*(\d{1,3})\s*/\s*(\d{1,3})\s*$")
 MAX_SHARDS = 64   # as matrix.yaml's shards
@@ -61,15 +61,15 @@ def durations(source: str | os.PathLike[str] | None) -> dict[str, float]:
         return {}
     path = Path(source)
     if path.is_file():
-        data, err = results.read_json(path)
+        data, err = jsonio.read_json(path)
         if err or not isinstance(data, dict) or not all(
                 isinstance(v, int | float) and not isinstance(v, bool) for v in data.values()):
             raise ShardError(f"{path}: {err or 'expected a JSON object of test ids to seconds'}")
         return {str(k): float(v) for k, v in data.items() if v == v and v >= 0}
-    folders, _ = results.discover([path]) if path.is_dir() else ([], [])
+    folders, _ = cellresults.discover([path]) if path.is_dir() else ([], [])
     out: dict[str, float] = {}
     for folder in folders:
-        records, _ = results.read_records(folder / results.TESTS)
+        records, _ = results.read_records(folder / contract.TESTS_FILE)
         for rec in records:
             d = rec.get("duration")
             if isinstance(d, int | float) and d == d and d >= 0:
@@ -132,7 +132,7 @@ def keep(items: list[Any], env: Mapping[str, str] | None = None) -> tuple[list[A
     run = env.get(contract.RUN_ID, "")
     earlier: dict[str, Any] = {}
     if folder is not None:
-        data, err = results.read_json(folder / ASSIGNMENT)
+        data, err = jsonio.read_json(folder / ASSIGNMENT)
         if not err and isinstance(data, dict) and data.get("run_id") == run \
                 and isinstance(data.get("assign"), dict):
             earlier = data["assign"]
@@ -149,14 +149,14 @@ def keep(items: list[Any], env: Mapping[str, str] | None = None) -> tuple[list[A
                         "assign": {**(known.get("assign") or {}), **where}}
 
             folder.mkdir(parents=True, exist_ok=True)
-            results.update_json(folder / ASSIGNMENT, add)
+            jsonio.update_json(folder / ASSIGNMENT, add)
     mine = [item for item in items if where[item.nodeid] == index]
     return mine, [item for item in items if where[item.nodeid] != index]
 
 
 # --- merging shards back into one cell --------------------------------------------------
 
-def shard_of(cell: results.CellResults) -> tuple[int, int] | None:
+def shard_of(cell: cellresults.CellResults) -> tuple[int, int] | None:
     """The shard a cell's results come from (env.json's record of ACCELGRID_SHARD)."""
     env = cell.env.get("env") if isinstance(cell.env.get("env"), dict) else {}
     try:
@@ -165,12 +165,12 @@ def shard_of(cell: results.CellResults) -> tuple[int, int] | None:
         return None
 
 
-def merge(cells: list[results.CellResults]) -> list[results.CellResults]:
+def merge(cells: list[cellresults.CellResults]) -> list[cellresults.CellResults]:
     """``cells`` with the shards of each cell (same name and shard count) merged into one:
     every shard's tests, the first shard's env, each shard's problems; a cell missing
     shards is partial and names them. Cells run whole pass through."""
-    out: list[results.CellResults] = []
-    groups: dict[tuple[str, int], list[tuple[int, results.CellResults]]] = {}
+    out: list[cellresults.CellResults] = []
+    groups: dict[tuple[str, int], list[tuple[int, cellresults.CellResults]]] = {}
     place: dict[tuple[str, int], int] = {}
     for cell in cells:
         shard = shard_of(cell)
@@ -186,8 +186,8 @@ def merge(cells: list[results.CellResults]) -> list[results.CellResults]:
     for (name, total), members in groups.items():
         members.sort(key=lambda m: (m[0], str(m[1].env.get("start") or "")))
         first = members[0][1]
-        merged = results.CellResults(name=name, path=first.path, env=dict(first.env))
-        seen: dict[int, results.CellResults] = {}
+        merged = cellresults.CellResults(name=name, path=first.path, env=dict(first.env))
+        seen: dict[int, cellresults.CellResults] = {}
         for index, cell in members:
             if index in seen:
                 merged.problems.append(f"shard {index}/{total} twice ({seen[index].path} and "

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from accelgrid import contract, opcapture, results
+from accelgrid import contract, jsonio, opcapture
 
 FILE_JSON = "hf_ops.json"
 FILE_MD = "hf_ops.md"
@@ -86,6 +86,6 @@ class Collector:
         if not folder:
             return
         path = Path(folder) / FILE_JSON
-        data = results.update_json(path, lambda old: merged(old, self.table))
+        data = jsonio.update_json(path, lambda old: merged(old, self.table))
         cell = os.environ.get(contract.CELL, "")
         (Path(folder) / FILE_MD).write_text(markdown(cell, data["ops"]), encoding="utf-8")

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..results import write_json
+from ..jsonio import write_json
 
 STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
 

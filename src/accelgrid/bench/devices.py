@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import contract, detect, lifetime, outcomes, provenance, results
+from .. import contract, detect, jsonio, lifetime, outcomes, provenance, results
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
 from ..provenance import now
@@ -142,9 +142,9 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
                     proc = lifetime.run_group(nox, cwd=root, env=env, grace=STOP_GRACE_S)
                     wall = time.perf_counter() - start
                     folder = _run_folder(where / cell.name, proc)
-                    summary, _ = results.read_json(folder / results.SUMMARY)
-                    env_json, _ = results.read_json(folder / results.ENV)
-                    records, _ = results.read_records(folder / results.TESTS)
+                    summary, _ = jsonio.read_json(folder / contract.SUMMARY_FILE)
+                    env_json, _ = jsonio.read_json(folder / contract.ENV_FILE)
+                    records, _ = results.read_records(folder / contract.TESTS_FILE)
                     entry = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
                              "test_seconds": own_time_per_suite(records),
                              "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
@@ -196,7 +196,7 @@ def _run_folder(cell_results: Path, proc: Any) -> Path:
     """The run's results folder; AccelgridError with the end of nox's output when the
     run did not get as far as recording (a failed test still counts: exit 1)."""
     folder = results.last_run(cell_results)[1]
-    if proc.returncode not in (0, 1) or not (folder / results.SUMMARY).is_file():
+    if proc.returncode not in (0, 1) or not (folder / contract.SUMMARY_FILE).is_file():
         raise AccelgridError(f"the cell run failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
     return folder
 

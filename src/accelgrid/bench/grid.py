@@ -27,12 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes, results
+from .. import cellresults, contract, jsonio, outcomes
 from .. import report as grid
 from ..errors import InvalidInput
+from ..jsonio import dumps
 from ..provenance import now, project_commit
 from ..report import compare as baseline
-from ..results import dumps
 from . import load_average, machine, write_outputs
 
 DEVICES = ("cpu", "cuda", "xpu", "mps")
@@ -74,7 +74,7 @@ def synthesize(root: Path, cells: int, tests: int, seed: int = 0,
         folder.mkdir(parents=True)
         folders.append(folder)
         device = name.split("-")[0]
-        results.write_json(folder / results.ENV, {
+        jsonio.write_json(folder / contract.ENV_FILE, {
             "cell": name, "device_type": device, "start": "2026-11-30T09:00:00+00:00",
             "end": "2026-11-30T09:40:00+00:00", "status": "ended",
             "torch": {"version": f"{name.split('-')[1]}.0+{device}", "device_count": 2,
@@ -104,7 +104,7 @@ def synthesize(root: Path, cells: int, tests: int, seed: int = 0,
             elif r < 0.102:
                 rec.update(outcome=outcomes.TIMEOUT, message="Timeout (>900.0s)")
             lines.append(dumps(rec))
-        (folder / results.TESTS).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (folder / contract.TESTS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folders
 
 
@@ -112,7 +112,7 @@ def _baselines(folders: list[Path], out: Path, seed: int) -> None:
     """Baselines from the results, with a few outcomes flipped so the grid has changes."""
     rng = random.Random(seed + 1)
     for folder in folders:
-        cell = results.load_cell(folder)
+        cell = cellresults.load_cell(folder)
         if cell.error:
             continue
         doc = baseline.from_results(cell)
@@ -149,7 +149,7 @@ def _where(filename: str, line: int, func: str) -> str:
     if filename == "~":
         return re.sub(r" at 0x[0-9a-fA-F]+", "", func)  # no addresses: they vary per run
     path = Path(filename)
-    package = Path(results.__file__).resolve().parent
+    package = Path(jsonio.__file__).resolve().parent
     where = (Path(package.name) / path.relative_to(package) if path.is_relative_to(package)
              else Path(*path.parts[-2:]))
     return f"{where.as_posix()}:{line}({func})"
@@ -180,9 +180,9 @@ def _stages(artifacts: Path, baselines: Path, out: Path) -> list[dict[str, Any]]
                                              for k, t in texts.items()])
     model = texts = None
     gc.collect()
-    folders, _ = results.discover([artifacts])
-    step("of the model: reading the results folders (results.read_cell)",
-         lambda: [results.read_cell(f) for f in folders])
+    folders, _ = cellresults.discover([artifacts])
+    step("of the model: reading the results folders (cellresults.read_cell)",
+         lambda: [cellresults.read_cell(f) for f in folders])
     return steps
 
 

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes, report, results
+from .. import contract, jsonio, outcomes, report
+from ..cellresults import read_cell
 from ..errors import InvalidInput
 from ..history import open_store
 from ..provenance import now, project_commit
 from ..report import site
-from ..results import read_cell
 from . import load_average, machine, write_outputs
 from .grid import synthesize
 
@@ -48,10 +48,10 @@ def _start(night: int) -> str:
 def _tonight(root: Path, cells: int, tests: int, night: int) -> list[Path]:
     folders = synthesize(root, cells, tests, errored=False)
     for folder in folders:
-        env = results.read_json(folder / results.ENV)[0]
+        env = jsonio.read_json(folder / contract.ENV_FILE)[0]
         env.update(run_id=f"{env['cell']}-night{night}", start=_start(night),
                    project={"commit": f"c{night:04d}"})
-        results.write_json(folder / results.ENV, env)
+        jsonio.write_json(folder / contract.ENV_FILE, env)
     return folders
 
 

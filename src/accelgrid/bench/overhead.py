@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from .. import lifetime, results
+from .. import contract, jsonio, lifetime, results
 from ..errors import AccelgridError, InvalidInput
 from ..matrix import Matrix
 from ..provenance import now
@@ -80,7 +80,7 @@ def bare_count(output: str) -> int | None:
 
 def _cell_tests(results_dir: Path, cell: str) -> tuple[list[str], float]:
     """The node ids the cell's latest run recorded, and the sum of their durations."""
-    records, _ = results.read_jsonl(results.last_run(results_dir / cell)[1] / results.TESTS)
+    records, _ = jsonio.read_jsonl(results.last_run(results_dir / cell)[1] / contract.TESTS_FILE)
     return ([r["nodeid"] for r in records],
             sum(float(r.get("duration") or 0.0) for r in records))
 

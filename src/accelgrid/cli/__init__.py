@@ -20,7 +20,7 @@ import sys
 from .. import __version__
 from ..environment import redact_text
 from ..errors import EXIT_INVALID, AccelgridError
-from ..results import storage_problem
+from ..jsonio import storage_problem
 from ..run.console import tolerant_console
 from ._common import DEFAULT_MATRIX, common_parser
 

@@ -7,8 +7,8 @@ import os
 import sys
 
 from .. import contract, detect, install, ops, validation
+from ..jsonio import dumps
 from ..matrix import load_matrix, select
-from ..results import dumps
 from ._common import matrix_of
 
 

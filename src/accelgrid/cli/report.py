@@ -11,8 +11,8 @@ from pathlib import Path
 from .. import ops as ops_model
 from .. import outcomes, report
 from ..errors import AccelgridError, InvalidInput
+from ..jsonio import dumps
 from ..report import compare, ops_pages
-from ..results import dumps
 from ._common import matrix_of
 
 BASELINE_DESCRIPTION = """\

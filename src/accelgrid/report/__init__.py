@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import junit, outcomes
 from ..errors import AccelgridError, Regression
-from ..results import refuse_symlink, write_text
+from ..jsonio import refuse_symlink, write_text
 from . import compare, history, model, render_html, render_json, render_markdown
 from . import expect as lost_cells
 from .render_markdown import GITHUB_SUMMARY_LIMIT

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import outcomes, shards
+from ..cellresults import CellResults, discover, fill_cell_name, load_cell
 from ..errors import InvalidInput, UnknownName
+from ..jsonio import dumps, read_json, write_text
 from ..provenance import now
-from ..results import CellResults, discover, dumps, fill_cell_name, load_cell, read_json, write_text
 from .model import new_row, row_key
 
 SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VERSION)
@@ -191,7 +192,7 @@ def entries(folder: Path) -> list[tuple[Path, dict[str, str] | None, str | None]
 
 
 def from_results(cell: CellResults) -> dict[str, Any]:
-    """A baseline document from a loaded cell (:class:`accelgrid.results.CellResults`)."""
+    """A baseline document from a loaded cell (:class:`accelgrid.cellresults.CellResults`)."""
     env = cell.env or {}
     torch = env.get("torch") or {}
     return {

@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..cellresults import CELL_NAME
 from ..errors import InvalidInput
-from ..results import CELL_NAME, read_json
+from ..jsonio import read_json
 from .model import _parse_name, _sort_key
 
 LOST = "lost"

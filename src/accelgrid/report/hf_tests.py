@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import outcomes, xpu_prediction
-from ..results import CellResults, discover, read_cell, read_jsonl, write_json
+from ..cellresults import CellResults, discover, read_cell
+from ..jsonio import read_jsonl, write_json
 
 PREFIX = "suites/hf_tests/"
 REFERENCE_DEVICES = ("cuda", "cpu")

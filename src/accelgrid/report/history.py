@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import outcomes
+from ..cellresults import run_of
 from ..history import ABSENT, BAD_CODES, CODE, FLAKY, Store, strip_flips
-from ..results import run_of
 
 DEFAULT_WINDOW = 30
 FLAKY_FLIPS = 2

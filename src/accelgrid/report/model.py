@@ -1,6 +1,6 @@
 """The grid model: tests x cells from results folders, one plain dict.
 
-:func:`build` finds the cell folders under the paths given (:func:`accelgrid.results.discover`),
+:func:`build` finds the cell folders under the paths given (:func:`accelgrid.cellresults.discover`),
 reads each (missing, partial or corrupt results make that cell an errored or partial
 column with the reason; nothing else is lost) and returns::
 
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract, history, ops, outcomes, reasons, shards
+from ..cellresults import CellResults, discover, read_cell
 from ..provenance import now
-from ..results import CellResults, discover, read_cell, suite_of
+from ..results import suite_of
 from ..versions import version_key
 
 SCHEMA_VERSION = 2

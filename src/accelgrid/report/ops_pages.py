@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import ops, xpu_prediction
 from ..errors import InvalidInput
-from ..results import refuse_symlink, write_json, write_text
+from ..jsonio import refuse_symlink, write_json, write_text
 from ._common import templates
 from .render_markdown import _md
 

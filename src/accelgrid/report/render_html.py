@@ -13,7 +13,7 @@ from markupsafe import Markup
 from .. import outcomes
 from ..history import ABSENT
 from ..history import CODE as HISTORY_CODE
-from ..results import dumps
+from ..jsonio import dumps
 from . import compare
 from ._common import short, templates
 from .compare import CHANGE_LABEL, CHANGE_PLURAL

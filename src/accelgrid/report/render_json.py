@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..results import dumps
+from ..jsonio import dumps
 
 
 def render(model: dict[str, Any]) -> str:

@@ -25,9 +25,9 @@ from typing import Any
 from markupsafe import Markup
 
 from .. import ops, xpu_prediction
+from ..cellresults import discover
 from ..errors import AccelgridError
 from ..history import BAD_CODES
-from ..results import discover
 from . import build, history, ops_pages, render_html, render_json, render_markdown, with_history
 from ._common import templates
 

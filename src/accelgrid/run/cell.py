@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import contract, detect, known_issues, lifetime, results, suite_scope
+from .. import contract, detect, jsonio, known_issues, lifetime, results, suite_scope
 from ..errors import AccelgridError
 from ..matrix import Cell
 from . import console
@@ -54,8 +54,8 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     cell_folder = Path(os.path.abspath(results_root / cell.name))
     # Everything the run reads is checked before the results folder is touched; nothing
     # it writes or deletes under results/ may be a symlink (it would act outside).
-    for name in ("", results.RUNS, results.LOCK, results.LAST_RUN):
-        results.refuse_symlink(cell_folder / name if name else cell_folder, results_root)
+    for name in ("", contract.RUNS_DIR, contract.LOCK_FILE, contract.LAST_RUN_FILE):
+        jsonio.refuse_symlink(cell_folder / name if name else cell_folder, results_root)
     known_issues.registry_for_run(root)
     problem = detect.resolve_hardware(cell).problem
     if problem:
@@ -74,11 +74,11 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
         run = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
         env = cell_env(cell, root, folder)
         env.update({contract.RUN_ID: run_id,
-                    contract.PYTEST_ARGS: json.dumps(results.safe(run["pytest_args"])),
-                    contract.SELECTION: json.dumps(results.safe(chosen))})
+                    contract.PYTEST_ARGS: json.dumps(jsonio.safe(run["pytest_args"])),
+                    contract.SELECTION: json.dumps(jsonio.safe(chosen))})
         if chosen:
             print(f"accelgrid: {cell.name}: a selected run (pytest "
-                  f"{results.safe_text(' '.join(chosen))}): results in {folder}; "
+                  f"{jsonio.safe_text(' '.join(chosen))}): results in {folder}; "
                   f"the cell's full run stays in {cell_folder}", flush=True)
             scope = suite_scope.suite_paths(cell.suite_paths, pytest_args, root)
             if scope and len(scope) < len(cell.suite_paths):
@@ -117,7 +117,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     left_behind: list[int] = []   # pids of what the tests left running, ended
     rc = 0
     watch = console.Progress(cell.name, folder)
-    log = folder / results.PYTEST_LOG
+    log = folder / contract.PYTEST_LOG_FILE
     timed: list[dict[str, object]] = []
     for stage in stages(plan):
         jobs: list[tuple[Pass, list[str]]] = []
@@ -139,7 +139,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
                   f"{console.shown_path(log)}", flush=True)
             with open(pass_log, "a", encoding="utf-8") as fh:
                 fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
-                         f"{results.safe_text(' '.join(cmd))}\n")
+                         f"{jsonio.safe_text(' '.join(cmd))}\n")
         gates = [folder / f".gate-{run_pass.name}" if run_pass.gated else None
                  for run_pass, _ in jobs]
         ended = run_pytests(
@@ -179,10 +179,10 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
         print(f"accelgrid: {cell.name}: ended {len(left_behind)} process(es) the tests left "
               f"running (pid {', '.join(map(str, left_behind[:5]))})", flush=True)
     reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
-    full = results.storage_failure(folder) if rc and not stop_reason else None
+    full = jsonio.storage_failure(folder) if rc and not stop_reason else None
     if full is not None:  # the disk filled (or went read-only) under pytest: say that
         with contextlib.suppress(OSError):
-            results.finalize(folder, str(results.storage_problem(full)), run,
+            results.finalize(folder, str(jsonio.storage_problem(full)), run,
                              timing={"passes": timed, "run_start": run_start})
         raise full
     summary = results.finalize(folder, reason, run,

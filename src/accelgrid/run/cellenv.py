@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import contract, detect, known_issues, results
+from .. import contract, detect, jsonio, known_issues
 from ..errors import AccelgridError
 from ..matrix import Cell
 from ..provenance import project_commit
@@ -62,7 +62,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
                          if not k.startswith(contract.PREFIX))
         print(f"accelgrid: {cell.name}: {hardware.describe()}"
               + (f": {extra}" if extra else ""), flush=True)
-        results.write_json(folder / HARDWARE_JSON, {
+        jsonio.write_json(folder / HARDWARE_JSON, {
             "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
             "note": hardware.note, "env": hardware.env(cell),
             **detect.xpu_inventory()})

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .. import outcomes, reasons, results
+from .. import contract, jsonio, outcomes, reasons, results
 
 if TYPE_CHECKING:
     from .passes import Pass
@@ -78,14 +78,14 @@ class Progress:
         print(f"accelgrid: {self.cell}: {text}", file=self.out, flush=True)
 
     def _read_collected(self) -> list[str]:
-        path = self.folder / results.COLLECTED
+        path = self.folder / contract.COLLECTED_FILE
         try:
             stamp = (path.stat().st_mtime_ns, path.stat().st_size)
         except OSError:
             return self.collected
         if stamp == self.collected_stamp:   # read once per change, not once per poll
             return self.collected
-        ids, err = results.read_json(path)
+        ids, err = jsonio.read_json(path)
         if err or not isinstance(ids, list):
             return self.collected
         self.collected_stamp = stamp
@@ -93,7 +93,7 @@ class Progress:
 
     def _read_records(self) -> None:
         try:
-            with open(self.folder / results.TESTS, "rb") as fh:
+            with open(self.folder / contract.TESTS_FILE, "rb") as fh:
                 fh.seek(self.offset)
                 data = fh.read()
         except OSError:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import results
+from .. import contract, jsonio
 from ..errors import AccelgridError
 
 
@@ -55,7 +55,7 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, 
     yields their fds (pytest inherits them, so even a pytest that outlived its runner
     keeps the folder locked). Raises :class:`CellBusy` with one line naming the holder
     when another run has it."""
-    path = cell_folder / results.LOCK
+    path = cell_folder / contract.LOCK_FILE
     try:
         held = name_lock(cell_folder)
     except BlockingIOError:
@@ -67,7 +67,7 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, 
         except ImportError:  # Windows: no flock; runs are not guarded against each other
             yield ()
             return
-        results.refuse_symlink(path)
+        jsonio.refuse_symlink(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
             try:
@@ -94,7 +94,7 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, 
 
 def _busy(cell: str, cell_folder: Path) -> str:
     """The one line saying which run holds the cell (as its lock file names it)."""
-    holder, _ = results.read_json(cell_folder / results.LOCK)
+    holder, _ = jsonio.read_json(cell_folder / contract.LOCK_FILE)
     who = " (its lock file is gone or unreadable)"
     if isinstance(holder, dict):
         who = (f" (run {holder.get('run_id')}, pid {holder.get('pid')} on "

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import contract, detect, devices, results, suite_scope
+from .. import contract, detect, devices, jsonio, suite_scope
 from ..errors import InvalidInput
 from ..matrix import Cell
 
@@ -17,9 +17,9 @@ SEES_ACCELERATORS_MARK = "sees_accelerators"   # in a cpu cell: run where accele
 DEVICE_ALONE_MARK = "device_alone"   # needs its device to itself: after the shared workers
 # Passes that run only what an earlier pass left them (a file in the results folder),
 # unless they run beside it: then they collect their tests themselves.
-LEFT_FOR = {contract.PASS_ALL_DEVICES: results.MULTI_DEVICE,
-            contract.PASS_HOST_ACCELERATORS: results.HOST_ACCELERATORS,
-            contract.PASS_DEVICE_ALONE: results.DEVICE_ALONE}
+LEFT_FOR = {contract.PASS_ALL_DEVICES: contract.MULTI_DEVICE_FILE,
+            contract.PASS_HOST_ACCELERATORS: contract.HOST_ACCELERATORS_FILE,
+            contract.PASS_DEVICE_ALONE: contract.DEVICE_ALONE_FILE}
 # Several workers per device where processes can share it: the cell's tests are mostly
 # host-bound (Python, small kernels), so one worker leaves the GPU and most cores idle.
 # Each shared worker gets at least CORES_PER_WORKER cores and WORKER_GIB of the device's
@@ -52,7 +52,7 @@ class Pass:
     name: str
     xdist: tuple[str, ...]          # -n N, or one --tx per pinned device
     select: tuple[str, ...] = ()    # marker selection
-    junit: str = results.JUNIT
+    junit: str = contract.JUNIT_FILE
     empty_ok: bool = False          # "no tests collected" is fine for this pass
     env: tuple[tuple[str, str], ...] = ()   # extra env for the whole pass
     title: str = "the cell's tests"  # what the pass runs, in the user's words
@@ -284,7 +284,7 @@ def pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[st
         # with its paths and node ids): the list the other would leave is not there yet.
         return list(pytest_args)
     # Only what the first pass left for us: no re-collecting every suite.
-    left, err = results.read_json(folder / LEFT_FOR[run_pass.name])
+    left, err = jsonio.read_json(folder / LEFT_FOR[run_pass.name])
     if err or not isinstance(left, list):
         # No list: host-accelerators had no test asking for them; all-devices collects.
         return None if run_pass.name in (contract.PASS_HOST_ACCELERATORS,
