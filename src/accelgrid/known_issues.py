@@ -290,14 +290,20 @@ def registry_for_run(root: Path) -> Registry | None:
     return load_registry(path, load_matrix(matrix_path(root)))
 
 
+_UNREAD = Registry(Path(), {})  # cell_env's default: the registry is read there
+
+
 def cell_env(cell: Cell, root: Path, folder: Path, *, hardware: str | None = None,
-             driver: str | None = None) -> dict[str, str]:
+             driver: str | None = None, registry: Registry | None = _UNREAD
+             ) -> dict[str, str]:
     """For the runner: write the cell's registry entries to ``folder/known_issues.json`` and
     return the env var pointing the plugin at it (nothing without a registry file, or with
     ``ACCELGRID_NO_KNOWN_ISSUES=1``). ``hardware`` / ``driver``: the runner's family and
     driver stack (None: not known), for entries scoped by them. Raises ValidationFailed for
-    an invalid registry."""
-    registry = registry_for_run(root)
+    an invalid registry. ``registry``: the run's, read once by its preflight (else read
+    here)."""
+    if registry is _UNREAD:
+        registry = registry_for_run(root)
     if registry is None:
         return {}
     path = registry.path

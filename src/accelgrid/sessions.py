@@ -31,7 +31,6 @@ from . import (
     history,
     install,
     jsonio,
-    known_issues,
     ops,
     results,
     shards,
@@ -70,12 +69,13 @@ def _fail(session: nox.Session, message: str) -> None:
     session.error(environment.redact_text(message))
 
 
-def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
-    """The body of every cell session."""
+def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
+                     host: preflight.HostCheck | None = None) -> None:
+    """The body of every cell session; ``host``: the host check its registration made."""
     global _IDLE_SINCE
     console.tolerant_console()
     try:
-        _run_cell_session(session, matrix, cell)
+        _run_cell_session(session, matrix, cell, host)
     except AccelgridError as exc:  # e.g. an invalid known_issues.yaml: one line
         _fail(session, str(exc) if hasattr(exc, "problems") else f"{cell.name}: {exc}")
     finally:
@@ -129,17 +129,18 @@ def _shard_results(out: Path, cell: Cell) -> Path:
     return folder
 
 
-def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
+def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
+                      host: preflight.HostCheck | None = None) -> None:
     out = _shard_results(results.results_root(matrix.root), cell)
     device = matrix.devices[cell.device]
     reason = detect.absent_reason(cell.device, device.detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
         _fail(session, f"{cell.name}: {reason}")
-    problem = _blocker(cell)
-    if problem:
-        _fail(session, problem)
-    # Everything the run reads is checked before anything is installed or replaced.
-    known_issues.registry_for_run(matrix.root)
+    # Everything the run reads is checked before anything is installed or replaced: the
+    # registry, then the host (once per run: the run and its env get this answer).
+    checked = preflight.check(cell, matrix.root, host=host)
+    if checked.host.problem:
+        _fail(session, checked.host.problem)
     workers = _workers_override()
     python = _python_in(session)
     if isinstance(session.virtualenv, PassthroughEnv):
@@ -175,7 +176,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell) -> None:
         return
     try:
         rc = run_cell(cell, python, matrix.root, out, session.posargs, workers=workers,
-                      finalized=write_op_pages)
+                      finalized=write_op_pages, checked=checked)
     except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
         problem = jsonio.storage_problem(exc)
         if problem is None:
@@ -293,13 +294,6 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
     return installed
 
 
-def _blocker(cell: Cell) -> str | None:
-    """Why ``cell`` cannot run on this host whatever gets installed, in one line, or None:
-    its torch's runtime bundle is not sourced, or the runner's hardware declaration is
-    wrong (unknown, or not what the host has)."""
-    return detect.runtime_problem(cell) or detect.resolve_hardware(cell).problem
-
-
 def _describe(cell: Cell) -> str:
     return (f"{cell.device} / torch {cell.pins['torch']} / profile {cell.profile}: "
             f"{', '.join(cell.suites)}")
@@ -325,13 +319,17 @@ def register(matrix: Matrix) -> list[str]:
                         default=False)(_absent)
             continue
 
-        def _session(session: nox.Session, _cell: Cell = cell) -> None:
-            run_cell_session(session, matrix, _cell)
+        # Its torch's runtime bundle not sourced, or the runner's hardware declaration
+        # wrong (unknown, or not what the host has): the session stops first thing, with
+        # no env to create for it. The session's run reuses this check.
+        host = preflight.host_check(cell)
+
+        def _session(session: nox.Session, _cell: Cell = cell,
+                     _host: preflight.HostCheck = host) -> None:
+            run_cell_session(session, matrix, _cell, _host)
 
         _session.__doc__ = _describe(cell)
-        # A missing runtime (or a wrong hardware declaration) stops the session first
-        # thing: no env to create for it.
-        python: str | bool = False if _blocker(cell) else cell.python
+        python: str | bool = False if host.problem else cell.python
         nox.session(name=cell.name, python=python, venv_backend="uv",
                     tags=list(cell.tags), default=False)(_session)
     present = [d for d in matrix.axes["device"] if d in matrix.devices and d not in reasons]

@@ -28,10 +28,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import contract, detect, jsonio, known_issues, lifetime, results, suite_scope
+from .. import contract, detect, jsonio, lifetime, results, suite_scope
 from ..errors import AccelgridError
 from ..matrix import Cell
-from . import console
+from . import console, preflight
 from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing
 from .lock import cell_lock
@@ -45,21 +45,22 @@ RUNS_KEPT = 20  # runs with a selection kept in results/<cell>/runs/ (the newest
 def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
              pytest_args: Sequence[str] = (), workers: int | None = None,
              limit_s: float | None = None,
-             finalized: Callable[[Cell, Path], None] | None = None) -> int:
+             finalized: Callable[[Cell, Path], None] | None = None,
+             checked: preflight.Preflight | None = None) -> int:
     """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit).
     ``finalized`` gets the run's folder once its results are closed (the session step
-    writes the op pages there). Raises :class:`CellBusy` when another run of the cell is
-    in progress."""
+    writes the op pages there); ``checked``: the run's preflight, when the caller made it
+    (else made here, once). Raises :class:`CellBusy` when another run of the cell is in
+    progress."""
     # Not resolved: a symlink planted as the cell folder is refused, never followed.
     cell_folder = Path(os.path.abspath(results_root / cell.name))
     # Everything the run reads is checked before the results folder is touched; nothing
     # it writes or deletes under results/ may be a symlink (it would act outside).
     for name in ("", contract.RUNS_DIR, contract.LOCK_FILE, contract.LAST_RUN_FILE):
         jsonio.refuse_symlink(cell_folder / name if name else cell_folder, results_root)
-    known_issues.registry_for_run(root)
-    problem = detect.resolve_hardware(cell).problem
-    if problem:
-        raise AccelgridError(problem)
+    checked = checked or preflight.check(cell, root)
+    if checked.hardware.problem:
+        raise AccelgridError(checked.hardware.problem)
     run_start = time.time()
     run_id = uuid.uuid4().hex
     chosen = selection(pytest_args)
@@ -72,7 +73,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             results.clear_for_run(cell_folder)
         results.write_last_run(cell_folder, run_id, folder, chosen)
         run = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
-        env = cell_env(cell, root, folder)
+        env = cell_env(cell, root, folder, checked=checked)
         env.update({contract.RUN_ID: run_id,
                     contract.PYTEST_ARGS: json.dumps(jsonio.safe(run["pytest_args"])),
                     contract.SELECTION: json.dumps(jsonio.safe(chosen))})

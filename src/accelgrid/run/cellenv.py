@@ -10,6 +10,7 @@ from .. import contract, detect, jsonio, known_issues
 from ..errors import AccelgridError
 from ..matrix import Cell
 from ..provenance import project_commit
+from . import preflight
 
 HARDWARE_JSON = "hardware.json"   # in the results folder: the runner's family, driver, GPUs
 
@@ -18,13 +19,15 @@ HARDWARE_JSON = "hardware.json"   # in the results folder: the runner's family, 
 RUN_PLUGINS = ("xdist.plugin", "pytest_timeout")
 
 
-def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None
-             ) -> dict[str, str]:
+def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None,
+             checked: preflight.Preflight | None = None) -> dict[str, str]:
     """The environment the cell's pytest starts with: the host's, the cell's (device and
     profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
-    and how they were known), and accelgrid's own variables."""
+    and how they were known), and accelgrid's own variables. ``checked``: the run's
+    preflight (else made here, against ``base``)."""
     env = dict(os.environ if base is None else base)
-    hardware = detect.resolve_hardware(cell, env)
+    checked = checked or preflight.check(cell, root, env)
+    hardware = checked.hardware
     env.update(cell.env)
     if hardware.problem:
         raise AccelgridError(hardware.problem)
@@ -56,7 +59,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     env.pop(contract.KNOWN_ISSUES, None)
     env.pop(contract.RECORDER_PID, None)  # a run started from inside a cell's test records
     env.update(known_issues.cell_env(cell, root, folder, hardware=hardware.family,
-                                     driver=hardware.driver))
+                                     driver=hardware.driver, registry=checked.registry))
     if cell.hardware_env or cell.driver_env:
         extra = " ".join(f"{k}={v}" for k, v in hardware.env(cell).items()
                          if not k.startswith(contract.PREFIX))

@@ -1,13 +1,64 @@
 """Can this cell run here: the interpreter's torch, the device, its runtime and
 hardware, the registry.
+
+A run asks once (:func:`check`) and hands the answer down: the nox session's registration
+checks the host (:func:`host_check`: it decides whether the session gets an env), the
+session adds the registry and passes the :class:`Preflight` to
+:func:`accelgrid.run.cell.run_cell`, which passes it to the cell's env
+(:func:`accelgrid.run.cellenv.cell_env`) and the registry's entries for the cell.
 """
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
+from .. import detect, known_issues
 from ..matrix import Cell
 from ..versions import version_key
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """Whether this host can run a cell whatever gets installed: its torch's runtime
+    bundle (:func:`accelgrid.detect.runtime_problem`) and the hardware family and driver
+    (:func:`accelgrid.detect.resolve_hardware`)."""
+
+    runtime_problem: str | None
+    hardware: detect.HardwareChoice
+
+    @property
+    def problem(self) -> str | None:
+        """The one line saying why the cell cannot run here, or None."""
+        return self.runtime_problem or self.hardware.problem
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """A run's preflight: the host check and the project's registry (validated; None
+    without one), computed once per run and handed down."""
+
+    host: HostCheck
+    registry: known_issues.Registry | None
+
+    @property
+    def hardware(self) -> detect.HardwareChoice:
+        return self.host.hardware
+
+
+def host_check(cell: Cell, env: Mapping[str, str] | None = None) -> HostCheck:
+    """The host's side of the preflight (no registry: a nox listing must not fail on it)."""
+    return HostCheck(detect.runtime_problem(cell, env), detect.resolve_hardware(cell, env))
+
+
+def check(cell: Cell, root: Path, env: Mapping[str, str] | None = None,
+          host: HostCheck | None = None) -> Preflight:
+    """The run's preflight: the registry validated first (raises ValidationFailed before
+    anything is touched), then ``host`` or the host checked now."""
+    registry = known_issues.registry_for_run(root)
+    return Preflight(host or host_check(cell, env), registry)
 
 
 def installed_version(python: str, package: str = "torch") -> str | None:

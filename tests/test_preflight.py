@@ -1,0 +1,87 @@
+"""The preflight (accelgrid.run.preflight) runs once per run: one `nox -s CELL` (what
+`accelgrid run CELL` runs) resolves the cell's hardware once and validates the registry
+once, and hands both down to the run and its env (before: 4 and 3 times)."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from accelgrid import contract, detect, known_issues, results
+from accelgrid.matrix import load_matrix
+from accelgrid.run import cell as run_cell_module
+
+# An entry the run must apply (so the registry it validated once is the one handed down).
+REGISTRY = ("schema: 1\nissues:\n  acme/widgets#1:\n    title: planted\n"
+            "    scope: {devices: [cpu]}\n"
+            "    tests: [suites/payload/test_payload.py::test_fails]\n    expect: failed\n")
+PAYLOAD = "def test_fails():\n    assert False, 'the planted upstream bug'\n"
+
+
+def _count_checks(monkeypatch) -> Counter:
+    """Counts of the preflight's two questions: (hardware, cell name) and registry."""
+    calls: Counter = Counter()
+    resolve, load = detect.resolve_hardware, known_issues.load_registry
+
+    def counting_resolve(cell, *args, **kwargs):
+        calls["hardware", cell.name] += 1
+        return resolve(cell, *args, **kwargs)
+
+    def counting_load(*args, **kwargs):
+        calls["registry"] += 1
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(detect, "resolve_hardware", counting_resolve)
+    monkeypatch.setattr(known_issues, "load_registry", counting_load)
+    monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
+    return calls
+
+
+def test_a_direct_run_checks_once_before_its_passes(mini_project, monkeypatch) -> None:
+    """run_cell without a preflight from its caller makes one, and its env reuses it."""
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
+    (proj / "known_issues.yaml").write_text(REGISTRY)
+    calls = _count_checks(monkeypatch)
+    seen: dict[str, dict[str, str]] = {}
+
+    def no_passes(cell, python, root, folder, env, *args, **kwargs) -> int:
+        seen["env"] = env
+        return 0
+
+    monkeypatch.setattr(run_cell_module, "_run_passes", no_passes)
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    assert run_cell_module.run_cell(cell, sys.executable, proj, proj / "results") == 0
+    assert calls == {("hardware", "cpu-2.13"): 1, "registry": 1}
+    # The registry read once is the one the env hands the plugin.
+    entries = json.loads(Path(seen["env"][contract.KNOWN_ISSUES]).read_text())["issues"]
+    assert [e["id"] for e in entries] == ["acme/widgets#1"]
+
+
+@pytest.mark.slow  # a real cell run through nox
+def test_one_nox_session_checks_hardware_and_registry_once(mini_project, monkeypatch,
+                                                           tmp_path: Path) -> None:
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
+    (proj / "known_issues.yaml").write_text(REGISTRY)
+    calls = _count_checks(monkeypatch)
+    out = tmp_path / "results"
+    monkeypatch.setenv(contract.RESULTS_DIR, str(out))
+    monkeypatch.chdir(proj)
+    # nox in this process (as `accelgrid run` runs the project's own noxfile), so the
+    # counters see the registration, the session, the run and its env.
+    monkeypatch.setattr(sys, "argv", ["nox", "-f", str(proj / "noxfile.py"), "-s", "cpu-2.13",
+                                      "--no-venv"])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_module("nox", run_name="__main__", alter_sys=True)
+    assert ended.value.code == 0
+    assert calls["hardware", "cpu-2.13"] == 1
+    assert calls["registry"] == 1
+    folder = results.last_run(out / "cpu-2.13")[1]
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
+    assert [r["outcome"] for r in recs] == ["xfailed"]
