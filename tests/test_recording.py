@@ -250,7 +250,8 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial)
     assert by_test["test_sees_all_devices"]["outcome"] == "passed"
     assert by_test["test_sees_all_devices"]["device"] == "xpu:all"
     assert sorted(_pass_names(proj / "results" / "xpu-2.13")) == ["all-devices", "pinned"]
-    left = json.loads((proj / "results" / "xpu-2.13" / contract.MULTI_DEVICE_FILE).read_text())
+    left = json.loads((proj / "results" / "xpu-2.13"
+                       / contract.HANDOFF[contract.PASS_ALL_DEVICES].file).read_text())
     assert left == ["suites/payload/test_multi.py::test_sees_all_devices"]
     pinned_pass, all_pass = json.loads(
         (proj / "results" / "xpu-2.13" / contract.SUMMARY_FILE).read_text())["passes"]
@@ -442,7 +443,8 @@ def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch)
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs} == {
         "test_cpu_cell_sees_no_accelerator": "passed", "test_asks_for_the_hosts": "passed"}
     assert _pass_names(folder) == ["single", "host-accelerators"]
-    assert json.loads((folder / contract.HOST_ACCELERATORS_FILE).read_text()) == [
+    handoff = contract.HANDOFF[contract.PASS_HOST_ACCELERATORS]
+    assert json.loads((folder / handoff.file).read_text()) == [
         "suites/payload/test_hidden.py::test_asks_for_the_hosts"]
     assert (folder / "junit-host-accelerators.xml").exists()
 

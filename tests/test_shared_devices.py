@@ -139,7 +139,7 @@ def test_a_shared_run_records_every_test_once(mini_project, python, monkeypatch,
     by_test = {r["nodeid"].split("::")[-1]: r for r in recs}
     assert len(recs) == len(by_test) == 8
     assert all(r["outcome"] == "passed" for r in recs)
-    assert json.loads((folder / contract.DEVICE_ALONE_FILE).read_text()) == [
+    assert json.loads((folder / contract.HANDOFF[contract.PASS_DEVICE_ALONE].file).read_text()) == [
         "suites/payload/test_shared.py::test_needs_the_device_alone"]
     summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     timed = {p["name"]: p for p in summary["passes"]}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import suite_scope
+from accelgrid import contract, suite_scope
 from accelgrid.matrix import load_matrix
 from accelgrid.run import passes as pass_plan
 
@@ -256,7 +256,7 @@ def test_a_later_pass_keeps_option_values_that_name_paths(tmp_path: Path) -> Non
     cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
     later = pass_plan.cpu_passes(cell)[1]
     left = ["suites/smoke/test_device_api.py::test_x"]
-    (tmp_path / pass_plan.LEFT_FOR[later.name]).write_text(json.dumps(left))
+    (tmp_path / contract.HANDOFF[later.name].file).write_text(json.dumps(left))
     args = ["-k", "suites", "suites/smoke", "-ksmoke", "suites/smoke/test_device_api.py::t", "-v"]
     assert pass_plan.pass_args(later, tmp_path, ROOT, args) == [*left, "-k", "suites",
                                                               "-ksmoke", "-v"]

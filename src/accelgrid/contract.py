@@ -9,6 +9,8 @@ inside the cell.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # --- set by the runner for each pytest it starts ---------------------------------------
 CELL = "ACCELGRID_CELL"                # cell name; the plugin is inert without it
 DEVICE = "ACCELGRID_DEVICE"            # cpu | cuda | xpu | mps | a spec file's DEVICE_NAME
@@ -46,6 +48,32 @@ PASS_HOST_ACCELERATORS = "host-accelerators"
 # Where several workers share a device, the tests marked device_alone run after them in
 # this pass: one worker per device, nothing else on it (timing premises, peak memory).
 PASS_DEVICE_ALONE = "device-alone"
+
+# Markers the passes select by (pytest -m), registered by the plugin.
+MULTI_DEVICE_MARK = "multi_device"          # needs every device of the run at once
+SEES_ACCELERATORS_MARK = "sees_accelerators"  # in a cpu cell: runs where accelerators show
+DEVICE_ALONE_MARK = "device_alone"          # needs its device to itself: after the shared
+                                            # workers
+
+
+class Handoff(NamedTuple):
+    """A later pass's share of the cell: the tests marked ``mark`` that the passes in
+    ``left_by`` deselect, which they list in ``file`` of the results folder for it."""
+
+    mark: str
+    file: str
+    left_by: tuple[str, ...]
+
+
+# The pass hand-off, one table for both sides: the plugin of a pass in ``left_by`` writes
+# the file (pytest_deselected), the run gives the later pass only those tests.
+HANDOFF: dict[str, Handoff] = {
+    PASS_ALL_DEVICES: Handoff(MULTI_DEVICE_MARK, "multi_device.json", (PASS_PINNED,)),
+    PASS_HOST_ACCELERATORS: Handoff(SEES_ACCELERATORS_MARK, "host_accelerators.json",
+                                    (PASS_SINGLE,)),
+    PASS_DEVICE_ALONE: Handoff(DEVICE_ALONE_MARK, "device_alone.json",
+                               (PASS_PINNED, PASS_SINGLE)),
+}
 
 # --- set by the user (or CI) -----------------------------------------------------------
 RESULTS_DIR = "ACCELGRID_RESULTS_DIR"  # where results/<cell>/ folders go
@@ -96,10 +124,7 @@ ENV_FILE = "env.json"
 JUNIT_FILE = "junit.xml"
 SUMMARY_FILE = "summary.json"
 PYTEST_LOG_FILE = "pytest.log"            # pytest's whole output, every pass (-rA: captured output)
-MULTI_DEVICE_FILE = "multi_device.json"   # tests the pinned pass left for the all-devices pass
-# tests a cpu cell left for the host-accelerators pass
-HOST_ACCELERATORS_FILE = "host_accelerators.json"
-DEVICE_ALONE_FILE = "device_alone.json"   # tests the shared pass left for the device-alone pass
+# (and the lists of the pass hand-off: HANDOFF's files)
 RUNS_DIR = "runs"                        # results/<cell>/runs/<run-id>/: runs with a selection
 LAST_RUN_FILE = "last-run.json"           # results/<cell>/last-run.json: the latest run's folder
 LOCK_FILE = ".lock"                       # results/<cell>/.lock: flock of the run in progress

@@ -387,15 +387,12 @@ class WorkerMarker:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._torch_report()  # a test that imported torch itself
 
-    # pass -> (the marker its -m deselects, the file listing those tests for a later pass)
-    LEFT_BEHIND = {contract.PASS_PINNED: (("multi_device", contract.MULTI_DEVICE_FILE),
-                                          ("device_alone", contract.DEVICE_ALONE_FILE)),
-                   contract.PASS_SINGLE: (("sees_accelerators", contract.HOST_ACCELERATORS_FILE),
-                                          ("device_alone", contract.DEVICE_ALONE_FILE))}
-
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        for mark, name in self.LEFT_BEHIND.get(self.pass_name, ()):
-            self._leave(name, [i.nodeid for i in items if i.get_closest_marker(mark)])
+        # The pass hand-off (contract.HANDOFF): what this pass's -m deselects for a later one.
+        for handoff in contract.HANDOFF.values():
+            if self.pass_name in handoff.left_by:
+                self._leave(handoff.file,
+                            [i.nodeid for i in items if i.get_closest_marker(handoff.mark)])
 
     def _leave(self, name: str, left: list[str]) -> None:
         # Several deselections (-m, -k, --upstream) add up; every worker collects the same

@@ -53,7 +53,7 @@ def _python_in(session: nox.Session) -> str:
 MAX_WORKERS = 256  # as matrix.yaml's workers
 
 
-def _workers_override() -> int | None:
+def workers_override() -> int | None:
     """$ACCELGRID_WORKERS as a number of workers (InvalidInput for anything else)."""
     text = os.environ.get(contract.WORKERS, "").strip()
     if not text:
@@ -141,7 +141,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
     checked = preflight.check(cell, matrix.root, host=host)
     if checked.host.problem:
         _fail(session, checked.host.problem)
-    workers = _workers_override()
+    workers = workers_override()
     python = _python_in(session)
     if isinstance(session.virtualenv, PassthroughEnv):
         mismatch = preflight.torch_mismatch(cell, python)

@@ -30,7 +30,6 @@ from . import cellresults, contract, jsonio, results
 
 _SPEC = re.compile(r"^\s*(\d{1,3})\s*/\s*(\d{1,3})\s*$")
 MAX_SHARDS = 64   # as matrix.yaml's shards
-MULTI_DEVICE_MARK = "multi_device"
 
 
 class ShardError(ValueError):
@@ -140,7 +139,7 @@ def keep(items: list[Any], env: Mapping[str, str] | None = None) -> tuple[list[A
         where = {i: int(earlier[i]) for i in ids}
     else:
         together = [item.nodeid for item in items
-                    if item.get_closest_marker(MULTI_DEVICE_MARK) is not None]
+                    if item.get_closest_marker(contract.MULTI_DEVICE_MARK) is not None]
         where = assign(ids, total, durations(env.get(contract.SHARD_DURATIONS)), together)
         if folder is not None:
             def add(known: Any) -> dict[str, Any]:

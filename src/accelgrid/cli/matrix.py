@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
-from .. import contract, detect, install, ops, validation
+from .. import contract, detect, install, ops, results, validation
 from ..jsonio import dumps
-from ..matrix import load_matrix, select
+from ..matrix import Cell, Matrix, load_matrix, select
+from ..run import passes as pass_plan
+from ..run import selection
 from ._common import matrix_of
 
 
@@ -27,10 +30,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=_cells)
 
     p = sub.add_parser("plan", parents=[common],
-                       help="print what a cell will do, without doing it")
+                       help="print what a cell will do, without doing it",
+                       epilog="Arguments after -- are the run's pytest arguments: accelgrid "
+                              "plan cpu-2.13 -- -k matmul")
     p.add_argument("cell")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_plan)
+    p.add_argument("--no-venv", action="store_true",
+                   help="as `accelgrid run CELL --no-venv` runs it: on this interpreter")
+    p.set_defaults(func=_plan, passthrough="pytest_args")
 
     p = sub.add_parser("schema", help="print the JSON Schema of matrix.yaml or known_issues.yaml",
                        description="Print a shipped JSON Schema (draft 2020-12), e.g. for an "
@@ -77,6 +84,11 @@ def _plan(args: argparse.Namespace) -> int:
         data["install"]["torch_requirement"] = install.torch_requirement(cell)
     data["install"]["torch_download"] = install.expected_download(
         plan, data["install"].get("torch_requirement", cell.torch_requirement), cell.python)
+    run_plan = _run_plan(matrix, cell, args.no_venv, args.pytest_args)
+    data["passes"] = [
+        {"name": p.name, "title": p.title, "env": dict(p.env), "beside": p.beside,
+         "gets": contract.HANDOFF[p.name].file if p.name in contract.HANDOFF else None,
+         "command": cmd} for p, cmd in zip(run_plan.passes, run_plan.commands, strict=True)]
     if args.json:
         print(dumps(data, indent=2))
         return 0
@@ -115,7 +127,13 @@ def _plan(args: argparse.Namespace) -> int:
     print("records     " + "; ".join(records))
     pairs = zip(cell.suites, cell.suite_paths, strict=True)
     print(f"suites      {', '.join(f'{s} ({p})' for s, p in pairs)}")
-    print(f"pytest      -n {cell.workers} --timeout={cell.test_seconds} --timeout-method=thread")
+    for n, p in enumerate(data["passes"], 1):
+        print(f"pass {n}      {p['name']}: {p['title']}"
+              + (" (beside the pass before it)" if p["beside"] else "")
+              + (f"; only the tests an earlier pass leaves in {p['gets']}" if p["gets"] else ""))
+        if p["env"]:
+            print("  env       " + " ".join(f"{k}={v}" for k, v in p["env"].items()))
+        print("  pytest    " + shlex.join(p["command"]))
     if cell.device == "cpu":
         hidden = " ".join(f"{k}={v}" for k, v in detect.HIDE_ACCELERATORS.items())
         print(f"hidden      accelerators: {hidden} (tests marked sees_accelerators run "
@@ -125,6 +143,23 @@ def _plan(args: argparse.Namespace) -> int:
     if cell.container_base:
         print(f"container   {cell.container_family} on {cell.container_base}")
     return 0
+
+
+def _run_plan(matrix: Matrix, cell: Cell, no_venv: bool, pytest_args: list[str]
+              ) -> pass_plan.RunPlan:
+    """The run's own plan (:func:`accelgrid.run.passes.plan_run`): its interpreter (the
+    cell's env, built or not, or this one with ``no_venv``), its results folder, its
+    device count and ``ACCELGRID_WORKERS``, as `accelgrid run` would have them."""
+    from .. import sessions, venvs  # import nox: only for a plan
+
+    root = matrix.root.resolve()   # as the noxfile's ROOT
+    python = sys.executable if no_venv else str(venvs.python_in(venvs.env_dir(root, cell)))
+    env = {**os.environ, **cell.env}
+    folder = results.results_root(root) / cell.name
+    if selection.selection(pytest_args):
+        folder = folder / contract.RUNS_DIR / "<run-id>"
+    return pass_plan.plan_run(cell, python, folder, root, pytest_args,
+                              sessions.workers_override(), env)
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -28,14 +28,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import contract, detect, jsonio, lifetime, results, suite_scope
+from .. import contract, jsonio, lifetime, results, suite_scope
 from ..errors import AccelgridError
 from ..matrix import Cell
 from . import console, preflight
 from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing
 from .lock import cell_lock
-from .passes import Pass, pass_args, passes, pytest_command, serial_reason, stages
+from .passes import Pass, pass_args, plan_run, pytest_command, stages
 from .selection import selection
 from .supervise import append_logs, run_pytests
 
@@ -98,15 +98,13 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     run_start = time.time() if run_start is None else run_start
     limit = limit_s if limit_s is not None else cell.cell_minutes * 60
     deadline = time.monotonic() + limit
-    ids, how = (detect.device_ids_how(cell.device, env, python, cell.torch)
-                if workers is None else ([], ""))
+    planned = plan_run(cell, python, folder, root, pytest_args, workers, env)
+    ids, how, serial, plan = planned.device_ids, planned.how, planned.serial, planned.passes
     if cell.device == "xpu" and how:
         print(f"accelgrid: {cell.name}: {len(ids)} xpu devices: {how}", flush=True)
     # Children this process had before the cell (none, from the CLI): not the tests'.
     keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
         else None
-    serial = serial_reason(env, pytest_args)
-    plan = passes(cell, workers, ids, serial=serial is not None)
     if plan[0].name == contract.PASS_PINNED:
         beside = any(p.beside and not p.gated for p in plan)
         each = plan[0].workers // len(ids)
@@ -124,9 +122,12 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
         jobs: list[tuple[Pass, list[str]]] = []
         for run_pass in stage:
             args = pass_args(run_pass, folder, root, pytest_args)
-            if args is not None:
-                jobs.append((run_pass, pytest_command(cell, python, folder, args, workers,
-                                                      root, run_pass)))
+            if args is None:
+                continue
+            # The planned command, unless the pass got the tests an earlier one left.
+            jobs.append((run_pass, planned.commands[plan.index(run_pass)]
+                         if args == list(pytest_args) else
+                         pytest_command(cell, python, folder, args, workers, root, run_pass)))
         if not jobs:
             continue
         left = deadline - time.monotonic()

@@ -9,17 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contract, detect, devices, jsonio, suite_scope
+from ..contract import DEVICE_ALONE_MARK, MULTI_DEVICE_MARK, SEES_ACCELERATORS_MARK
 from ..errors import InvalidInput
 from ..matrix import Cell
 
-MULTI_DEVICE_MARK = "multi_device"
-SEES_ACCELERATORS_MARK = "sees_accelerators"   # in a cpu cell: run where accelerators show
-DEVICE_ALONE_MARK = "device_alone"   # needs its device to itself: after the shared workers
-# Passes that run only what an earlier pass left them (a file in the results folder),
-# unless they run beside it: then they collect their tests themselves.
-LEFT_FOR = {contract.PASS_ALL_DEVICES: contract.MULTI_DEVICE_FILE,
-            contract.PASS_HOST_ACCELERATORS: contract.HOST_ACCELERATORS_FILE,
-            contract.PASS_DEVICE_ALONE: contract.DEVICE_ALONE_FILE}
 # Several workers per device where processes can share it: the cell's tests are mostly
 # host-bound (Python, small kernels), so one worker leaves the GPU and most cores idle.
 # Each shared worker gets at least CORES_PER_WORKER cores and WORKER_GIB of the device's
@@ -279,12 +272,12 @@ def stages(plan: list[Pass]) -> list[list[Pass]]:
 def pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[str]
                ) -> list[str] | None:
     """The pytest args of ``run_pass``; None when it has nothing to run."""
-    if run_pass.name not in LEFT_FOR or run_pass.beside:
+    if run_pass.name not in contract.HANDOFF or run_pass.beside:
         # A pass beside another collects its own tests (its marker, the user's selection
         # with its paths and node ids): the list the other would leave is not there yet.
         return list(pytest_args)
     # Only what the first pass left for us: no re-collecting every suite.
-    left, err = jsonio.read_json(folder / LEFT_FOR[run_pass.name])
+    left, err = jsonio.read_json(folder / contract.HANDOFF[run_pass.name].file)
     if err or not isinstance(left, list):
         # No list: host-accelerators had no test asking for them; all-devices collects.
         return None if run_pass.name in (contract.PASS_HOST_ACCELERATORS,
@@ -295,3 +288,33 @@ def pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[st
     # value that names a path (`-k suites`) stays.
     named = set(suite_scope.named_paths(pytest_args, root))
     return [*left, *(a for i, a in enumerate(pytest_args) if i not in named)]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The passes a run uses and each one's pytest command, as :func:`plan_run` makes them
+    for the run and for ``accelgrid plan``. A pass that gets the tests an earlier one left
+    (:data:`accelgrid.contract.HANDOFF`) runs its command with that list in place of the
+    user's test paths (:func:`pass_args`): known once the earlier pass ended."""
+
+    device_ids: list[str]
+    how: str                      # how the device ids were known ("" without a count)
+    serial: str | None            # why the passes run one after another, or None
+    passes: list[Pass]
+    commands: list[list[str]]     # per pass, with the user's pytest arguments
+
+
+def plan_run(cell: Cell, python: str, folder: Path, root: Path,
+             pytest_args: Sequence[str] = (), workers: int | None = None,
+             env: dict[str, str] | None = None) -> RunPlan:
+    """How a run of ``cell`` with ``python`` into ``folder`` spreads its tests on this host
+    (``env``: the cell's environment, where the device ids and the serial switch are
+    read) and the pytest command of each pass."""
+    env = dict(os.environ if env is None else env)
+    ids, how = (detect.device_ids_how(cell.device, env, python, cell.torch)
+                if workers is None else ([], ""))
+    serial = serial_reason(env, pytest_args)
+    plan = passes(cell, workers, ids, serial=serial is not None)
+    return RunPlan(ids, how, serial, plan,
+                   [pytest_command(cell, python, folder, pytest_args, workers, root, p)
+                    for p in plan])
