@@ -19,7 +19,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
 
-from accelgrid import results, sessions  # noqa: E402
+from accelgrid import contract, results, sessions  # noqa: E402
 from accelgrid.environment import redact_text  # noqa: E402
 from accelgrid.errors import AccelgridError  # noqa: E402
 from accelgrid.matrix import load_matrix, matrix_path  # noqa: E402
@@ -27,8 +27,8 @@ from accelgrid.matrix import load_matrix, matrix_path  # noqa: E402
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_venv = "yes"
-if os.environ.get("ACCELGRID_ENVDIR"):  # envs outside the checkout (venvs.env_dir agrees)
-    nox.options.envdir = os.environ["ACCELGRID_ENVDIR"]
+if os.environ.get(contract.ENVDIR):  # envs outside the checkout (venvs.env_dir agrees)
+    nox.options.envdir = os.environ[contract.ENVDIR]
 
 try:
     # `accelgrid --matrix F run CELL` names F in ACCELGRID_MATRIX: the sessions are F's cells.

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import detect, known_issues, results
+from . import contract, detect, known_issues, results
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
 from .repro import ARROW, _short, run_cell
@@ -143,7 +143,7 @@ def bisect(matrix: Matrix, test: str, device: str, *, profile: str | None = None
         raise InvalidInput(f"{len(cells)} {device} cell(s) with profile {profile}: "
                            "nothing to compare")
     absent = detect.absent_reason(device, matrix.devices[device].detect)
-    if absent and not os.environ.get("ACCELGRID_SKIP_DETECT"):
+    if absent and not os.environ.get(contract.SKIP_DETECT):
         raise AccelgridError(absent)
     path = test.split("::", 1)[0]
     if not (matrix.root / path).exists():

@@ -49,6 +49,12 @@ PASS_HOST_ACCELERATORS = "host-accelerators"
 # this pass: one worker per device, nothing else on it (timing premises, peak memory).
 PASS_DEVICE_ALONE = "device-alone"
 
+# Attributes the in-cell plugins set on pytest's test reports (xdist carries a report's
+# attributes to the controller, whose plugin records them).
+REPORT_ISSUE = "accelgrid_issue"  # the registry entry that mapped the outcome
+                                  # (known_issues_runtime)
+REPORT_CPU_S = "accelgrid_cpu_s"  # the test process's CPU seconds over the test (WorkerMarker)
+
 # Markers the passes select by (pytest -m), registered by the plugin.
 MULTI_DEVICE_MARK = "multi_device"          # needs every device of the run at once
 SEES_ACCELERATORS_MARK = "sees_accelerators"  # in a cpu cell: runs where accelerators show
@@ -115,6 +121,11 @@ IMAGE_REGISTRY = "ACCELGRID_IMAGE_REGISTRY"
 SOURCE_COMMIT = "ACCELGRID_SOURCE_COMMIT"  # inside an image: the commit it was built from
 SOURCE_DIRTY = "ACCELGRID_SOURCE_DIRTY"
 IMAGE = "ACCELGRID_IMAGE"                  # inside an image: its tag
+HISTORY = "ACCELGRID_HISTORY"              # the history database (else results/history.sqlite)
+EXPECT = "ACCELGRID_EXPECT"                # cells a grid must have results of (--expect)
+# Not a variable: a suite's conftest.py that sets this name to True keeps its tests local
+# to the suite (accelgrid.suite_scope).
+SUITE_LOCAL = "ACCELGRID_SUITE_LOCAL"
 
 # --- the files of a run's results folder (written in the cell, read back outside) --------
 TESTS_FILE = "tests.jsonl"

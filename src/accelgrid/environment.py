@@ -32,7 +32,7 @@ INTEGER_FLAGS = frozenset(
 SECRET_MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "PASS", "PWD", "CREDENTIAL",
                   "AUTH", "COOKIE", "SESSION", "PRIVATE", "CERT_PASS", "SIGNATURE")
 # accelgrid's own variables that a marker would catch but that hold no secret.
-NOT_SECRET = frozenset({"ACCELGRID_PASS"})
+NOT_SECRET = frozenset({contract.PASS})
 REDACTED = "<redacted>"
 
 # Values that are credentials whatever the variable is called: token formats with a
@@ -200,7 +200,7 @@ def redact(env: Mapping[str, str]) -> dict[str, str]:
 
 # Env vars worth recording in provenance (the flags that change what torch does).
 RECORDED_PREFIXES = (
-    "ACCELGRID_", "PYTORCH_", "TORCH_", "CUDA_", "CUBLAS_", "NCCL_", "ZE_", "SYCL_", "IGC_",
+    contract.PREFIX, "PYTORCH_", "TORCH_", "CUDA_", "CUBLAS_", "NCCL_", "ZE_", "SYCL_", "IGC_",
     "ONEAPI_", "OverrideDefault", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "KMP_", "PIP_", "UV_",
 )
 

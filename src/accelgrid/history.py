@@ -120,7 +120,7 @@ def is_database(path: Path) -> bool:
 
 def default_path() -> Path:
     """``results/history.sqlite``, or $ACCELGRID_HISTORY when set."""
-    return Path(os.environ.get("ACCELGRID_HISTORY") or DEFAULT_DB)
+    return Path(os.environ.get(contract.HISTORY) or DEFAULT_DB)
 
 
 def _why(path: Path, exc: BaseException) -> HistoryError:

@@ -156,7 +156,7 @@ class KnownIssues:
         if what == expect and (not pattern or re.search(pattern, text)):
             report.outcome = "skipped"
             report.wasxfail = _reason(entry)
-            report.accelgrid_issue = issue_info(entry)
+            setattr(report, contract.REPORT_ISSUE, issue_info(entry))
             return
         expected = expect + (f" matching {pattern!r}" if pattern else "")
         note = f"{entry['id']} expects this test to be {expected} here; it was {what}: {text[:500]}"
@@ -175,7 +175,7 @@ class KnownIssues:
             f"{f' (cell {self.cell})' if self.cell else ''}: {report.nodeid} passed but the "
             f"registry expects it to be {entry['expect']}; narrow the scope of {entry['id']} "
             f"in known_issues.yaml ({entry['url']})")
-        report.accelgrid_issue = issue_info(entry)
+        setattr(report, contract.REPORT_ISSUE, issue_info(entry))
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
@@ -204,5 +204,5 @@ def configure(config: pytest.Config) -> None:
     path = os.environ.get(ENV_KNOWN_ISSUES)
     if not path:
         return
-    plugin = KnownIssues(load_entries(Path(path)), os.environ.get("ACCELGRID_CELL", ""))
+    plugin = KnownIssues(load_entries(Path(path)), os.environ.get(contract.CELL, ""))
     config.pluginmanager.register(plugin, "accelgrid-known-issues")

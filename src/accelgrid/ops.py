@@ -235,7 +235,7 @@ def load_captured(path: Path) -> dict[str, Any]:
             return load_captured(path / "ops.json")
         if data is None:
             raise InvalidInput(f"{path}: no captured ops (no ops-raw/*.jsonl nor ops.json; "
-                               "run the cell with ACCELGRID_CAPTURE_OPS=1)")
+                               f"run the cell with {contract.CAPTURE_OPS}=1)")
     elif path.is_file():
         data, problem = read_json(path)
         if problem or not isinstance(data, dict) or not isinstance(data.get("ops"), dict):

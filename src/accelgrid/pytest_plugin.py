@@ -252,10 +252,10 @@ class Recorder:
             "start": self.started.get(report.nodeid),
         })
         rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
-        if getattr(report, "accelgrid_issue", None):  # set by known_issues_runtime
-            rec["issue"] = report.accelgrid_issue
-        if getattr(report, "accelgrid_cpu_s", None) is not None:  # set by WorkerMarker
-            rec["cpu_s"] = report.accelgrid_cpu_s
+        if getattr(report, contract.REPORT_ISSUE, None):  # set by known_issues_runtime
+            rec["issue"] = getattr(report, contract.REPORT_ISSUE)
+        if getattr(report, contract.REPORT_CPU_S, None) is not None:  # set by WorkerMarker
+            rec["cpu_s"] = getattr(report, contract.REPORT_CPU_S)
         # Facts a test records (request.node.user_properties): kept in its record too.
         for name, value in getattr(report, "user_properties", None) or ():
             rec.setdefault("properties", {})[str(name)] = _jsonable(value)
@@ -417,7 +417,8 @@ class WorkerMarker:
         if call.when == "teardown":
             # CPU time of this test process (all its threads) over the test: beside the
             # wall time it tells a test starved of CPU from one waiting on its device.
-            outcome.get_result().accelgrid_cpu_s = round(time.process_time() - self.cpu_start, 3)
+            setattr(outcome.get_result(), contract.REPORT_CPU_S,
+                    round(time.process_time() - self.cpu_start, 3))
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         results.clear_running(self.folder, self.slot)
@@ -539,15 +540,16 @@ def _nested(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     for help_text in testing.MARKERS.values():  # only_on, skip_on, needs_devices, needs_dtype
         config.addinivalue_line("markers", help_text)
-    config.addinivalue_line("markers", "multi_device: needs every device of the host in one "
-                            "process (runs in a separate pass, never beside pinned workers)")
-    config.addinivalue_line("markers", "device_alone: needs its device to itself (a timing "
-                            "premise, a peak-memory measurement, an overlap trace): where "
-                            "several workers share a device, runs after them, one worker "
-                            "per device")
-    config.addinivalue_line("markers", "sees_accelerators: in a cpu cell, runs in a later pass "
-                            "that sees the host's accelerators (the cell's other tests see "
-                            "none: CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")
+    for mark, help_text in (
+            (contract.MULTI_DEVICE_MARK, "needs every device of the host in one process (runs "
+             "in a separate pass, never beside pinned workers)"),
+            (contract.DEVICE_ALONE_MARK, "needs its device to itself (a timing premise, a "
+             "peak-memory measurement, an overlap trace): where several workers share a "
+             "device, runs after them, one worker per device"),
+            (contract.SEES_ACCELERATORS_MARK, "in a cpu cell, runs in a later pass that sees "
+             "the host's accelerators (the cell's other tests see none: "
+             "CUDA_VISIBLE_DEVICES='', ONEAPI_DEVICE_SELECTOR)")):
+        config.addinivalue_line("markers", f"{mark}: {help_text}")
     known_issues_runtime.configure(config)  # upstream marker; registry xfails
     try:
         devices.from_env()  # a spec device is registered before any test asks for it

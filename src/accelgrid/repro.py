@@ -84,7 +84,7 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     """Run ``cell`` through nox with ``pytest_args``; results land in ``out/<cell>/``."""
     folder = out / cell.name
     reason = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
-    if reason and not os.environ.get("ACCELGRID_SKIP_DETECT"):
+    if reason and not os.environ.get(contract.SKIP_DETECT):
         return CellRun(cell.name, None, 0.0, folder, error=reason)
     problem = detect.runtime_problem(cell) or detect.resolve_hardware(cell).problem
     if not problem and not no_venv:
@@ -94,7 +94,7 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{cell.name}.nox.log"
     cmd = nox_command(matrix, cell, pytest_args, envdir=envdir, reuse=reuse, no_venv=no_venv)
-    env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(out), **matrix.nox_env}
+    env = {**os.environ, contract.RESULTS_DIR: str(out), **matrix.nox_env}
     t0 = time.monotonic()
     # A stale run must not pass for this one's: each run has a new id (last-run.json).
     before = results.last_run(folder)[0]

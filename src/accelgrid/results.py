@@ -63,7 +63,7 @@ from .jsonio import (
 
 def results_root(project_root: Path) -> Path:
     """Where cells write results: ``results/`` in the project, or $ACCELGRID_RESULTS_DIR."""
-    return Path(os.environ.get("ACCELGRID_RESULTS_DIR") or project_root / contract.RESULTS_FOLDER)
+    return Path(os.environ.get(contract.RESULTS_DIR) or project_root / contract.RESULTS_FOLDER)
 
 
 def suite_of(nodeid: str) -> str:

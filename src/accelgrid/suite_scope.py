@@ -32,6 +32,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import contract
+
 # Options of pytest 9.2, pytest-xdist 3.8 and pytest-timeout 2.4 that take a value (the
 # next argument unless given as --opt=value / -kVALUE). pytest parses with
 # allow_abbrev=False, so these are the only spellings.
@@ -83,7 +85,7 @@ _HOOK = re.compile(r"^\s*(?:async\s+)?def\s+pytest_(\w+)", re.M)
 # A suite author's promise that the conftest's other hooks (options, markers, env defaults,
 # plugins that act only on this suite's tests) leave every other suite's tests alone:
 # a module-level ``ACCELGRID_SUITE_LOCAL = True`` in that conftest.py.
-_SUITE_LOCAL = re.compile(r"^ACCELGRID_SUITE_LOCAL\s*=\s*True\b", re.M)
+_SUITE_LOCAL = re.compile(rf"^{contract.SUITE_LOCAL}\s*=\s*True\b", re.M)
 _LOCAL_HOOKS = frozenset({
     "generate_tests", "make_parametrize_id", "collect_file", "collect_directory",
     "ignore_collect", "pycollect_makeitem", "pycollect_makemodule", "itemcollected",

@@ -64,7 +64,7 @@ def counts_for(available: int, asked: Sequence[int] | None = None) -> list[int]:
     """The device counts to run: ``asked`` (each within 1..available), else 1, 2, 4, ...
     up to ``available`` and ``available`` itself."""
     if available < 1:
-        raise InvalidInput("no device of the cell's kind here (set ACCELGRID_DEVICES to "
+        raise InvalidInput(f"no device of the cell's kind here (set {contract.DEVICES} to "
                            "name them when detection cannot)")
     if asked:
         wrong = [n for n in asked if not 1 <= n <= available]
@@ -131,7 +131,7 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
             for n, k, rep in ((n, k, rep) for n in plan for k in sweep
                               for rep in range(repeat)):
                     where = tmp / f"{n}-{k}-{rep}"
-                    env = {**os.environ, **matrix.nox_env, "ACCELGRID_RESULTS_DIR": str(where),
+                    env = {**os.environ, **matrix.nox_env, contract.RESULTS_DIR: str(where),
                            contract.DEVICES: ",".join(ids[:n])}
                     if k == AUTO:
                         env.pop(contract.WORKERS_PER_DEVICE, None)

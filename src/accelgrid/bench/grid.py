@@ -81,7 +81,7 @@ def synthesize(root: Path, cells: int, tests: int, seed: int = 0,
                       "devices": [{"index": 0, "name": f"{device.upper()} Card 9000"}],
                       "driver": "1.2.3", "git_version": "abc123"},
             "python": {"version": "3.11.7"}, "packages": {"torch": "x", "torchao": "y"},
-            "env": {"ACCELGRID_CELL": name}, "host": {"name": f"runner-{k}"},
+            "env": {contract.CELL: name}, "host": {"name": f"runner-{k}"},
             "project": {"commit": "deadbeef"}})
         if errored and k == cells - 1:
             continue  # no tests.jsonl: an errored column, as a lost artifact would be

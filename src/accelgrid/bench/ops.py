@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import contract
 from ..errors import InvalidInput
 from ..matrix import Matrix
 from . import write_outputs
@@ -28,21 +29,20 @@ DEFAULT_SUITES = ("suites/hf_examples/test_workloads.py",)
 DEFAULT_REPEAT = 2
 DEFAULT_OUT = "results/bench-ops"  # docs/ only when asked (--out docs)
 MODES = ("plain", "capture")
-CAPTURE = "ACCELGRID_CAPTURE_OPS"
 
 
 @contextlib.contextmanager
 def _capture(on: bool) -> Iterator[None]:
     """``ACCELGRID_CAPTURE_OPS=1`` (or unset) for the runs inside; restored afterwards."""
-    before = os.environ.pop(CAPTURE, None)
+    before = os.environ.pop(contract.CAPTURE_OPS, None)
     if on:
-        os.environ[CAPTURE] = "1"
+        os.environ[contract.CAPTURE_OPS] = "1"
     try:
         yield
     finally:
-        os.environ.pop(CAPTURE, None)
+        os.environ.pop(contract.CAPTURE_OPS, None)
         if before is not None:
-            os.environ[CAPTURE] = before
+            os.environ[contract.CAPTURE_OPS] = before
 
 
 def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEFAULT_SUITES,

@@ -158,12 +158,12 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
     nox = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py")]
     tmp = Path(tempfile.mkdtemp(prefix="accelgrid-bench-"))
     results_dir = tmp / "results"
-    env = {**os.environ, **matrix.nox_env, "ACCELGRID_RESULTS_DIR": str(results_dir)}
+    env = {**os.environ, **matrix.nox_env, contract.RESULTS_DIR: str(results_dir)}
     # As the runner sets it: the checkout's src first (the plugin comes from there).
     pythonpath = os.pathsep.join(p for p in (str(root / "src"), os.environ.get("PYTHONPATH"))
                                  if p)
     bare_env = {**os.environ, "PYTHONPATH": pythonpath, **the_cell.env,
-                "ACCELGRID_DEVICE": the_cell.device}
+                contract.DEVICE: the_cell.device}
     order = _schedule(partial_repeat, repeat)
     try:
         with stoppable():

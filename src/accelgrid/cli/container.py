@@ -32,11 +32,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         p.add_argument("--base", metavar="IMAGE",
                        default=os.environ.get(contract.CONTAINER_BASE) or None,
                        help="build on IMAGE instead of the matrix's digest-pinned base "
-                            "(offline: a local image; default $ACCELGRID_CONTAINER_BASE)")
+                            f"(offline: a local image; default ${contract.CONTAINER_BASE})")
         if action in ("build", "run"):
             p.add_argument("--engine", choices=containers.ENGINES,
                            default=os.environ.get(contract.CONTAINER_ENGINE) or None,
-                           help="use this engine (default: $ACCELGRID_CONTAINER_ENGINE, else "
+                           help=f"use this engine (default: ${contract.CONTAINER_ENGINE}, else "
                                 "the first of docker, podman, buildah that answers)")
             p.add_argument("--isolation", choices=("chroot", "oci", "rootless"),
                            default=os.environ.get("BUILDAH_ISOLATION") or None,

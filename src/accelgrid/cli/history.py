@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import contract
 from ..errors import AccelgridError
 
 HISTORY_DESCRIPTION = """\
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                            description=HISTORY_DESCRIPTION,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
-    db_help = f"the history database (default: $ACCELGRID_HISTORY or {DEFAULT_DB})"
+    db_help = f"the history database (default: ${contract.HISTORY} or {DEFAULT_DB})"
     p = actions.add_parser("add", parents=[common], help="add cell runs to the history")
     p.add_argument("results", nargs="+",
                    help="results/<cell>/ folders, or folders holding them (artifacts)")

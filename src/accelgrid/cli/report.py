@@ -8,8 +8,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from .. import contract, outcomes, report
 from .. import ops as ops_model
-from .. import outcomes, report
 from ..errors import AccelgridError, InvalidInput
 from ..jsonio import dumps
 from ..report import compare, ops_pages
@@ -21,8 +21,8 @@ Baselines: the expected outcome of every test per cell, kept in baselines/<cell>
 and exits 3 on any regression, so CI can gate on it.
 """
 
-OPS_DESCRIPTION = """\
-Op coverage from results/<cell>/ops-raw/ (runs with ACCELGRID_CAPTURE_OPS=1, e.g. the
+OPS_DESCRIPTION = f"""\
+Op coverage from results/<cell>/ops-raw/ (runs with {contract.CAPTURE_OPS}=1, e.g. the
 op-capture, fallback-debug and fallback-survey profiles).
 
   accelgrid ops build results/cpu-2.13          ops.json, ops.md, ops.html in the folder
@@ -152,23 +152,23 @@ def add_history_options(p: argparse.ArgumentParser) -> None:
     from ..report.history import DEFAULT_WINDOW
 
     p.add_argument("--history", metavar="DB", nargs="?", const=DEFAULT_DB,
-                   default=os.environ.get("ACCELGRID_HISTORY") or None,
+                   default=os.environ.get(contract.HISTORY) or None,
                    help="add the results to this history database and show it: strips, "
                         "since the previous run, since when a test fails, flaky tests "
-                        f"(no DB: {DEFAULT_DB}; default: $ACCELGRID_HISTORY when set, "
+                        f"(no DB: {DEFAULT_DB}; default: ${contract.HISTORY} when set, "
                         "else no history; docs/history.md)")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW, metavar="N",
                    help="runs per cell the history shows (%(default)s)")
     p.add_argument("--expect", action="append", metavar="CELLS",
                    help="cells that must have results (comma-separated names, 'matrix', "
-                        "'baselines' or @FILE; repeatable; default: $ACCELGRID_EXPECT); "
+                        f"'baselines' or @FILE; repeatable; default: ${contract.EXPECT}); "
                         "one without results is a lost column and the gate exits 3")
 
 
 def expected_cells(args: argparse.Namespace) -> list[str] | None:
     """The cells ``--expect`` names (None without it)."""
-    if not args.expect and os.environ.get("ACCELGRID_EXPECT"):
-        args.expect = [os.environ["ACCELGRID_EXPECT"]]  # the workflow's grid job sets it
+    if not args.expect and os.environ.get(contract.EXPECT):
+        args.expect = [os.environ[contract.EXPECT]]  # the workflow's grid job sets it
     if not args.expect:
         return None
     from ..report import expect
@@ -290,7 +290,7 @@ def _ops(args: argparse.Namespace) -> int:
     for path in map(Path, args.results):
         data = ops_pages.write_cell(path) if path.is_dir() else None
         if data is None:
-            print(f"{path}: no captured ops (run with ACCELGRID_CAPTURE_OPS=1 or the "
+            print(f"{path}: no captured ops (run with {contract.CAPTURE_OPS}=1 or the "
                   "op-capture profile)")
             continue
         found.append(data)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import accelgrid
 
+from .. import contract
 from ..errors import EXIT_INVALID
 from ._common import matrix_of
 
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--shard", metavar="K/N",
                    help="run shard K of N of the cell's tests (balanced by recorded "
                         "durations; results in results/shard-K-of-N/<cell>/, merged by the "
-                        "grid); the same as ACCELGRID_SHARD=K/N nox -s CELL")
+                        f"grid); the same as {contract.SHARD}=K/N nox -s CELL")
     p.set_defaults(func=_run, passthrough="pytest_args")
 
 

@@ -100,9 +100,9 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
     return {
         "name": key,
         "cell": cell.name,
-        "device": flags.get("ACCELGRID_DEVICE") or env.get("device_type") or device,
-        "torch_series": flags.get("ACCELGRID_TORCH") or series,
-        "profile": flags.get("ACCELGRID_PROFILE") or profile,
+        "device": flags.get(contract.DEVICE) or env.get("device_type") or device,
+        "torch_series": flags.get(contract.TORCH) or series,
+        "profile": flags.get(contract.PROFILE) or profile,
         "torch_version": version,
         "torch_build": history.torch_build(env),
         "torch_channel": flags.get(contract.TORCH_CHANNEL) or "release",
