@@ -258,7 +258,7 @@ def test_grid_json_is_strict_json_with_nan_and_infinity_durations(tmp_path) -> N
                       extra={"t.py::a": {"duration": float("nan")}})
     text = (cell / contract.TESTS_FILE).read_text()
     assert "NaN" in text  # json.dumps writes it; RFC 8259 has no such thing
-    model = report.build([cell])
+    model = report.build_model([cell])
     model["rows"][0]["cells"]["cpu-2.13"]["duration"] = float("inf")
     model["columns"][0]["device_count"] = float("nan")
     paths = report.write(model, tmp_path / "out")

@@ -357,7 +357,7 @@ def test_build_and_run_commands_per_engine(matrix, tmp_path: Path) -> None:
 def test_up_to_date_image_is_not_rebuilt(matrix, tmp_path: Path, capsys) -> None:
     log = tmp_path / "calls"
     exe = _fake_engine(tmp_path / "bin", "podman", f'echo "$@" >> {log}\nexit 0\n')
-    image = containers.build(matrix, matrix.cell("cpu-2.13"),
+    image = containers.build_image(matrix, matrix.cell("cpu-2.13"),
                              containers.Engine("podman", str(exe)), settings=NO_PIP)
     assert f"{image.tag} up to date" in capsys.readouterr().out
     assert log.read_text().splitlines() == [f"image exists {image.tag}"]

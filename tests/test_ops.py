@@ -73,16 +73,16 @@ def ops_parse(*texts: str) -> dict[str, set[str]]:
 
 def test_dispatcher_classification_on_cpu() -> None:
     nothing: set[str] = set()
-    assert opcapture.classify("aten::addmm.default", "cpu", nothing, nothing) == "native"
-    assert opcapture.classify("aten::linear.default", "cpu", nothing, nothing) == "decomposed"
+    assert opcapture.classify_op("aten::addmm.default", "cpu", nothing, nothing) == "native"
+    assert opcapture.classify_op("aten::linear.default", "cpu", nothing, nothing) == "decomposed"
     # Only a composite wrapper, no backend kernel anywhere: decomposed on every device.
-    assert opcapture.classify("aten::diagonal_copy.default", "xpu", nothing, nothing) == \
+    assert opcapture.classify_op("aten::diagonal_copy.default", "xpu", nothing, nothing) == \
         "decomposed"
-    assert opcapture.classify("aten::roll.default", "xpu", {"aten::roll"}, nothing) == "fallback"
-    assert opcapture.classify("aten::nll_loss2d_forward.default", "xpu", nothing,
+    assert opcapture.classify_op("aten::roll.default", "xpu", {"aten::roll"}, nothing) == "fallback"
+    assert opcapture.classify_op("aten::nll_loss2d_forward.default", "xpu", nothing,
                               {"aten::nll_loss2d_forward"}) == "missing"
     if not torch.cuda.is_available():  # a CPU build registers no CUDA kernels
-        assert opcapture.classify("aten::addmm.default", "cuda", nothing, nothing) == "unknown"
+        assert opcapture.classify_op("aten::addmm.default", "cuda", nothing, nothing) == "unknown"
 
 
 def _train_step(model, opt, x):
@@ -204,7 +204,7 @@ def test_fallback_message_matches_captured_call_by_base_op(kernel: str, captured
     assert seen["fallback"] == {f"aten::{kernel}"}
     # The exact names differ: a name-for-name comparison can never match these.
     assert captured not in seen["fallback"]
-    assert opcapture.classify(captured, "xpu", seen["fallback"], set()) == "fallback"
+    assert opcapture.classify_op(captured, "xpu", seen["fallback"], set()) == "fallback"
 
 
 def test_base_op_forms() -> None:
@@ -227,19 +227,20 @@ def test_optimizer_fallback_does_not_leak_to_foreach_ops() -> None:
     missing = ops_parse(XPU_NOT_IMPLEMENTED.replace("nll_loss2d_forward", "_foreach_lerp_.Scalar"))
     missing = missing["missing"]
     assert missing == {"aten::_foreach_lerp_.Scalar"}
-    assert opcapture.classify("aten::_foreach_lerp_.Scalar", "xpu", fallback, missing) == "missing"
-    assert opcapture.classify("aten::lerp_.Scalar", "xpu", fallback, missing) == "fallback"
+    assert opcapture.classify_op("aten::_foreach_lerp_.Scalar", "xpu", fallback,
+                                 missing) == "missing"
+    assert opcapture.classify_op("aten::lerp_.Scalar", "xpu", fallback, missing) == "fallback"
     # An unrelated op keeps the dispatcher's answer.
-    assert opcapture.classify("aten::addmm.default", "cpu", fallback, missing) == "native"
+    assert opcapture.classify_op("aten::addmm.default", "cpu", fallback, missing) == "native"
 
 
 def test_xpu_fallback_beats_the_dispatcher() -> None:
     # On this CPU build roll has a CPU kernel; on XPU the dispatcher says True for ops on
     # torch-xpu-ops' list too. A fallback message must win over "native" either way.
     nothing: set[str] = set()
-    assert opcapture.classify("aten::roll.default", "cpu", nothing, nothing) == "native"
-    assert opcapture.classify("aten::roll.default", "cpu", {"aten::roll"}, nothing) == "fallback"
-    assert opcapture.classify("aten::sigmoid.default", "xpu",
+    assert opcapture.classify_op("aten::roll.default", "cpu", nothing, nothing) == "native"
+    assert opcapture.classify_op("aten::roll.default", "cpu", {"aten::roll"}, nothing) == "fallback"
+    assert opcapture.classify_op("aten::sigmoid.default", "xpu",
                               {"aten::sigmoid.out"}, nothing) == "fallback"
 
 

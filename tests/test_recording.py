@@ -928,7 +928,7 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     assert env["run_id"] == run_id and env["pytest_args"] == ["-k", "smoke"]
     # The cell's full run is untouched, and is what a grid of results/* shows.
     assert json.loads((cell_folder / contract.SUMMARY_FILE).read_text()) == full
-    whole = report.build([out])
+    whole = report.build_model([out])
     assert [(c["name"], c["status"], c["total"]) for c in whole["columns"]] == [
         ("cpu-2.13", "ok", 5)]
     # The selected run, graded on its own: partial, with its selection; against the

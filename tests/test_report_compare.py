@@ -24,12 +24,12 @@ from accelgrid.report import model as grid_model
     (None, "failed", compare.NEW), (None, None, None),
 ])
 def test_classify(expected: str | None, actual: str | None, change: str | None) -> None:
-    assert compare.classify(expected, actual) == change
+    assert compare.classify_change(expected, actual) == change
 
 
 def test_grid_against_baselines(tmp_path: Path) -> None:
     folders, base = baseline_case(tmp_path)
-    model = report.build(folders, baseline_dir=base)
+    model = report.build_model(folders, baseline_dir=base)
     b = model["baseline"]
     assert b["regressions"] == 1
     assert {k: v for k, v in b["counts"].items() if v and k != "unchanged"} == {
@@ -52,7 +52,7 @@ def test_grid_against_baselines(tmp_path: Path) -> None:
 
 def test_mark_fills_the_model_in_place(tmp_path: Path) -> None:
     folders, base = baseline_case(tmp_path)
-    model = grid_model.build(folders)
+    model = grid_model.from_folders(folders)
     summary = compare.mark(model, base)
     assert model["baseline"] is summary and summary["dir"] == str(base)
     assert list(model)[-2:] == ["baseline", "notes"]  # grid.json keeps its key order
@@ -61,7 +61,7 @@ def test_mark_fills_the_model_in_place(tmp_path: Path) -> None:
 def test_missing_baseline_folder_is_invalid_input(tmp_path: Path) -> None:
     cell = write_cell(tmp_path / "r", "cpu-2.13", {"suites/s/t.py::a": "failed"})
     with pytest.raises(InvalidInput, match="does not exist: nothing could be compared"):
-        report.build([cell], baseline_dir=tmp_path / "nowhere")
+        report.build_model([cell], baseline_dir=tmp_path / "nowhere")
 
 
 def test_malformed_baseline_is_invalid_input_not_a_note(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_malformed_baseline_is_invalid_input_not_a_note(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "cpu-2.13.json").write_text('{"suites/s/t.py::a": 3}')
     with pytest.raises(InvalidInput, match="cpu-2.13.json: expected"):
-        report.build([cell], baseline_dir=tmp_path / "b")
+        report.build_model([cell], baseline_dir=tmp_path / "b")
 
 
 def test_update_writes_and_merges(tmp_path: Path) -> None:

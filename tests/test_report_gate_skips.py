@@ -23,7 +23,7 @@ SMOKE = "suites/smoke/test_device_api.py::"
     ("skipped", "not-run", compare.CHANGED), ("skipped", "passed", compare.NEW_PASS),
 ])
 def test_passed_to_skipped_is_a_regression(expected: str, actual: str, change: str) -> None:
-    assert compare.classify(expected, actual) == change
+    assert compare.classify_change(expected, actual) == change
 
 
 def test_gate_trips_when_a_suite_starts_skipping(tmp_path: Path, capsys) -> None:
@@ -38,7 +38,7 @@ def test_gate_trips_when_a_suite_starts_skipping(tmp_path: Path, capsys) -> None
     now = write_cell(tmp_path / "after", "cuda-2.11",
                      {**tests, SMOKE + "test_streams_and_events": "skipped"},
                      torch="2.11.0+cu130")
-    model = report.build([now], baseline_dir=base)
+    model = report.build_model([now], baseline_dir=base)
     assert model["baseline"]["regressions"] == 1
     [change] = model["baseline"]["changes"]
     assert (change["nodeid"], change["expected"], change["outcome"], change["change"]) == (

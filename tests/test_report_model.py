@@ -18,7 +18,7 @@ def test_grid_rows_columns_counts(tmp_path: Path) -> None:
                                           "suites/smoke/t.py::b": "failed"})
     b = write_cell(tmp_path, "cpu-2.4", {"suites/smoke/t.py::a": "passed",
                                          "suites/offload/t.py::c": "skipped"}, torch="2.4.1")
-    model = grid_model.build([a, b])
+    model = grid_model.from_folders([a, b])
     assert [c["name"] for c in model["columns"]] == ["cpu-2.4", "cpu-2.13"]  # version order
     assert [r["nodeid"] for r in model["rows"]] == [
         "suites/offload/t.py::c", "suites/smoke/t.py::a", "suites/smoke/t.py::b"]
@@ -41,7 +41,7 @@ def test_rows_grouped_by_suite_and_workload() -> None:
 
 
 def test_columns_grouped_by_device_torch_profile_with_provenance(tmp_path: Path) -> None:
-    model = grid_model.build(demo(tmp_path))
+    model = grid_model.from_folders(demo(tmp_path))
     assert [c["name"] for c in model["columns"]] == [
         "cpu-2.6", "cpu-2.13", "cuda-2.11", "xpu-2.5", "xpu-2.5-fp64-emulation", "xpu-2.13"]
     col = {c["name"]: c for c in model["columns"]}
@@ -59,7 +59,7 @@ def test_columns_grouped_by_device_torch_profile_with_provenance(tmp_path: Path)
 
 
 def test_broken_cells_show_as_errored(tmp_path: Path) -> None:
-    model = grid_model.build(broken_cells(tmp_path))
+    model = grid_model.from_folders(broken_cells(tmp_path))
     cols = {c["name"]: c for c in model["columns"]}
     assert cols["cpu-2.6"]["error"].startswith("no tests.jsonl")
     assert cols["cpu-2.6"]["status"] == "errored"
@@ -76,7 +76,7 @@ def test_broken_cells_show_as_errored(tmp_path: Path) -> None:
 def test_the_same_cell_twice_gets_two_columns(tmp_path: Path) -> None:
     art, flat = artifacts(tmp_path)
     # a cell's file stands for its folder
-    model = grid_model.build([art, flat / contract.TESTS_FILE])
+    model = grid_model.from_folders([art, flat / contract.TESTS_FILE])
     names = [c["name"] for c in model["columns"]]
     assert names == ["cpu-2.13", "cuda-2.11", "cuda-2.11#2"]  # the same cell twice, told apart
     assert {c["cell"] for c in model["columns"]} == {"cpu-2.13", "cuda-2.11"}
@@ -87,7 +87,7 @@ def test_issues_become_links(tmp_path: Path) -> None:
         "suites/s/t.py::c": "xfailed", "suites/s/t.py::d": "xfailed"}, extra={
         "suites/s/t.py::c": {"issue": {"id": "x", "url": "javascript:alert(1)"}},
         "suites/s/t.py::d": {"issue": "intel/torch-xpu-ops#1234"}})
-    model = grid_model.build([cell])
+    model = grid_model.from_folders([cell])
     rows = {r["nodeid"]: r["cells"]["xpu-2.5"] for r in model["rows"]}
     assert rows["suites/s/t.py::d"]["issue"]["url"] == (
         "https://github.com/intel/torch-xpu-ops/issues/1234")
@@ -96,7 +96,7 @@ def test_issues_become_links(tmp_path: Path) -> None:
 
 def test_synthetic_grid_is_complete(tmp_path: Path) -> None:
     folders = bench_grid.synthesize(tmp_path / "a", cells=6, tests=300)
-    model = grid_model.build([tmp_path / "a"])
+    model = grid_model.from_folders([tmp_path / "a"])
     assert len(model["columns"]) == 6 and len(model["rows"]) == 300
     errored = [c["name"] for c in model["columns"] if c["error"]]
     assert errored == [folders[-1].name]
@@ -110,11 +110,11 @@ def test_synthetic_grid_is_complete(tmp_path: Path) -> None:
 
 def test_grid_keeps_the_device_a_pinned_worker_ran_on(tmp_path: Path) -> None:
     cell = pinned_cell(tmp_path)
-    assert {r["cells"]["cuda-2.11"]["device"] for r in grid_model.build([cell])["rows"]} == {
+    assert {r["cells"]["cuda-2.11"]["device"] for r in grid_model.from_folders([cell])["rows"]} == {
         "cuda:0", "cuda:1"}
 
 
 def test_report_build_without_baselines_is_the_model(tmp_path: Path) -> None:
     cell = write_cell(tmp_path, "cpu-2.13", {"suites/smoke/t.py::a": "passed"})
-    built = report.build([cell])
-    assert built["baseline"] is None and built["rows"] == grid_model.build([cell])["rows"]
+    built = report.build_model([cell])
+    assert built["baseline"] is None and built["rows"] == grid_model.from_folders([cell])["rows"]

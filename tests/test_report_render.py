@@ -29,7 +29,7 @@ def test_counts_and_results(tmp_path: Path) -> None:
                                           "suites/smoke/t.py::b": "failed"})
     b = write_cell(tmp_path, "cpu-2.4", {"suites/smoke/t.py::a": "passed",
                                          "suites/offload/t.py::c": "skipped"}, torch="2.4.1")
-    model = report.build([a, b])
+    model = report.build_model([a, b])
     md = render_markdown.render(model)
     assert "| cpu-2.13 | 2.13.0+cpu | Box | 1 | 1 |" in md
     page = render_html.render(model)
@@ -37,14 +37,14 @@ def test_counts_and_results(tmp_path: Path) -> None:
 
 
 def test_html_groups_columns_and_shows_provenance(tmp_path: Path) -> None:
-    page = render_html.render(report.build(demo(tmp_path)))
+    page = render_html.render(report.build_model(demo(tmp_path)))
     for text in ("2.11.0+cu128", "NVIDIA H200", "Intel(R) Arc(TM) A770", "torch 2.5"):
         assert text in page
     assert 'colspan="2">torch 2.5</th>' in page  # xpu-2.5 and its fp64 profile
 
 
 def test_broken_cells_are_rendered_with_the_reason(tmp_path: Path) -> None:
-    model = report.build(broken_cells(tmp_path))
+    model = report.build_model(broken_cells(tmp_path))
     md = render_markdown.render(model)
     assert "| cpu-2.6 | ? | cpu | errored: no tests.jsonl" in md
     assert "**cpu-2.9** partial" in md
@@ -61,7 +61,7 @@ def test_issue_links_and_messages_are_rendered_safely(tmp_path: Path) -> None:
         "suites/s/t.py::b": {"message": evil, "longrepr": evil * 3},
         "suites/s/t.py::c": {"issue": {"id": "x", "url": "javascript:alert(1)"}},
         "suites/s/t.py::d": {"issue": "intel/torch-xpu-ops#1234"}})
-    model = report.build([cell])
+    model = report.build_model([cell])
     rows = {r["nodeid"]: r["cells"]["xpu-2.5"] for r in model["rows"]}
     assert rows["suites/s/t.py::d"]["issue"]["url"] == (
         "https://github.com/intel/torch-xpu-ops/issues/1234")
@@ -79,7 +79,7 @@ def test_issue_links_and_messages_are_rendered_safely(tmp_path: Path) -> None:
 
 
 def test_html_is_self_contained(tmp_path: Path) -> None:
-    page = render_html.render(report.build(demo(tmp_path)))
+    page = render_html.render(report.build_model(demo(tmp_path)))
     assert "<link" not in page and not re.search(r"<(script|img|iframe)[^>]* src=", page)
     assert not re.search(r"url\(|@import", page)
     hrefs = re.findall(r'href="([^"]*)"', page)
@@ -88,7 +88,7 @@ def test_html_is_self_contained(tmp_path: Path) -> None:
 
 def test_json_schema_is_documented(tmp_path: Path) -> None:
     folders, base = baseline_case(tmp_path)
-    model = report.build(folders, baseline_dir=base)
+    model = report.build_model(folders, baseline_dir=base)
     data = json.loads(render_json.render(model))
     assert data["schema"] == SCHEMA_VERSION == 2
     assert all("longrepr" not in c for r in data["rows"] for c in r["cells"].values())
@@ -109,7 +109,7 @@ def test_json_schema_is_documented(tmp_path: Path) -> None:
 
 def test_json_without_baselines(tmp_path: Path) -> None:
     cell = write_cell(tmp_path, "cpu-2.13", {"suites/smoke/t.py::a": "passed"})
-    text = render_json.render(report.build([cell]))
+    text = render_json.render(report.build_model([cell]))
     data = json.loads(text)
     assert data["baseline"] is None and data["notes"] == []
     lines = text.splitlines()  # one key, column or row per line: it diffs well
@@ -122,7 +122,7 @@ def test_markdown_stays_under_summary_budget(tmp_path: Path) -> None:
                                                  for n in range(400)}) for i in range(20)]
     failing = write_cell(tmp_path, "cuda-2.11", {f"suites/s/t.py::test_{n}": "failed"
                                                  for n in range(60)})
-    model = report.build([*cells, failing])
+    model = report.build_model([*cells, failing])
     assert len(render_markdown.render(model).encode()) > 16 * 1024  # would not fit otherwise
     md = render_markdown.render(model, limit=16 * 1024)
     assert len(md.encode()) <= 16 * 1024
@@ -141,7 +141,7 @@ def test_markdown_renders_the_full_grid_whenever_it_fits(tmp_path: Path) -> None
     # and passes only: the bound is then within a few percent of the size.
     cells = [write_cell(tmp_path, f"cpu-2.{i}", {f"suites/s/t.py::t{n}": "passed"
                                                  for n in range(400)}) for i in range(20)]
-    model = report.build(cells)
+    model = report.build_model(cells)
     full = render_markdown.render(model)
     assert "## Grid\n" in full
     size = len(full.encode())
@@ -163,13 +163,13 @@ def test_markdown_renders_the_full_grid_whenever_it_fits(tmp_path: Path) -> None
 
 def test_synthetic_grid_renders_every_row(tmp_path: Path) -> None:
     bench_grid.synthesize(tmp_path / "a", cells=6, tests=300)
-    page = render_html.render(report.build([tmp_path / "a"]))
+    page = render_html.render(report.build_model([tmp_path / "a"]))
     assert page.count('<tr class="t"') == 300
 
 
 def test_changes_against_baselines_are_rendered(tmp_path: Path) -> None:
     folders, base = baseline_case(tmp_path)
-    model = report.build(folders, baseline_dir=base)
+    model = report.build_model(folders, baseline_dir=base)
     md = render_markdown.render(model)
     assert "### ❌ Regressions (1)" in md and "**REGRESSION**" in md
     assert "1 regression, 1 new pass" in md
@@ -181,13 +181,13 @@ def test_changes_against_baselines_are_rendered(tmp_path: Path) -> None:
 
 def test_html_shows_the_device_a_pinned_worker_ran_on(tmp_path: Path) -> None:
     cell = pinned_cell(tmp_path)
-    page = render_html.render(report.build([cell]))
+    page = render_html.render(report.build_model([cell]))
     assert 'title="[cuda:0]"' in page and 'title="[cuda:1]"' in page
 
 
 def test_write_writes_the_three_files(tmp_path: Path) -> None:
     cell = write_cell(tmp_path, "cpu-2.13", {"suites/smoke/t.py::a": "passed"})
-    model = report.build([cell])
+    model = report.build_model([cell])
     paths = report.write(model, tmp_path / "out" / "deeper")
     assert paths == {k: tmp_path / "out" / "deeper" / f"grid.{k}" for k in ("json", "md", "html")}
     assert paths["json"].read_text() == render_json.render(model)
@@ -212,7 +212,7 @@ def _chromium_flags(profile: Path) -> list[str]:
 
 def _page(tmp_path: Path) -> tuple[Path, dict]:
     folders, base = baseline_case(tmp_path)
-    model = report.build(folders, baseline_dir=base)
+    model = report.build_model(folders, baseline_dir=base)
     paths = report.write(model, tmp_path / "out")
     return paths["html"], model
 
@@ -328,7 +328,7 @@ def test_markdown_says_how_an_xpu_cell_compares_with_the_prediction(tmp_path: Pa
                       torch=data["torch"])
     jsonio.write_json(cell / "ops.json", data)
     plain = write_cell(tmp_path, "cpu-2.13", {"suites/smoke/t.py::a": "passed"})
-    model = report.build([cell, plain])
+    model = report.build_model([cell, plain])
     check = {c["name"]: c["ops_vs_predicted"] for c in model["columns"]}
     assert check["cpu-2.13"] is None
     xpu = check[data["cell"]]

@@ -23,18 +23,18 @@ def _results(tmp_path: Path) -> Path:
 def test_the_cells_grid_leaves_reproductions_out(tmp_path: Path) -> None:
     root = _results(tmp_path)
     given = sorted(root.iterdir())          # what results/* expands to
-    grid = model.build(given)
+    grid = model.from_folders(given)
     assert [c["name"] for c in grid["columns"]] == ["cpu-2.13"]
     _, notes = cellresults.discover(given)
     assert notes == [f"{root / 'repro'}: reproductions (accelgrid repro), left out of the "
                      f"cells' grid; name {root / 'repro'}/<issue> to show them"]
-    assert [c["name"] for c in model.build([root])["columns"]] == ["cpu-2.13"]
+    assert [c["name"] for c in model.from_folders([root])["columns"]] == ["cpu-2.13"]
 
 
 def test_naming_the_issue_folder_shows_its_runs(tmp_path: Path) -> None:
     root = _results(tmp_path)
-    grid = model.build([root / "repro" / "pytorch-ao-958"])
+    grid = model.from_folders([root / "repro" / "pytorch-ao-958"])
     assert [c["name"] for c in grid["columns"]] == ["cpu-2.13"]
     assert [r["nodeid"] for r in grid["rows"]] == ["suites/repro/t.py::r"]
-    both = model.build([root / "cpu-2.13", root / "repro" / "pytorch-ao-958"])
+    both = model.from_folders([root / "cpu-2.13", root / "repro" / "pytorch-ao-958"])
     assert [c["name"] for c in both["columns"]] == ["cpu-2.13", "cpu-2.13#2"]

@@ -102,8 +102,8 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
         monkeypatch.setenv(contract.SHARD_DURATIONS, str(whole / cell.name))
         run_cell(cell, python, proj, parts / shards.folder_name(k, 2))
     monkeypatch.delenv(contract.SHARD)
-    one = model.build([whole / cell.name])
-    merged = model.build([parts])
+    one = model.from_folders([whole / cell.name])
+    merged = model.from_folders([parts])
     (col1,), (col2,) = one["columns"], merged["columns"]
     assert col2["cell"] == "cpu-2.13" and col2["status"] == col1["status"] == "ok"
     assert col2["counts"] == col1["counts"] and col1["total"] == 11
@@ -130,7 +130,7 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
     import shutil
 
     shutil.rmtree(parts / shards.folder_name(2, 2))
-    (col,) = model.build([parts])["columns"]
+    (col,) = model.from_folders([parts])["columns"]
     assert col["status"] == "partial" and "missing shard 2/2" in col["reason"]
     assert col["total"] < 11
 

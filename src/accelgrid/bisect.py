@@ -26,7 +26,8 @@ from pathlib import Path
 from . import contract, detect, known_issues, results
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
-from .repro import ARROW, _short, run_cell
+from .repro import ARROW, run_in_nox
+from .text import one_line
 from .versions import version_key
 
 
@@ -38,7 +39,7 @@ class Outcome:
     seconds: float | None = None
 
 
-def summarize(records: dict[str, dict], nodeid: str) -> tuple[str, str]:
+def outcome_of(records: dict[str, dict], nodeid: str) -> tuple[str, str]:
     """The outcome of ``nodeid`` (a test, or a file/parametrized set) from a run's records."""
     if nodeid in records:
         rec = records[nodeid]
@@ -115,7 +116,7 @@ def table(cells: list[Cell], seen: dict[str, Outcome]) -> list[str]:
         else:
             took = f"{o.seconds:.0f} s" if o.seconds is not None else ""
             rows.append((_v(cell), cell.name, o.outcome if o.ran else "not run", took,
-                         _short(o.message, 90)))
+                         one_line(o.message, 90)))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return ["  ".join(f"{r[i]:<{widths[i]}}" for i in range(4)) + "  " + r[4] for r in rows]
 
@@ -156,12 +157,12 @@ def bisect(matrix: Matrix, test: str, device: str, *, profile: str | None = None
           f"{', '.join(_v(c) for c in cells)}; results in {out}/", flush=True)
 
     def outcome_of(cell: Cell) -> Outcome:
-        run = run_cell(matrix, cell, [test], out, envdir=envdir, reuse=not fresh,
+        run = run_in_nox(matrix, cell, [test], out, envdir=envdir, reuse=not fresh,
                        no_venv=no_venv, verbose=verbose, timeout=timeout)
         if run.error:
             o = Outcome("not run", run.error, ran=False, seconds=run.seconds)
         else:
-            o = Outcome(*summarize(run.records, test), seconds=run.seconds)
+            o = Outcome(*outcome_of(run.records, test), seconds=run.seconds)
         print(f"  torch {_v(cell)} ({cell.name}) {ARROW} {o.outcome if o.ran else 'not run'} "
               f"[{run.seconds:.0f} s]", flush=True)
         return o

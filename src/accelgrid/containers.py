@@ -521,7 +521,7 @@ def ensure_base(engine: Engine, base: str) -> None:
         raise ContainerError(f"base image {base} cannot be pulled with {engine.name}: {why}")
 
 
-def build(matrix: Matrix, cell: Cell, engine: Engine, *, base: str | None = None,
+def build_image(matrix: Matrix, cell: Cell, engine: Engine, *, base: str | None = None,
           settings: Mapping[str, str] | None = None) -> ImageSpec:
     """Build the cell's image unless an image with its tag exists; returns its spec."""
     image = spec(matrix, cell, base=base, settings=settings,
@@ -558,7 +558,7 @@ def build(matrix: Matrix, cell: Cell, engine: Engine, *, base: str | None = None
 def run(matrix: Matrix, cell: Cell, engine: Engine, pytest_args: Sequence[str] = (), *,
         base: str | None = None, results_root: Path | None = None) -> int:
     """Build if needed, then run the cell in its image; returns the cell's exit code."""
-    image = build(matrix, cell, engine, base=base)
+    image = build_image(matrix, cell, engine, base=base)
     if results_root is None:
         results_root = results.results_root(matrix.root)
     results_root = results_root.resolve()

@@ -164,7 +164,7 @@ def _dispatcher_name(op: str) -> str:
     return op[: -len(".default")] if op.endswith(".default") else op
 
 
-def classify(op: str, device_type: str, fallback: set[str], missing: set[str]) -> str:
+def classify_op(op: str, device_type: str, fallback: set[str], missing: set[str]) -> str:
     """The op's status on ``device_type`` (see the module docstring)."""
     import torch
 
@@ -341,7 +341,7 @@ class OpCapture:
             ops.setdefault(_dispatcher_name(op) if "." in op else f"{op}.default",
                            {"count": 0, "phases": {}})
         for op, entry in ops.items():
-            entry["status"] = classify(op, self.device_type, seen["fallback"], missing)
+            entry["status"] = classify_op(op, self.device_type, seen["fallback"], missing)
         return {"device_type": self.device_type, "ops": dict(sorted(ops.items())),
                 "host_calls": host_calls,
                 "fallback_seen": sorted(seen["fallback"]), "missing": sorted(seen["missing"]),

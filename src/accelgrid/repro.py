@@ -29,6 +29,7 @@ from typing import Any
 from . import contract, detect, install, known_issues, outcomes, results
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
+from .text import one_line
 
 REPRODUCES = "reproduces"
 FIXED = "fixed"
@@ -78,7 +79,7 @@ def _tail(path: Path, lines: int = 1) -> str:
     return " | ".join(picked[-lines:])
 
 
-def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
+def run_in_nox(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
              envdir: str | None = None, reuse: bool = False, no_venv: bool = False,
              verbose: bool = False, timeout: float | None = None) -> CellRun:
     """Run ``cell`` through nox with ``pytest_args``; results land in ``out/<cell>/``."""
@@ -120,11 +121,6 @@ def run_cell(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     return run
 
 
-def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def verdict(records: dict[str, dict[str, Any]]) -> tuple[str, str]:
     """(reproduces | fixed | not run | inconclusive, detail) from a reproduction's records."""
     if not records:
@@ -134,7 +130,7 @@ def verdict(records: dict[str, dict[str, Any]]) -> tuple[str, str]:
     other = [r for r in records.values() if r not in bug and r not in fix]
     if bug:
         first = bug[0]
-        detail = _short(first.get("message") or first["outcome"])
+        detail = one_line(first.get("message") or first["outcome"])
         if len(records) > 1:
             detail = f"{len(bug)} of {len(records)} tests; {detail}"
         return REPRODUCES, detail
@@ -143,7 +139,7 @@ def verdict(records: dict[str, dict[str, Any]]) -> tuple[str, str]:
         return FIXED, ", ".join(f"{n} {o}" for o, n in counts.items())
     if any(r["outcome"] == outcomes.TIMEOUT for r in other):
         return INCONCLUSIVE, "timed out"
-    return NOT_RUN, _short(other[0].get("message") or other[0]["outcome"])
+    return NOT_RUN, one_line(other[0].get("message") or other[0]["outcome"])
 
 
 def _slug(issue_id: str) -> str:
@@ -213,7 +209,7 @@ def reproduce(matrix: Matrix, registry: known_issues.Registry, issue_id: str, *,
                               no_venv=no_venv)
             print(f"{cell.name:<{width}} {ARROW} would run: {' '.join(cmd[1:])}{note}")
             continue
-        run = run_cell(matrix, cell, pytest_args, out, envdir=envdir, reuse=reuse,
+        run = run_in_nox(matrix, cell, pytest_args, out, envdir=envdir, reuse=reuse,
                        no_venv=no_venv, verbose=verbose, timeout=timeout)
         if run.error:
             word, detail = NOT_RUN, run.error

@@ -556,7 +556,7 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
             if isinstance(entry, dict) and not entry.get("end"):
                 entry["end"] = env["end"]
         write_json(results / contract.ENV_FILE, env)
-    summary = summarize(results, run_id)
+    summary = run_summary(results, run_id)
     if timing is not None:
         records, _ = run_records(results, run_id)
         summary.update(pass_times(records, timing["passes"], timing["run_start"]))
@@ -576,7 +576,7 @@ def last_outcomes(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def summarize(results: Path, run_id: str | None = None) -> dict[str, Any]:
+def run_summary(results: Path, run_id: str | None = None) -> dict[str, Any]:
     records, problems = run_records(results, run_id)
     tests = last_outcomes(records)
     counts = Counter(r["outcome"] for r in tests.values())

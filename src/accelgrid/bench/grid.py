@@ -3,7 +3,7 @@ tests aggregated and rendered in a median of at most 3 s on a 2-core machine).
 
 Synthesizes results folders (realistic mix: mostly passes, failures with messages and
 tracebacks, skips, known-issue xfails with links, a crash, a timeout, one errored cell),
-a baseline per cell, then times ``grid.build`` (reading every folder, comparing with the
+a baseline per cell, then times ``grid.build_model`` (reading every folder, comparing with the
 baselines) and ``grid.write`` (grid.json, grid.md, grid.html), ``--repeat`` times: wall
 and CPU time of each, with the load average (other work on the machine stretches wall
 times, hardly CPU times). Prints the figures and the size of each file, and writes
@@ -135,7 +135,7 @@ def _timed_run(artifacts: Path, baselines: Path, out: Path
     load = load_average()
     w0, c0 = time.perf_counter(), time.process_time()
     # The artifacts folder, not the cell list: discovery is part of the work.
-    model = grid.build([artifacts], baseline_dir=baselines)
+    model = grid.build_model([artifacts], baseline_dir=baselines)
     w1, c1 = time.perf_counter(), time.process_time()
     paths = grid.write(model, out)
     w2, c2 = time.perf_counter(), time.process_time()
@@ -156,7 +156,7 @@ def _where(filename: str, line: int, func: str) -> str:
 
 
 def _stages(artifacts: Path, baselines: Path, out: Path) -> list[dict[str, Any]]:
-    """One more build + write, step by step as :func:`accelgrid.report.build` and
+    """One more build + write, step by step as :func:`accelgrid.report.build_model` and
     :func:`~accelgrid.report.write` take them, each step timed (wall and CPU); and, apart,
     how much of the model's step reading the results folders is."""
     steps: list[dict[str, Any]] = []
@@ -169,7 +169,7 @@ def _stages(artifacts: Path, baselines: Path, out: Path) -> list[dict[str, Any]]
         return value
 
     gc.collect()
-    model = step("grid model (report.model.build)", grid.model.build, [artifacts])
+    model = step("grid model (report.model.from_folders)", grid.model.from_folders, [artifacts])
     step("baseline comparison (report.compare.mark)", baseline.mark, model, baselines)
     texts = {k: step(f"grid.{k} (report.render_{name}.render)", module.render, model)
              for k, name, module in (("json", "json", grid.render_json),
@@ -192,7 +192,7 @@ def _profile(artifacts: Path, baselines: Path, out: Path, top: int) -> list[dict
     gc.collect()
     prof = cProfile.Profile()
     prof.enable()
-    grid.write(grid.build([artifacts], baseline_dir=baselines), out)
+    grid.write(grid.build_model([artifacts], baseline_dir=baselines), out)
     prof.disable()
     stats = [(_where(*key), s)
              for key, s in pstats.Stats(prof).stats.items()]  # type: ignore[attr-defined]
@@ -214,7 +214,7 @@ def run(cells: int = DEFAULT_CELLS, tests: int = DEFAULT_TESTS, *, repeat: int =
         budget: float = DEFAULT_BUDGET, out: str | Path | None = DEFAULT_OUT,
         profile: int = 0) -> dict[str, Any]:
     """Synthesize ``cells`` x ``tests`` results with baselines in a temporary folder, time
-    ``grid.build`` + ``grid.write`` ``repeat`` times (``profile`` > 0: then list that many
+    ``grid.build_model`` + ``grid.write`` ``repeat`` times (``profile`` > 0: then list that many
     functions of a profiled run), write ``bench-grid.json`` and ``bench-grid.md`` to
     ``out`` (None or "": write nothing) and return the figures; ``report["ok"]``: the
     median run stayed within ``budget`` seconds. Raises InvalidInput for counts out of
@@ -283,8 +283,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "`accelgrid bench grid` (src/accelgrid/bench/grid.py): synthetic results of "
         f"{report['cells']} cells × {report['tests']} tests (≈3% failed with tracebacks, 5% "
         "skipped, 2% known-issue xfails, a crash and a timeout in most cells, one errored "
-        "cell), a baseline per cell; timed: `grid.build` over the artifacts folder (discovery, "
-        "reading, baseline comparison) and `grid.write` (grid.json, grid.md, grid.html).",
+        "cell), a baseline per cell; timed: `grid.build_model` over the artifacts folder "
+        "(discovery, reading, baseline comparison) and `grid.write` (grid.json, grid.md, "
+        "grid.html).",
         "",
         f"Command: `{report['command']}`, on accelgrid {(report['commit'] or 'unknown')[:12]}"
         + (" with uncommitted changes" if report["dirty"] else "") + f", {report['date']}.",
@@ -312,7 +313,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "by keeping only rows with a bad result or a change).", "",
     ]
     if report.get("stages"):
-        lines += ["One more run, step by step as `grid.build` and `grid.write` take them:", "",
+        lines += ["One more run, step by step as `grid.build_model` and `grid.write` take them:",
+                  "",
                   "| step | wall (s) | CPU (s) |", "| --- | --- | --- |",
                   *[f"| {p['stage']} | {p['seconds']:.3f} | {p['cpu']:.3f} |"
                     for p in report["stages"]], ""]

@@ -61,7 +61,7 @@ def _container(args: argparse.Namespace) -> int:
             return containers.run_named(matrix, cell.name, args.pytest_args, engine=args.engine,
                                         isolation=args.isolation, base=args.base)
         engine = containers.probe_engine(args.engine, isolation=args.isolation)
-        containers.build(matrix, cell, engine, base=args.base)
+        containers.build_image(matrix, cell, engine, base=args.base)
         return 0
     except (jinja2.TemplateError, OSError) as exc:
         raise InvalidInput(str(exc)) from exc

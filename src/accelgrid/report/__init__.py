@@ -1,7 +1,7 @@
 """Reports from results folders: the grid (tests x cells) against baselines, as JSON,
 Markdown and HTML, and the op-coverage pages.
 
-    model.py            the grid model from results folders (:func:`model.build`)
+    model.py            the grid model from results folders (:func:`model.from_folders`)
     compare.py          baselines: files, :func:`compare.classify`, :func:`compare.mark`
     render_json.py      grid.json (docs/grid-schema.md)
     render_markdown.py  grid.md (fits a GitHub job summary)
@@ -26,15 +26,15 @@ from . import compare, history, model, render_html, render_json, render_markdown
 from . import expect as lost_cells
 from .render_markdown import GITHUB_SUMMARY_LIMIT
 
-__all__ = ["GITHUB_SUMMARY_LIMIT", "GridReport", "build", "grid", "write"]
+__all__ = ["GITHUB_SUMMARY_LIMIT", "GridReport", "build_model", "grid", "write"]
 
 
-def build(folders: Iterable[Path], baseline_dir: Path | None = None,
+def build_model(folders: Iterable[Path], baseline_dir: Path | None = None,
           read: list[Any] | None = None) -> dict[str, Any]:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
     many); with ``baseline_dir``, every cell that has ``<dir>/<cell>.json`` is compared.
-    ``read``: see :func:`model.build`."""
-    grid_model = model.build(folders, read)
+    ``read``: see :func:`model.from_folders`."""
+    grid_model = model.from_folders(folders, read)
     if baseline_dir is not None:
         compare.mark(grid_model, Path(baseline_dir))
     return grid_model
@@ -173,7 +173,7 @@ def grid(folders: Iterable[Path], out: Path, baseline_dir: Path | None = None,
     says whether it passed."""
     folders = [Path(p) for p in folders]
     read: list[Any] = []
-    grid_model = build(folders, baseline_dir, read)
+    grid_model = build_model(folders, baseline_dir, read)
     added = with_history(grid_model, read, history_db, expect, window)
     paths = write(grid_model, Path(out))
     # The same results as one JUnit file for other tools (the grid job uploads it).

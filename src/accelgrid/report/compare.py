@@ -55,7 +55,7 @@ CHANGE_PLURAL = {
 }
 
 
-def classify(expected: str | None, actual: str | None) -> str | None:
+def classify_change(expected: str | None, actual: str | None) -> str | None:
     """The category of one test in one cell; None when it is in neither."""
     if expected is None:
         return None if actual is None else NEW
@@ -316,7 +316,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
                 continue
             was, actual = expected.get(nodeid), entry["outcome"]
             change = verdicts.get((was, actual)) or verdicts.setdefault(
-                (was, actual), classify(was, actual))
+                (was, actual), classify_change(was, actual))
             counts[change] += 1
             if change != UNCHANGED:
                 entry["change"] = change
@@ -335,7 +335,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
             if row is None:
                 row = rows[nodeid] = new_row(nodeid)
                 added = True
-            change = classify(was, None)  # lost
+            change = classify_change(was, None)  # lost
             counts[change] += 1
             row.setdefault("lost", {})[name] = was
             changes.append({"nodeid": nodeid, "cell": name, "change": change,

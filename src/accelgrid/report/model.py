@@ -1,6 +1,7 @@
 """The grid model: tests x cells from results folders, one plain dict.
 
-:func:`build` finds the cell folders under the paths given (:func:`accelgrid.cellresults.discover`),
+:func:`from_folders` finds the cell folders under the paths given
+(:func:`accelgrid.cellresults.discover`),
 reads each (missing, partial or corrupt results make that cell an errored or partial
 column with the reason; nothing else is lost) and returns::
 
@@ -141,10 +142,10 @@ def _sort_key(col: dict[str, Any]) -> tuple:
             col["profile"] != "default", col["profile"], col["name"])
 
 
-def build(folders: Iterable[Path], read: list[tuple[Path, CellResults]] | None = None
+def from_folders(folders: Iterable[Path], read: list[tuple[Path, CellResults]] | None = None
           ) -> dict[str, Any]:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
-    many); its ``baseline`` is None (see :func:`accelgrid.report.build`). ``read``, when
+    many); its ``baseline`` is None (see :func:`accelgrid.report.build_model`). ``read``, when
     given, gets each (folder, cell) read, for the history to add without reading again."""
     paths, notes = discover(folders)
     cells = [read_cell(p) for p in paths]

@@ -14,8 +14,9 @@ from .. import outcomes
 from ..history import ABSENT
 from ..history import CODE as HISTORY_CODE
 from ..jsonio import dumps
+from ..text import one_line
 from . import compare
-from ._common import short, templates
+from ._common import templates
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
 from .history import strip_text
 
@@ -99,7 +100,7 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
             on = f"[{device}] " if ":" in device else ""  # a pinned worker's device
             if msg or change or on:
                 tip = on + (f"{CHANGE_LABEL[change]} (baseline: {rec.get('expected', '—')}) "
-                            if change else "") + short(msg, MESSAGE_TITLE_LIMIT)
+                            if change else "") + one_line(msg, MESSAGE_TITLE_LIMIT)
                 title = f' title="{_attr(tip.strip())}"'
             link = ""
             issue = rec.get("issue")

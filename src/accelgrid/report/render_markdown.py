@@ -6,8 +6,8 @@ import html
 from typing import Any
 
 from .. import outcomes
+from ..text import one_line
 from . import compare
-from ._common import short
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
 from .history import markdown_lines as history_lines
 
@@ -48,7 +48,7 @@ def _md_changes(model: dict[str, Any], cap: int = 100) -> list[str]:
         for c in items[:cap]:
             now_ = c["outcome"] or "absent"
             out.append(f"| `{_md(c['nodeid'])}` | {_md(c['cell'])} | {c['expected'] or '—'} | "
-                       f"{SYMBOL.get(now_, '')} {now_} | {_md(short(c['message']))} |")
+                       f"{SYMBOL.get(now_, '')} {now_} | {_md(one_line(c['message']))} |")
         if len(items) > cap:
             out.append(f"\n_…and {len(items) - cap} more: see grid.json or grid.html._")
         out += [""] if change == compare.REGRESSION else ["", "</details>", ""]
@@ -149,7 +149,7 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
         out += ["", f"{SYMBOL[outcomes.NOT_RUN]} {_md(outcomes.NOT_RUN_MEANING)}."]
     partial = [c for c in cols if c["status"] != "ok"]
     if partial:
-        out += [""] + [f"- ⚠️ **{_md(c['name'])}** {c['status']}: {_md(short(c['reason'], 400))}"
+        out += [""] + [f"- ⚠️ **{_md(c['name'])}** {c['status']}: {_md(one_line(c['reason'], 400))}"
                        for c in partial]
     checked = [c for c in cols if c.get("ops_vs_predicted")]
     if checked:

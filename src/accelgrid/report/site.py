@@ -28,7 +28,15 @@ from .. import ops, xpu_prediction
 from ..cellresults import discover
 from ..errors import AccelgridError
 from ..history import BAD_CODES
-from . import build, history, ops_pages, render_html, render_json, render_markdown, with_history
+from . import (
+    build_model,
+    history,
+    ops_pages,
+    render_html,
+    render_json,
+    render_markdown,
+    with_history,
+)
 from ._common import templates
 
 DESCRIPTION = """\
@@ -211,7 +219,7 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
         raise AccelgridError(f"{out} holds files but no index.html: not replacing what may "
                              "not be a site; name an empty or new folder")
     read: list[Any] = []
-    model = build(folders, baseline_dir, read)
+    model = build_model(folders, baseline_dir, read)
     if not model["columns"] and not expect:
         raise AccelgridError("no results folders found in " + " ".join(map(str, folders)))
     added = with_history(model, read, history_db, expect, window)
