@@ -88,7 +88,7 @@ def test_every_entry_names_its_devices(repo, tmp_path: Path) -> None:
     assert not issue.covers(behaviour, "2.4.1", "cuda")     # torch.cuda has them: it passes
     assert issue.covers(behaviour, "2.4.1", "xpu")
     known_issues.cell_env(matrix.cell("cuda-2.4"), matrix.root, tmp_path)
-    data = json.loads((tmp_path / known_issues.RUNTIME_JSON).read_text())
+    data = json.loads((tmp_path / contract.KNOWN_ISSUES_FILE).read_text())
     [entry] = [e for e in data["issues"] if e["id"] == issue.id]
     assert entry["tests"] == [{"test": presence, "torch": None}]
 
@@ -332,7 +332,7 @@ def test_registry_applied_in_a_real_cell_run(mini_project, python: str, monkeypa
     assert "known issue" in recs["test_other_failure"]["longrepr"]
     assert "issue" not in recs["test_uncovered"]
     # The cell's JSON has the device-matching entries only; the header names the active ones.
-    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    data = json.loads((folder / contract.KNOWN_ISSUES_FILE).read_text())
     assert [e["id"] for e in data["issues"]] == [
         "acme/widgets#1", "acme/widgets#2", "acme/widgets#3", "acme/widgets#4"]
 
@@ -344,7 +344,7 @@ def test_registry_can_be_switched_off(mini_project, python: str, monkeypatch) ->
     (proj / "known_issues.yaml").write_text(REGISTRY)
     _, recs, folder = _run(proj, python)
     assert recs["test_bug"]["outcome"] == "failed" and recs["test_fixed"]["outcome"] == "passed"
-    assert not (folder / known_issues.RUNTIME_JSON).exists()
+    assert not (folder / contract.KNOWN_ISSUES_FILE).exists()
 
 
 def test_invalid_registry_stops_the_run(mini_project, python: str, monkeypatch) -> None:
@@ -415,7 +415,7 @@ def test_test_narrowed_to_other_devices_is_left_alone(mini_project, python: str,
     _, recs, folder = _run(proj, python)
     assert recs["test_api_present"]["outcome"] == "xfailed"
     assert recs["test_behaviour"]["outcome"] == "passed" and "issue" not in recs["test_behaviour"]
-    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    data = json.loads((folder / contract.KNOWN_ISSUES_FILE).read_text())
     assert [e["id"] for e in data["issues"]] == ["acme/api#1"]
 
 
@@ -469,9 +469,9 @@ def test_hardware_scoped_entry_applies_only_on_that_hardware(
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
     got = {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs}
     assert got == {"test_fp64_math": fp64, "test_flags_follow_the_hardware": "passed"}
-    hardware = json.loads((folder / cellenv.HARDWARE_JSON).read_text())
+    hardware = json.loads((folder / contract.HARDWARE_FILE).read_text())
     assert (hardware["family"], hardware["how"]) == (family, "detected")
     assert hardware["gpus"][0]["family"] == family
-    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    data = json.loads((folder / contract.KNOWN_ISSUES_FILE).read_text())
     assert [e["id"] for e in data["issues"]] == (["acme/cards#1"] if family == "ats-m" else [])
 

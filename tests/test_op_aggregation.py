@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import known_issues, opcapture, ops, xpu_prediction
+from accelgrid import contract, known_issues, opcapture, ops, xpu_prediction
 from accelgrid.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,7 +211,7 @@ def test_an_issue_scoped_to_profiles_stays_out_of_other_profiles(tmp_path: Path)
     for name in ("xpu-2.5", "xpu-2.5-fallback-debug", "xpu-2.5-fallback-survey"):
         folder = tmp_path / name
         known_issues.cell_env(matrix.cell(name), root, folder)
-        data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+        data = json.loads((folder / contract.KNOWN_ISSUES_FILE).read_text())
         seen[name] = "acme/xpu#1" in {e["id"] for e in data["issues"]}
     assert seen == {"xpu-2.5": True, "xpu-2.5-fallback-debug": True,
                     "xpu-2.5-fallback-survey": False}

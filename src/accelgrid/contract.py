@@ -141,6 +141,11 @@ LAST_RUN_FILE = "last-run.json"           # results/<cell>/last-run.json: the la
 LOCK_FILE = ".lock"                       # results/<cell>/.lock: flock of the run in progress
 # a run's folder: flock around shared writes (jsonio.locked)
 UPDATE_LOCK_FILE = ".update.lock"
+FULL_TEXT_DIR = "full-text"           # a run's folder: whole texts of record fields cut short
+HARDWARE_FILE = "hardware.json"       # the runner's hardware family, driver and GPUs
+KNOWN_ISSUES_FILE = "known_issues.json"  # the cell's registry entries, for the plugin
+OPS_RAW_DIR = "ops-raw"               # the captured ops, one JSON-lines file per worker
+OPS_FILE = "ops.json"                 # the cell's op coverage (accelgrid.ops.aggregate)
 # Any of these makes a folder a cell's results folder.
 CELL_FILES = (TESTS_FILE, ENV_FILE, COLLECTED_FILE, SUMMARY_FILE)
 

@@ -44,7 +44,6 @@ from .validation import (
 from .versions import in_range, range_is_empty
 
 DEFAULT_REGISTRY = "known_issues.yaml"
-RUNTIME_JSON = "known_issues.json"     # the cell's entries, in its results folder
 ENV_DISABLE = contract.NO_KNOWN_ISSUES  # =1: run cells without the registry (raw outcomes)
 REPRO_DIR = "suites/repro"
 
@@ -313,7 +312,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, *, hardware: str | None = Non
                and i.on_runner(hardware, driver)]
     entries = [e for e in entries if e["tests"]]   # narrowed to other devices only
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / RUNTIME_JSON
+    out = folder / contract.KNOWN_ISSUES_FILE
     out.write_text(dumps({"cell": cell.name, "registry": str(path), "issues": entries},
                               indent=2) + "\n", encoding="utf-8")
     return {contract.KNOWN_ISSUES: str(out)}

@@ -53,7 +53,7 @@ def aggregate(folder: Path) -> dict[str, Any] | None:
     PYTORCH_ENABLE_XPU_FALLBACK=1 let them). Top level, ``fallback_seen`` lists each kernel
     with the ops it matched, and ``missing`` each missing op with ``how`` it was seen:
     ``not-implemented`` or ``fell-back``."""
-    raw = folder / "ops-raw"
+    raw = folder / contract.OPS_RAW_DIR
     files = sorted(raw.glob("*.jsonl")) if raw.is_dir() else []
     if not files:
         return None
@@ -211,7 +211,7 @@ def folder_check(folder: Path) -> dict[str, Any] | None:
     """For an xpu cell's results folder with an ops.json: its observed statuses against the
     prediction for its torch series, as ``{"series", "branch", "agree", "disagree",
     "not_compared"}`` (``error`` instead when the series has no data); else None."""
-    data, problem = read_json(Path(folder) / "ops.json")
+    data, problem = read_json(Path(folder) / contract.OPS_FILE)
     if problem or not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
         return None
     check = xpu_prediction.observed_vs_predicted(data)
@@ -231,8 +231,8 @@ def load_captured(path: Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         data = aggregate(path)
-        if data is None and (path / "ops.json").is_file():
-            return load_captured(path / "ops.json")
+        if data is None and (path / contract.OPS_FILE).is_file():
+            return load_captured(path / contract.OPS_FILE)
         if data is None:
             raise InvalidInput(f"{path}: no captured ops (no ops-raw/*.jsonl nor ops.json; "
                                f"run the cell with {contract.CAPTURE_OPS}=1)")

@@ -450,7 +450,7 @@ class OpCaptureHook:
     its ops (with their status on this device) go to ``ops-raw/<worker>.jsonl``."""
 
     def __init__(self, config: pytest.Config, folder: Path):
-        self.raw = folder / "ops-raw"
+        self.raw = folder / contract.OPS_RAW_DIR
         self.worker = _worker_id(config) or "main"
         self.device = os.environ.get(contract.DEVICE, "cpu")
 

@@ -72,9 +72,8 @@ def suite_of(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
 
 
-FULL_TEXT = "full-text"     # a run's folder: whole texts of record fields cut short
-MAX_FIELD_CHARS = 64 * 1024  # a record field longer than this is cut (whole in FULL_TEXT/)
-MAX_FULL_TEXT_BYTES = 256 * 1024 * 1024  # what one FULL_TEXT file keeps of a field
+MAX_FIELD_CHARS = 64 * 1024  # a record field longer than this is cut (whole in full-text/)
+MAX_FULL_TEXT_BYTES = 256 * 1024 * 1024  # what one full-text file keeps of a field
 # Tracebacks with captured output: the record keeps their ends (what grids show).
 FIELD_LIMITS = {"longrepr": 8000, "output": 8000}
 _KEEP_WHOLE = ("nodeid", "outcome", "run_id")
@@ -86,7 +85,7 @@ def _field_file(folder: Path, nodeid: str, name: str, text: str) -> str:
     import hashlib  # only for the rare record that needs it
 
     digest = hashlib.sha256(safe_text(nodeid).encode("utf-8")).hexdigest()[:16]
-    rel = f"{FULL_TEXT}/{digest}-{time.time_ns()}-{name}.txt"
+    rel = f"{contract.FULL_TEXT_DIR}/{digest}-{time.time_ns()}-{name}.txt"
     data = text.encode("utf-8", errors="backslashreplace")[:MAX_FULL_TEXT_BYTES]
     path = folder / rel
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
                       f"(pytest exit {rc})", flush=True)
                 if mode == "capture":
                     run_folder = results.last_run(folder / the_cell.name)[1]
-                    data = json.loads((run_folder / "ops.json").read_text())
+                    data = json.loads((run_folder / contract.OPS_FILE).read_text())
                     ops_seen = len(data["ops"])
     ratios = [c / p for c, p in zip(times["capture"], times["plain"], strict=True)]
     report = {"cell": the_cell.name, "suites": paths, "host": platform.node(),

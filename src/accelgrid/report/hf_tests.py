@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes, xpu_prediction
+from .. import contract, outcomes, xpu_prediction
 from ..cellresults import CellResults, discover, read_cell
 from ..jsonio import read_jsonl, write_json
 
@@ -47,7 +47,7 @@ def captured_ops(cell: CellResults) -> dict[str, set[str]]:
     """Per HF test, the aten ops it called, from the cell's op capture (``ops-raw/``,
     written in the op-capture profile); {} when the cell did not capture."""
     out: dict[str, set[str]] = {}
-    for f in sorted((cell.path / "ops-raw").glob("*.jsonl")):
+    for f in sorted((cell.path / contract.OPS_RAW_DIR).glob("*.jsonl")):
         records, _ = read_jsonl(f)
         for rec in records:
             nodeid, ops = rec.get("nodeid"), rec.get("ops")

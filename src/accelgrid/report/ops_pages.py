@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import ops, xpu_prediction
+from .. import contract, ops, xpu_prediction
 from ..errors import InvalidInput
 from ..jsonio import refuse_symlink, write_json, write_text
 from ._common import templates
 from .render_markdown import _md
 
-CELL_FILES = ("ops.json", "ops.md", "ops.html")
+CELL_FILES = (contract.OPS_FILE, "ops.md", "ops.html")
 CROSS_FILES = ("ops-grid.json", "ops-grid.md", "ops-grid.html")
 PREDICTED_FILES = ("ops-predicted.json", "ops-predicted.md", "ops-predicted.html")
 FIXED_HEADER = "stopped falling back in"

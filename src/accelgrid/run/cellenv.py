@@ -12,9 +12,6 @@ from ..matrix import Cell
 from ..provenance import project_commit
 from . import preflight
 
-HARDWARE_JSON = "hardware.json"   # in the results folder: the runner's family, driver, GPUs
-
-
 # The pytest plugins of every run (the matrix's tools): crash isolation and time limits.
 RUN_PLUGINS = ("xdist.plugin", "pytest_timeout")
 
@@ -65,7 +62,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
                          if not k.startswith(contract.PREFIX))
         print(f"accelgrid: {cell.name}: {hardware.describe()}"
               + (f": {extra}" if extra else ""), flush=True)
-        jsonio.write_json(folder / HARDWARE_JSON, {
+        jsonio.write_json(folder / contract.HARDWARE_FILE, {
             "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
             "note": hardware.note, "env": hardware.env(cell),
             **detect.xpu_inventory()})
