@@ -178,3 +178,35 @@ def test_suites_import_only_in_cell_modules() -> None:
     # seed_coverage is a report tool run with accelgrid installed, not a test module.
     bad = [b for b in bad if not b.startswith("suites/hf_examples/seed_coverage.py")]
     assert not bad, bad
+
+
+def _written_under(argv: list[str]) -> Path | None:
+    """Where ``accelgrid ARGV`` writes its files (its ``--out``; ``ops predict`` without
+    one writes beside its one input), or None for a command with no output folder."""
+    from accelgrid import cli
+
+    args = cli.parse(argv)
+    out = getattr(args, "out", None)
+    if out is None and getattr(args, "inputs", None):
+        out = Path(args.inputs[0]).parent if len(args.inputs) == 1 else "results"
+    return None if out is None else Path(out)
+
+
+def test_readme_commands_write_only_under_results() -> None:
+    """Every `accelgrid` command of the README that writes files writes them under
+    results/ (which git ignores), never into a tracked folder such as docs/."""
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text()
+    lines = [ln.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", readme, re.S)
+             for ln in block.splitlines()]
+    commands = [shlex.split(ln)[1:] for ln in lines if ln.startswith("accelgrid ")]
+    outs = {" ".join(argv): _written_under(argv) for argv in commands}
+    assert sum(out is not None for out in outs.values()) >= 3, outs   # grid, ops grid, predict
+    assert "results/" in (ROOT / ".gitignore").read_text().splitlines()
+    wrong = {c: str(out) for c, out in outs.items()
+             if out is not None and out.parts[0] != "results"}
+    assert not wrong, wrong
+    # The planted fault: the predict command without its --out writes into docs/cuda/.
+    assert _written_under(["ops", "predict", "docs/cuda/ops-cuda-2.11.json"]) == Path("docs/cuda")

@@ -66,7 +66,7 @@ def test_bench_module_has_no_argparse() -> None:
 
 @pytest.mark.parametrize("what", ["overhead", "offload", "grid", "ops"])
 def test_benches_write_under_results_by_default(what: str) -> None:
-    # A plain bench run never dirties the checkout: docs/ only with --out docs.
+    # A plain bench run never dirties the checkout: docs/ only with --out docs/measured.
     from accelgrid import cli
 
     out = str(cli.parse(["bench", what]).out)

@@ -21,7 +21,7 @@ from accelgrid.history import CODE, open_store
 from accelgrid.report import site
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "measured"
 # Whole-cell runs of cuda-2.11 on the H200, oldest first (their env.json start times).
 CUDA_RUNS = [DOCS / "h200-2026-11-30", DOCS / "h200-2026-12-01" / "cell-1gpu",
              DOCS / "h200-2026-12-01" / "cell-1gpu-4245ab9"]

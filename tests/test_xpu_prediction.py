@@ -19,7 +19,8 @@ from accelgrid import xpu_prediction as xp
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "docs" / "cuda" / "ops-cuda-2.11.json"
-CUDA_OP_CAPTURE = ROOT / "docs" / "h200-2026-11-30" / "ops-cuda-2.11-op-capture.json"
+CUDA_OP_CAPTURE = (ROOT / "docs" / "measured" / "h200-2026-11-30"
+                   / "ops-cuda-2.11-op-capture.json")
 CPU_CAPTURE = ROOT / "docs" / "cpu" / "ops-cpu-2.13-op-capture.json"
 
 # (op name in an upstream fallback message, name a dispatch mode captured for that call)

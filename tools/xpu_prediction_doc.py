@@ -237,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=Path,
-                        default=ROOT / "docs" / "h200-2026-11-30" / "ops-cuda-2.11-op-capture.json")
+                        default=(ROOT / "docs" / "measured" / "h200-2026-11-30"
+                                 / "ops-cuda-2.11-op-capture.json"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "xpu-prediction.md")
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)

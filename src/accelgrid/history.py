@@ -82,7 +82,7 @@ MIGRATIONS: dict[int, str] = {
     """,
     # Each run's outcomes as one string (its letters in test-id order) and its test ids
     # stored once per distinct list: a window reads one row per run, not one per result
-    # (docs/bench-history.md). Filled for the runs already there.
+    # (docs/measured/bench-history.md). Filled for the runs already there.
     2: """
     CREATE TABLE testsets (id INTEGER PRIMARY KEY, ids TEXT NOT NULL UNIQUE);
     ALTER TABLE runs ADD COLUMN testset INTEGER REFERENCES testsets (id);

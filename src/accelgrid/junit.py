@@ -92,7 +92,7 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _ATTR_SPECIAL = re.compile('[&<>"\r\n\t]')
 _TEXT_SPECIAL = re.compile("[&<>]")
 # The file is written as text (not built as an ElementTree and serialized: at a grid's
-# 80,000 testcases that was over half the grid's time, docs/bench-history.md), in the
+# 80,000 testcases that was over half the grid's time, docs/measured/bench-history.md), in the
 # layout ElementTree gives with ET.indent: one element a line, two spaces a level,
 # attributes in the order set, `<x ... />` for an empty leaf. Escaping is XML 1.0's
 # (https://www.w3.org/TR/xml/#syntax): &, <, > in text; those and " in attribute values,

@@ -178,7 +178,7 @@ def check_synchronize(device: str) -> None:
     # process the first launch of a kernel loads it (CUDA's lazy loading, the default
     # since CUDA 12.2), and that load waited for the queued work, so the copy was done
     # before the host looked (the device-alone pass on an H200, 13 of 13 runs; with
-    # CUDA_MODULE_LOADING=EAGER, or this warm-up, it held: docs/h200-2026-12-01b/).
+    # CUDA_MODULE_LOADING=EAGER, or this warm-up, it held: docs/measured/h200-2026-12-01b/).
     # Zeros: the host copy stays unwritten.
     src.fill_(0.0)
     host.copy_(src, non_blocking=True)
@@ -435,7 +435,7 @@ def test_fp32_check_catches_a_kernel_off_by_1e_4(
 
 
 # Its premise (a copy still in flight when synchronize is called) broke once in five runs
-# with 12 workers sharing an H200 (docs/h200-2026-12-01/workers-per-device/), when the
+# with 12 workers sharing an H200 (docs/measured/h200-2026-12-01/workers-per-device/), when the
 # busy work was matmuls sized by timing; it stays in the device-alone pass.
 @pytest.mark.device_alone
 @skip_on("cpu", reason="the synchronize check does not run on the cpu (nothing to wait for)")

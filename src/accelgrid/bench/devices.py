@@ -9,7 +9,7 @@ started), the tests' own durations per suite (when they grow with the count, the
 contend) and the outcomes; the report puts each count's median wall time beside one
 device's (aims: at most 0.6 of it on 2 devices, 0.4 on 4) with the devices' names, the
 driver and the host. Each run is printed as it ends. Writes bench-devices.{json,md} to
-``--out`` (``results/bench-devices``; a ``docs/`` folder for committed figures).
+``--out`` (``results/bench-devices``; ``docs/measured`` for committed figures).
 
 ``--workers-per-device 1,8`` (a sweep) runs each count once per number of workers sharing
 each device (``ACCELGRID_WORKERS_PER_DEVICE``; ``auto``: the runner's own choice for this

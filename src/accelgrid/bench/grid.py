@@ -8,7 +8,7 @@ baselines) and ``grid.write`` (grid.json, grid.md, grid.html), ``--repeat`` time
 and CPU time of each, with the load average (other work on the machine stretches wall
 times, hardly CPU times). Prints the figures and the size of each file, and writes
 ``bench-grid.json`` and ``bench-grid.md`` (the machine, the command, accelgrid's commit)
-to ``results/bench-grid/`` (``--out docs`` updates the committed figures), with one more
+to ``results/bench-grid/`` (``--out docs/measured`` updates the committed figures), with one more
 run timed step by step (model, baseline comparison, each renderer, writing). ``--profile``
 adds the functions one more run spends most time in (cProfile).
 """
@@ -43,7 +43,8 @@ DEFAULT_CELLS = 50
 DEFAULT_TESTS = 2000
 DEFAULT_REPEAT = 5
 DEFAULT_BUDGET = 3.0  # seconds, the median run's (issue #18)
-DEFAULT_OUT = "results/bench-grid"  # docs/ only when asked (--out docs): never dirty a checkout
+# docs/measured only when asked (--out docs/measured): never dirty a checkout
+DEFAULT_OUT = "results/bench-grid"
 TRACEBACK = "".join(f"  File \"suites/x/helpers.py\", line {n}, in step\n    y = f(x)\n"
                     for n in range(20)) + "AssertionError: tensors are not close"
 

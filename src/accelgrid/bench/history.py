@@ -9,7 +9,7 @@ a few flaky ones flipping, some tests breaking for good on a night), then timed,
 ``grid --history --window 30`` of them (build, add (already there), history, render,
 write) and ``publish``. Prints wall and CPU seconds with the load average, the
 database's size and its size per run, and writes ``bench-history.json``/``.md`` to
-``results/bench-history/`` (``--out docs`` updates the committed figures).
+``results/bench-history/`` (``--out docs/measured`` updates the committed figures).
 """
 
 from __future__ import annotations

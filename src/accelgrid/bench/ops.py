@@ -27,7 +27,7 @@ from . import write_outputs
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_SUITES = ("suites/hf_examples/test_workloads.py",)
 DEFAULT_REPEAT = 2
-DEFAULT_OUT = "results/bench-ops"  # docs/ only when asked (--out docs)
+DEFAULT_OUT = "results/bench-ops"  # docs/measured only when asked (--out docs/measured)
 MODES = ("plain", "capture")
 
 

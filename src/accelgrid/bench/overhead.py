@@ -16,7 +16,7 @@ cpu-2.13 cell of an idle 2-core host. Each pair is printed when it finishes, wit
 average. Ctrl-C or SIGTERM stops the running command, removes the temporary folder and
 writes nothing. ``--env-creation`` also times creating the cell's env with uv and with
 virtualenv, cold and warm (minutes). Writes bench-overhead.{json,md} to ``--out``
-(``docs`` for the committed figures).
+(``docs/measured`` for the committed figures).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ DEFAULT_CELL = "cpu-2.13"
 DEFAULT_PARTIAL = "-k smoke"
 DEFAULT_PARTIAL_REPEAT = 5
 DEFAULT_REPEAT = 1
-DEFAULT_OUT = "results/bench-overhead"  # docs/ only when asked (--out docs)
+DEFAULT_OUT = "results/bench-overhead"  # docs/measured only when asked (--out docs/measured)
 ENV_BACKENDS = ("uv", "virtualenv")
 AIMS = {"partial": 1.2, "full": 1.05}   # cell run / bare pytest, median
 BYTECODE_VARS = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")

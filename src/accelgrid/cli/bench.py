@@ -63,8 +63,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--env-creation", action="store_true",
                    help="also time creating the cell's env with uv and virtualenv (minutes)")
     p.add_argument("--out", default=overhead.DEFAULT_OUT,
-                   help="folder for bench-overhead.{json,md} (default: %(default)s; docs "
-                        "to update the committed figures)")
+                   help="folder for bench-overhead.{json,md} (default: %(default)s; "
+                        "docs/measured to update the committed figures)")
     p.set_defaults(func=_overhead)
 
     p = what.add_parser("offload", parents=[common], description=OFFLOAD,
@@ -114,7 +114,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="seconds the median run may take (default %(default)g)")
     p.add_argument("--out", default=grid_bench.DEFAULT_OUT,
                    help="folder for bench-grid.json and .md (default: %(default)s; '' for "
-                        "none; docs to update the committed figures)")
+                        "none; docs/measured to update the committed figures)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after the timed runs, profile one more and list its N costliest "
                         "functions (default 0: none)")
@@ -132,7 +132,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="timed runs of each step (default %(default)s)")
     p.add_argument("--out", default=history_bench.DEFAULT_OUT,
                    help="folder for bench-history.json and .md (default: %(default)s; '' "
-                        "for none; docs to update the committed figures)")
+                        "for none; docs/measured to update the committed figures)")
     p.set_defaults(func=_history)
 
     p = what.add_parser("devices", parents=[common], formatter_class=raw,
@@ -151,8 +151,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--no-venv", action="store_true",
                    help="run the cell as `nox --no-venv` (this interpreter's packages)")
     p.add_argument("--out", default=devices_bench.DEFAULT_OUT,
-                   help="folder for bench-devices.{json,md} (default: %(default)s; a docs/ "
-                        "folder for committed figures)")
+                   help="folder for bench-devices.{json,md} (default: %(default)s; "
+                        "docs/measured for committed figures)")
     p.set_defaults(func=_devices, passthrough="pytest_args")
 
     p = what.add_parser("ops", parents=[common], formatter_class=raw,

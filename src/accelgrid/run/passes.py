@@ -17,7 +17,7 @@ from ..matrix import Cell
 # host-bound (Python, small kernels), so one worker leaves the GPU and most cores idle.
 # Each shared worker gets at least CORES_PER_WORKER cores and WORKER_GIB of the device's
 # memory; at most MAX_PER_DEVICE (the gain flattens, contention grows; measured in
-# docs/h200-2026-12-01/workers-per-device/); where the device's memory is unknown, at most
+# docs/measured/h200-2026-12-01/workers-per-device/); where the device's memory is unknown, at most
 # UNKNOWN_MEMORY_PER_DEVICE.
 CORES_PER_WORKER = 2
 WORKER_GIB = 12.0
@@ -103,7 +103,7 @@ def _device_alone(cell: Cell, var: str, device_ids: Sequence[str]) -> Pass:
     """The pass after the shared workers: the ``device_alone`` tests, one worker pinned to
     each device, so nothing else runs on it meanwhile. Gated: its pytest starts with the
     shared workers and waits for them before its first test (its 4-9 s of start-up was
-    most of the pass: docs/h200-2026-12-01b)."""
+    most of the pass: docs/measured/h200-2026-12-01b)."""
     specs: list[str] = ["--dist", "worksteal"] if len(device_ids) > 1 else ["-n", "1"]
     env: tuple[tuple[str, str], ...] = ()
     if len(device_ids) > 1:
@@ -179,7 +179,7 @@ def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
     so that nothing picks a GPU behind the cell's back (pytorch/ao#958 would pass on a GPU
     host); tests marked ``sees_accelerators`` run afterwards in a pass that sees them.
     With the cell's ``workers`` (1 unless set: on the 2-core CI-like box two workers took
-    1.14x one's wall, docs/cpu-workers-2026-12-01/)."""
+    1.14x one's wall, docs/measured/cpu-workers-2026-12-01/)."""
     return [
         Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)),
              ("-m", f"not {SEES_ACCELERATORS_MARK}"),
