@@ -1,10 +1,12 @@
 """The contract between the runner (outside a cell) and what runs inside it.
 
-The runner starts pytest in the cell's interpreter and talks to the in-cell plugin
-(:mod:`accelgrid.pytest_plugin`, :mod:`accelgrid.known_issues_runtime`,
-:mod:`accelgrid.provenance`) only through environment variables; every name either side
-reads or writes is defined here, once. Standard library only: this module is imported
-inside the cell.
+The run (:mod:`accelgrid.run`) starts pytest in the cell's interpreter and talks to the
+in-cell plugin (:mod:`accelgrid.pytest_plugin`, :mod:`accelgrid.known_issues_runtime`,
+:mod:`accelgrid.provenance`) only through environment variables and the files of the
+results folder: every name either side reads or writes is defined here, once (the
+variables, the passes and their hand-off, the markers the passes select by, the attributes
+the plugins set on pytest's reports, the results folder's files). Standard library only:
+this module is imported inside the cell.
 """
 
 from __future__ import annotations
