@@ -39,7 +39,7 @@ class Outcome:
     seconds: float | None = None
 
 
-def outcome_of(records: dict[str, dict], nodeid: str) -> tuple[str, str]:
+def recorded_outcome(records: dict[str, dict], nodeid: str) -> tuple[str, str]:
     """The outcome of ``nodeid`` (a test, or a file/parametrized set) from a run's records."""
     if nodeid in records:
         rec = records[nodeid]
@@ -158,11 +158,11 @@ def bisect(matrix: Matrix, test: str, device: str, *, profile: str | None = None
 
     def outcome_of(cell: Cell) -> Outcome:
         run = run_in_nox(matrix, cell, [test], out, envdir=envdir, reuse=not fresh,
-                       no_venv=no_venv, verbose=verbose, timeout=timeout)
+                         no_venv=no_venv, verbose=verbose, timeout=timeout)
         if run.error:
             o = Outcome("not run", run.error, ran=False, seconds=run.seconds)
         else:
-            o = Outcome(*outcome_of(run.records, test), seconds=run.seconds)
+            o = Outcome(*recorded_outcome(run.records, test), seconds=run.seconds)
         print(f"  torch {_v(cell)} ({cell.name}) {ARROW} {o.outcome if o.ran else 'not run'} "
               f"[{run.seconds:.0f} s]", flush=True)
         return o

@@ -80,8 +80,8 @@ def _tail(path: Path, lines: int = 1) -> str:
 
 
 def run_in_nox(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
-             envdir: str | None = None, reuse: bool = False, no_venv: bool = False,
-             verbose: bool = False, timeout: float | None = None) -> CellRun:
+               envdir: str | None = None, reuse: bool = False, no_venv: bool = False,
+               verbose: bool = False, timeout: float | None = None) -> CellRun:
     """Run ``cell`` through nox with ``pytest_args``; results land in ``out/<cell>/``."""
     folder = out / cell.name
     reason = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
@@ -210,7 +210,7 @@ def reproduce(matrix: Matrix, registry: known_issues.Registry, issue_id: str, *,
             print(f"{cell.name:<{width}} {ARROW} would run: {' '.join(cmd[1:])}{note}")
             continue
         run = run_in_nox(matrix, cell, pytest_args, out, envdir=envdir, reuse=reuse,
-                       no_venv=no_venv, verbose=verbose, timeout=timeout)
+                         no_venv=no_venv, verbose=verbose, timeout=timeout)
         if run.error:
             word, detail = NOT_RUN, run.error
             failed_runs += run.log is not None   # an absent device is not a failure
