@@ -406,7 +406,7 @@ exit 0
 """)
     engine = containers.Engine("podman", str(exe))
     monkeypatch.setenv("ACCELGRID_IMAGE_REGISTRY", "ghcr.io/org/")
-    image = containers.build(matrix, matrix.cell("cpu-2.13"), engine, settings=NO_PIP)
+    image = containers.build_image(matrix, matrix.cell("cpu-2.13"), engine, settings=NO_PIP)
     calls = log.read_text().splitlines()
     assert calls == [f"image exists {image.tag}", f"pull ghcr.io/org/{image.tag}",
                      f"tag ghcr.io/org/{image.tag} {image.tag}"]
@@ -414,7 +414,7 @@ exit 0
     # Not in the registry: built here, saying why.
     log.unlink()
     (tmp_path / "registry-down").write_text("")
-    containers.build(matrix, matrix.cell("cpu-2.13"), engine, settings=NO_PIP)
+    containers.build_image(matrix, matrix.cell("cpu-2.13"), engine, settings=NO_PIP)
     calls = log.read_text().splitlines()
     assert calls[1] == f"pull ghcr.io/org/{image.tag}" and calls[-1].startswith("build ")
     assert "cannot be pulled (no such host): building it" in capsys.readouterr().out

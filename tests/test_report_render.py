@@ -152,7 +152,7 @@ def test_markdown_renders_the_full_grid_whenever_it_fits(tmp_path: Path) -> None
     issue = {"id": "acme/w#1", "url": "https://github.com/acme/w/issues/1"}
     odd = {f"suites/s/t.py::t{n}[a|b<é{n}]": ("xfailed" if n % 2 else "skipped")
            for n in range(300)}
-    model = report.build([write_cell(tmp_path / "odd", f"cpu-2.{i}", odd,
+    model = report.build_model([write_cell(tmp_path / "odd", f"cpu-2.{i}", odd,
                                      extra={k: {"issue": issue} for k in odd})
                           for i in range(10)])
     model["rows"][0]["lost"] = {"cpu-2.3": "passed"}

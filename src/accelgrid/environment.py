@@ -179,7 +179,7 @@ def index_url_problem(url: str, *, allow_credentials: bool = False) -> str | Non
             return f"'{shown}' has no host"
         if (parts.username or parts.password) and not allow_credentials:
             return (f"'{shown}' carries credentials: keep them out of committed files "
-                    "(set ACCELGRID_TORCH_INDEX, or use ~/.netrc)")
+                    f"(set {contract.TORCH_INDEX}, or use ~/.netrc)")
         return None
     if parts.scheme == "file":
         return None if parts.path not in ("", "/") else f"'{shown}' names no folder"

@@ -112,7 +112,7 @@ def _shard_results(out: Path, cell: Cell) -> Path:
     if named:
         db = Path(named) if history.is_database(Path(named)) else None
     else:
-        found = Path(os.environ.get("ACCELGRID_HISTORY") or out / "history.sqlite")
+        found = Path(os.environ.get(contract.HISTORY) or out / "history.sqlite")
         db = found if found.is_file() else None
     if db is not None:
         # The in-cell split reads JSON (standard library only): the medians, written down.

@@ -259,7 +259,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"{m['python']}.", "",
              f"Command: `{report['command']}` at commit {(report['commit'] or '?')[:12]}"
              f"{' (dirty)' if report['dirty'] else ''}, {report['date']}.", "",
-             "Each run: the whole cell (`nox -s CELL`) with `ACCELGRID_DEVICES` naming the "
+             f"Each run: the whole cell (`nox -s CELL`) with `{contract.DEVICES}` naming the "
              "first N devices; wall time of the command, and of each pytest pass.", "",
              "| devices | median wall | of one device | aim |", "| --- | --- | --- | --- |"]
     for row in report["scaling"]:
@@ -268,7 +268,7 @@ def markdown(report: dict[str, Any]) -> str:
         ratio = "" if row["ratio"] is None else f"**{row['ratio']:.2f}**"
         lines.append(f"| {row['devices']} | {row['median_s']:.1f} s | {ratio} | {aim} |")
     if report.get("sharing"):
-        lines += ["", "Workers sharing each device (`ACCELGRID_WORKERS_PER_DEVICE`; auto: the "
+        lines += ["", f"Workers sharing each device (`{contract.WORKERS_PER_DEVICE}`; auto: the "
                   "runner's choice), against one device with one worker:", "",
                   "| devices | workers per device | runs | median wall | of one worker | aim "
                   "| runs with a failure |", "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -10,9 +10,9 @@ from pathlib import Path
 from .. import contract
 from ..errors import AccelgridError
 
-HISTORY_DESCRIPTION = """\
+HISTORY_DESCRIPTION = f"""\
 The history: every cell run's results in one SQLite database (default
-results/history.sqlite, or $ACCELGRID_HISTORY; schema in docs/history.md), so grids can say
+results/history.sqlite, or ${contract.HISTORY}; schema in docs/history.md), so grids can say
 what changed since the previous run, since when a test fails and which tests are flaky.
 
   accelgrid history add results/*            add runs (idempotent by run id)
