@@ -138,7 +138,7 @@ def test_the_grid_shows_the_exact_nightly_and_names_both_since_the_previous_run(
                          start=f"2026-12-0{i + 1}T03:00:00+00:00", project={"commit": "c"},
                          **flags)
               for i, outcome in enumerate(["passed", "failed"])]
-    column = model.build([nights[1]])["columns"][0]
+    column = model.from_folders([nights[1]])["columns"][0]
     assert column["torch_build"] == "2.16.0.dev20261202+cpu (nightly)"
     assert column["torch_channel"] == "nightly"
     db = tmp_path / "h.sqlite"
