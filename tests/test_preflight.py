@@ -1,6 +1,7 @@
 """The preflight (accelgrid.run.preflight) runs once per run: one `nox -s CELL` (what
-`accelgrid run CELL` runs) resolves the cell's hardware once and validates the registry
-once, and hands both down to the run and its env (before: 4 and 3 times)."""
+`accelgrid run CELL` runs) asks whether the device is here once, resolves the cell's
+hardware once and validates the registry once, and hands them down to the run and its env
+(before: 2, 4 and 3 times)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,19 @@ PAYLOAD = "def test_fails():\n    assert False, 'the planted upstream bug'\n"
 
 
 def _count_checks(monkeypatch) -> Counter:
-    """Counts of the preflight's two questions: (hardware, cell name) and registry."""
+    """Counts of the preflight's questions: (hardware, cell name), (device, device name)
+    and registry."""
     calls: Counter = Counter()
-    resolve, load = detect.resolve_hardware, known_issues.load_registry
+    resolve, load, absent = (detect.resolve_hardware, known_issues.load_registry,
+                             detect.absent_reason)
 
     def counting_resolve(cell, *args, **kwargs):
         calls["hardware", cell.name] += 1
         return resolve(cell, *args, **kwargs)
+
+    def counting_absent(device, *args, **kwargs):
+        calls["device", device] += 1
+        return absent(device, *args, **kwargs)
 
     def counting_load(*args, **kwargs):
         calls["registry"] += 1
@@ -38,6 +45,7 @@ def _count_checks(monkeypatch) -> Counter:
 
     monkeypatch.setattr(detect, "resolve_hardware", counting_resolve)
     monkeypatch.setattr(known_issues, "load_registry", counting_load)
+    monkeypatch.setattr(detect, "absent_reason", counting_absent)
     monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
     return calls
 
@@ -82,6 +90,7 @@ def test_one_nox_session_checks_hardware_and_registry_once(mini_project, monkeyp
     assert ended.value.code == 0
     assert calls["hardware", "cpu-2.13"] == 1
     assert calls["registry"] == 1
+    assert calls["device", "cpu"] == 1     # the registration's, handed to the session
     folder = results.last_run(out / "cpu-2.13")[1]
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert [r["outcome"] for r in recs] == ["xfailed"]

@@ -132,15 +132,18 @@ def _shard_results(out: Path, cell: Cell) -> Path:
 def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
                       host: preflight.HostCheck | None = None) -> None:
     out = _shard_results(results.results_root(matrix.root), cell)
-    device = matrix.devices[cell.device]
-    reason = detect.absent_reason(cell.device, device.detect)
-    if reason and not os.environ.get(contract.SKIP_DETECT):
-        _fail(session, f"{cell.name}: {reason}")
-    # Everything the run reads is checked before anything is installed or replaced: the
-    # registry, then the host (once per run: the run and its env get this answer).
+    # The host as the registration checked it (else now): the device, its runtime, the
+    # hardware; once per run, the run and its env get this answer.
+    if host is None:
+        device = matrix.devices[cell.device]
+        host = preflight.host_check(cell, absent=detect.absent_reason(cell.device,
+                                                                      device.detect))
+    if host.absent and not os.environ.get(contract.SKIP_DETECT):
+        _fail(session, f"{cell.name}: {host.absent}")
+    if host.problem:
+        _fail(session, host.problem)
+    # Everything the run reads is checked before anything is installed or replaced.
     checked = preflight.check(cell, matrix.root, host=host)
-    if checked.host.problem:
-        _fail(session, checked.host.problem)
     workers = workers_override()
     python = _python_in(session)
     if isinstance(session.virtualenv, PassthroughEnv):
@@ -322,7 +325,7 @@ def register(matrix: Matrix) -> list[str]:
         # Its torch's runtime bundle not sourced, or the runner's hardware declaration
         # wrong (unknown, or not what the host has): the session stops first thing, with
         # no env to create for it. The session's run reuses this check.
-        host = preflight.host_check(cell)
+        host = preflight.host_check(cell, absent=reasons.get(cell.device))
 
         def _session(session: nox.Session, _cell: Cell = cell,
                      _host: preflight.HostCheck = host) -> None:

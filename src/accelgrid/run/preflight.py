@@ -22,12 +22,15 @@ from ..versions import version_key
 
 @dataclass(frozen=True)
 class HostCheck:
-    """Whether this host can run a cell whatever gets installed: its torch's runtime
-    bundle (:func:`accelgrid.detect.runtime_problem`) and the hardware family and driver
+    """Whether this host can run a cell whatever gets installed: its device
+    (:func:`accelgrid.detect.absent_reason`, asked by the caller, which knows the matrix's
+    detection rule; ``ACCELGRID_SKIP_DETECT`` overrides it), its torch's runtime bundle
+    (:func:`accelgrid.detect.runtime_problem`) and the hardware family and driver
     (:func:`accelgrid.detect.resolve_hardware`)."""
 
     runtime_problem: str | None
     hardware: detect.HardwareChoice
+    absent: str | None = None     # why the device is not on this host, or None
 
     @property
     def problem(self) -> str | None:
@@ -48,9 +51,12 @@ class Preflight:
         return self.host.hardware
 
 
-def host_check(cell: Cell, env: Mapping[str, str] | None = None) -> HostCheck:
-    """The host's side of the preflight (no registry: a nox listing must not fail on it)."""
-    return HostCheck(detect.runtime_problem(cell, env), detect.resolve_hardware(cell, env))
+def host_check(cell: Cell, env: Mapping[str, str] | None = None,
+               absent: str | None = None) -> HostCheck:
+    """The host's side of the preflight (no registry: a nox listing must not fail on it);
+    ``absent``: the device's absence, as the caller found it."""
+    return HostCheck(detect.runtime_problem(cell, env), detect.resolve_hardware(cell, env),
+                     absent)
 
 
 def check(cell: Cell, root: Path, env: Mapping[str, str] | None = None,
