@@ -29,6 +29,7 @@ from typing import Any
 from . import contract, detect, install, known_issues, outcomes, results
 from .errors import AccelgridError, InvalidInput
 from .matrix import Cell, Matrix
+from .run import preflight
 from .text import one_line
 
 REPRODUCES = "reproduces"
@@ -87,7 +88,8 @@ def run_in_nox(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     reason = detect.absent_reason(cell.device, matrix.devices[cell.device].detect)
     if reason and not os.environ.get(contract.SKIP_DETECT):
         return CellRun(cell.name, None, 0.0, folder, error=reason)
-    problem = detect.runtime_problem(cell) or detect.resolve_hardware(cell).problem
+    # The host's side of the run's preflight (the session in nox asks the registry).
+    problem = preflight.host_check(cell).problem
     if not problem and not no_venv:
         problem = install.local_wheel(cell)[1]
     if problem:
