@@ -117,8 +117,11 @@ def test_a_sweep_of_workers_per_device_reports_each_against_one_worker(
     assert lines[0].endswith(", 1 / 2 / 2 workers per device")
     assert lines[1].startswith("[1/3] 1 device(s), 1 worker(s) each: ")
     report = json.loads((tmp_path / "out" / "bench-devices.json").read_text())
+    # Shared workers: the device-alone pass's pytest starts beside them (gated) and
+    # finds no device_alone test here.
     assert [(r["per_device"], [p["workers"] for p in r["passes"]]) for r in report["runs"]] == [
-        ("1", [1]), ("2", [2]), ("2", [2])]
+        ("1", [1]), ("2", [2, 1]), ("2", [2, 1])]
+    assert report["runs"][1]["passes"][1]["tests"] == 0
     wrong = "suites/payload/test_multi.py::test_fails_when_shared"
     assert [r["failed"] for r in report["runs"]] == [[], [wrong], [wrong]]
     one, two = report["sharing"]
