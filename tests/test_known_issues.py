@@ -23,6 +23,8 @@ from accelgrid.run import cellenv
 from accelgrid.run.cell import run_cell
 from accelgrid.validation import ValidationFailed, load_schema, schema_text
 
+pytest_plugins = ["pytester"]  # the in-cell plugin on real pytest runs, in process
+
 TESTS = Path(__file__).resolve().parent
 CORPUS = TESTS / "bad_known_issues"
 EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
@@ -475,3 +477,297 @@ def test_hardware_scoped_entry_applies_only_on_that_hardware(
     data = json.loads((folder / contract.KNOWN_ISSUES_FILE).read_text())
     assert [e["id"] for e in data["issues"]] == (["acme/cards#1"] if family == "ats-m" else [])
 
+
+
+# --- scopes by profile, package pin, pinned hardware and driver --------------------------------
+def _hw_matrix(tmp_path: Path):
+    """The base matrix with a second driver stack and xpu-2.4 pinned to pvc on lts (an
+    include rule with hardware/driver pins a cell to such runners; the others are unpinned:
+    whichever runner runs them decides)."""
+    text = (TESTS / "base_matrix.yaml").read_text().replace(
+        "      lts: {label: intel-driver-lts}\n",
+        "      lts: {label: intel-driver-lts}\n      rolling: {label: intel-driver-rolling}\n")
+    text += '    - {device: xpu, torch: "2.4", hardware: pvc, driver: lts}\n'
+    (tmp_path / "matrix.yaml").write_text(text)
+    (tmp_path / "test_validation.py").write_text("def test_x():\n    pass\n")
+    matrix = load_matrix(tmp_path / "matrix.yaml")
+    assert (matrix.cell("xpu-2.4").hardware, matrix.cell("xpu-2.4").driver) == ("pvc", "lts")
+    return matrix
+
+
+@pytest.mark.parametrize("scope,cells,reason", [
+    ("{profiles: [fallback-debug]}", ["xpu-2.13-fallback-debug"],
+     ("xpu-2.13", "profile default is not in fallback-debug")),
+    ("{profiles: [default]}", ["cpu-2.4", "cpu-2.13", "xpu-2.4", "xpu-2.13"],
+     ("xpu-2.13-fallback-debug", "profile fallback-debug is not in default")),
+    # The base matrix pins torch and transformers only.
+    ("{packages: {torchao: '>=0.7'}}", [], ("cpu-2.13", "the cell pins no torchao")),
+    ("{devices: [xpu], hardware: [ats-m]}", ["xpu-2.13", "xpu-2.13-fallback-debug"],
+     ("xpu-2.4", "hardware pvc is not in ats-m")),
+    ("{devices: [xpu], hardware: [pvc]}", ["xpu-2.4", "xpu-2.13", "xpu-2.13-fallback-debug"],
+     None),
+    ("{devices: [xpu], drivers: [rolling]}", ["xpu-2.13", "xpu-2.13-fallback-debug"],
+     ("xpu-2.4", "driver lts is not in rolling")),
+])
+def test_scopes_by_profile_package_hardware_and_driver(tmp_path: Path, scope: str,
+                                                       cells: list[str], reason) -> None:
+    matrix = _hw_matrix(tmp_path)
+    issue = known_issues.load_registry(_registry(tmp_path, scope), matrix).get("acme/widgets#1")
+    assert [c.name for c in matrix.cells if issue.in_scope(c)] == cells
+    if reason:
+        assert issue.out_of_scope_reason(matrix.cell(reason[0])) == reason[1]
+
+
+def test_an_entry_naming_hardware_or_drivers_is_on_a_runner_that_has_them(tmp_path) -> None:
+    """The runner's family and driver (None: not known) against an entry's: an entry that
+    names some is out of scope where they are not known (on_runner's docstring)."""
+    matrix = _hw_matrix(tmp_path)
+    both = known_issues.load_registry(_registry(
+        tmp_path, "{devices: [xpu], hardware: [ats-m], drivers: [lts]}"), matrix).get(
+        "acme/widgets#1")
+    assert both.on_runner("ats-m", "lts")
+    assert not both.on_runner("pvc", "lts") and not both.on_runner("ats-m", "rolling")
+    assert not both.on_runner(None, "lts") and not both.on_runner("ats-m", None)
+    family = known_issues.load_registry(_registry(
+        tmp_path, "{devices: [xpu], hardware: [ats-m]}"), matrix).get("acme/widgets#1")
+    assert family.on_runner("ats-m", None) and family.on_runner("ats-m", "rolling")
+    assert not family.on_runner("pvc", "lts")
+    stack = known_issues.load_registry(_registry(
+        tmp_path, "{devices: [xpu], drivers: [lts]}"), matrix).get("acme/widgets#1")
+    assert stack.on_runner(None, "lts") and not stack.on_runner("pvc", "rolling")
+
+
+def test_registry_entries_cannot_be_changed_in_place(repo) -> None:
+    """load_matrix keeps a matrix while its file is unchanged, and every caller shares
+    the registry's entries: one caller narrowing a scope must not narrow it for all."""
+    import dataclasses
+
+    _, registry = repo
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        registry.get("pytorch/ao#958").devices = ("cuda",)
+
+
+def test_unknown_issue_lists_the_known_ones(repo) -> None:
+    _, registry = repo
+    with pytest.raises(KeyError) as info:
+        registry.get("acme/widgets#1")
+    message = info.value.args[0]
+    assert message.startswith("acme/widgets#1 is not in ")
+    assert set(message.rsplit("(known: ", 1)[1].rstrip(")").split(", ")) == REFERENCE_ISSUES
+
+
+@pytest.mark.parametrize("bad", ["pytorch#127929", "pytorch/pytorch#0", "pytorch/pytorch/127929",
+                                 "pytorch/pytorch#12a"])
+def test_issue_links_and_repro_files_need_an_issue_id(bad: str) -> None:
+    for what in (known_issues.issue_url, known_issues.repro_file):
+        with pytest.raises(ValueError, match=re.escape(f"'{bad}' is not an issue id like "
+                                                       "owner/repo#123")):
+            what(bad)
+    # The forms a good id gives (GitHub's issue link; suites/repro's file name).
+    assert known_issues.issue_url("pytorch/ao#958") == "https://github.com/pytorch/ao/issues/958"
+    assert known_issues.repro_file("huggingface/transformers#41250") == (
+        "suites/repro/test_huggingface_transformers_41250.py")
+
+
+def test_a_long_bad_range_or_link_stays_one_short_line(tmp_path: Path) -> None:
+    """A message quotes at most a short cut of what the file holds (validation.short), so
+    a pasted paragraph in a range or a link still gives one readable line."""
+    long_range = ">=2.4;" + "<2.5;" * 80
+    path = _registry(tmp_path, f'{{torch: "{long_range}"}}')
+    with pytest.raises(ValidationFailed) as info:
+        known_issues.load_registry(path, load_matrix(TESTS / "base_matrix.yaml"))
+    [line] = str(info.value).splitlines()
+    assert len(line) < len(str(path)) + 250, line
+    text = path.read_text().replace(
+        "    title: widgets break\n",
+        "    title: widgets break\n    url: https://github.com/acme/widgets/issues/"
+        + "1" * 400 + "\n")
+    path.write_text(text.replace(long_range, ">=2.4"))
+    with pytest.raises(ValidationFailed) as info:
+        known_issues.load_registry(path, load_matrix(TESTS / "base_matrix.yaml"))
+    [line] = str(info.value).splitlines()
+    assert "is not the link of acme/widgets#1" in line
+    assert len(line) < len(str(path)) + 250, line
+
+
+def test_registry_for_run_needs_the_file_and_no_opt_out(tmp_path: Path, monkeypatch) -> None:
+    matrix = _hw_matrix(tmp_path)
+    monkeypatch.delenv(known_issues.ENV_DISABLE, raising=False)
+    assert known_issues.registry_for_run(tmp_path) is None  # no known_issues.yaml
+    assert known_issues.cell_env(matrix.cell("cpu-2.13"), tmp_path, tmp_path / "r") == {}
+    _registry(tmp_path, "{}").rename(tmp_path / "known_issues.yaml")
+    assert set(known_issues.registry_for_run(tmp_path).issues) == {"acme/widgets#1"}
+    monkeypatch.setenv(known_issues.ENV_DISABLE, "1")
+    assert known_issues.registry_for_run(tmp_path) is None
+    monkeypatch.setenv(known_issues.ENV_DISABLE, "0")  # only "1" opts out
+    assert known_issues.registry_for_run(tmp_path) is not None
+
+
+def test_a_cells_json_has_the_entries_of_its_device(repo, tmp_path: Path) -> None:
+    """known_issues.yaml's scope.devices: #127929 and transformers#41250 name cpu, ao#958
+    cpu and mps; the other entries are xpu's or cuda's. The folder is made, parents too."""
+    matrix, _ = repo
+    folder = tmp_path / "results" / "cpu-2.4"
+    env = known_issues.cell_env(matrix.cell("cpu-2.4"), matrix.root, folder)
+    assert env == {"ACCELGRID_KNOWN_ISSUES": str(folder / known_issues.RUNTIME_JSON)}
+    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    assert sorted(e["id"] for e in data["issues"]) == [
+        "huggingface/transformers#41250", "pytorch/ao#958", "pytorch/pytorch#127929"]
+    assert data["cell"] == "cpu-2.4"
+    known_issues.cell_env(matrix.cell("cpu-2.4"), matrix.root, folder)  # again: rewritten
+
+
+# --- the in-cell plugin, in process (pytester): each way a covered test can end ---------------
+
+PLUGIN_PAYLOAD = PAYLOAD + '''
+def test_long_failure():
+    raise AssertionError("widget is broken: " + "x" * 2000)
+
+def test_skips_with_other_reason():
+    pytest.skip("widget API present but disabled")
+'''
+
+
+def _entry(issue_id: str, tests: list[str], expect: str, match: str | None = None,
+           torch: str | None = None, packages: dict | None = None) -> dict:
+    """The cell's JSON entry as the runner writes it (KnownIssue.runtime_entry)."""
+    return known_issues.KnownIssue(
+        id=issue_id, url=known_issues.issue_url(issue_id), title=f"{issue_id} breaks",
+        tests=tuple((t, None) for t in tests), expect=expect, match=match, devices=("cpu",),
+        torch=torch, packages=packages or {}).runtime_entry("cpu")
+
+
+PLUGIN_ENTRIES = [
+    _entry("acme/widgets#1", ["test_w.py::test_bug", "test_w.py::test_fixed",
+                              "test_w.py::test_other_failure", "test_w.py::test_long_failure"],
+           "failed", match="widget is", torch=">=2.13"),
+    _entry("acme/widgets#2", ["test_w.py::test_setup*"], "error"),
+    # pytest reports a skip as "Skipped: <reason>"; the entry's match sees the reason.
+    _entry("acme/widgets#3", ["test_w.py::test_skips*"], "skipped", match="^no widget API",
+           packages={"torchvision": ">=0.1"}),
+    _entry("acme/widgets#4", ["test_w.py::test_old_torch_only"], "failed", torch="<2.5"),
+    _entry("acme/widgets#5", ["test_w.py::test_xpu_only"], "failed",
+           packages={"torchvision": ">=0.30"}),
+]
+
+
+def _outcomes(pytester: pytest.Pytester, entries: list[dict], versions: dict,
+              cell: str = "cpu-2.13") -> tuple[dict[str, tuple[str, object]], list[str]]:
+    """{test name: (outcome, its report)} of a real pytest run of PLUGIN_PAYLOAD with the
+    plugin registered as configure() registers it, and the header's lines."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_w=PLUGIN_PAYLOAD)
+    plugin = rt.KnownIssues(entries, cell, versions)
+    rec = pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider", plugins=[plugin])
+    out: dict[str, tuple[str, object]] = {}
+    for rep in rec.getreports("pytest_runtest_logreport"):
+        name = rep.nodeid.split("::")[-1]
+        if hasattr(rep, "wasxfail"):
+            out[name] = ("xfailed", rep)
+        elif rep.failed:
+            out.setdefault(name, ("failed" if rep.when == "call" else "error", rep))
+        elif rep.skipped:
+            out.setdefault(name, ("skipped", rep))
+        elif rep.when == "call":
+            out.setdefault(name, ("passed", rep))
+    return out, plugin.pytest_report_header(rec._pluginmanager.get_plugin("pytestconfig"))
+
+
+def test_the_plugin_turns_each_expected_ending_into_an_xfail(pytester) -> None:
+    got, header = _outcomes(pytester, PLUGIN_ENTRIES, {"torch": "2.13.0",
+                                                       "torchvision": "0.28.0"})
+    assert {n: o for n, (o, _) in got.items()} == {
+        "test_bug": "xfailed", "test_fixed": "failed", "test_other_failure": "failed",
+        "test_setup_error": "xfailed", "test_skips": "xfailed", "test_uncovered": "passed",
+        "test_old_torch_only": "failed", "test_xpu_only": "failed",
+        "test_long_failure": "xfailed", "test_skips_with_other_reason": "skipped"}
+    # Out of scope: #4 (torch 2.13.0 is outside <2.5), #5 (torchvision 0.28.0 < 0.30).
+    assert header == "accelgrid known issues in scope: acme/widgets#1, acme/widgets#2, " \
+                     "acme/widgets#3"
+    bug = got["test_bug"][1]
+    assert bug.wasxfail == (
+        "acme/widgets#1: acme/widgets#1 breaks (https://github.com/acme/widgets/issues/1)")
+    assert bug.accelgrid_issue == {"id": "acme/widgets#1", "title": "acme/widgets#1 breaks",
+                                   "url": "https://github.com/acme/widgets/issues/1"}
+    assert got["test_setup_error"][1].when == "setup"
+    # A pass of a covered test: loud, one line, with the issue.
+    fixed = got["test_fixed"][1]
+    assert fixed.when == "call"
+    assert str(fixed.longrepr) == (
+        "[XPASS(strict)] acme/widgets#1 looks fixed in torch 2.13.0 (cell cpu-2.13): "
+        "test_w.py::test_fixed passed but the registry expects it to be failed; narrow the "
+        "scope of acme/widgets#1 in known_issues.yaml "
+        "(https://github.com/acme/widgets/issues/1)")
+    assert fixed.accelgrid_issue["id"] == "acme/widgets#1"
+
+
+def test_an_ending_the_entry_does_not_describe_stays_and_says_what_was_expected(
+        pytester) -> None:
+    got, _ = _outcomes(pytester, PLUGIN_ENTRIES, {"torch": "2.13.0", "torchvision": "0.28.0"})
+    other = got["test_other_failure"][1]
+    assert not hasattr(other, "accelgrid_issue")
+    [note] = [s[1] for s in other.longrepr.sections if s[0] == "known issue"]
+    assert note == ("acme/widgets#1 expects this test to be failed matching 'widget is' here; "
+                    "it was failed: ValueError: something unrelated")
+    skipped = got["test_skips_with_other_reason"][1]
+    [note] = [s[1] for s in skipped.sections if s[0] == "known issue"]
+    assert note == ("acme/widgets#3 expects this test to be skipped matching '^no widget API' "
+                    "here; it was skipped: widget API present but disabled")
+    # The failure's text is quoted up to 500 characters: the note stays readable.
+    assert got["test_long_failure"][0] == "xfailed"  # it matched: no note
+    entries = [dict(PLUGIN_ENTRIES[0], match="widget is fine")]
+    got, _ = _outcomes(pytester, entries, {"torch": "2.13.0"})
+    [note] = [s[1] for s in got["test_long_failure"][1].longrepr.sections
+              if s[0] == "known issue"]
+    quoted = note.split("it was failed: ", 1)[1]
+    assert quoted == ("AssertionError: widget is broken: " + "x" * 2000)[:500]
+
+
+def test_a_test_the_entry_expects_to_error_is_left_alone_when_it_fails_in_the_call(
+        pytester) -> None:
+    entries = [_entry("acme/widgets#2", ["test_w.py::test_bug", "test_w.py::test_fixed"],
+                      "error")]
+    got, _ = _outcomes(pytester, entries, {"torch": "2.13.0"})
+    assert got["test_bug"][0] == "failed" and not hasattr(got["test_bug"][1], "wasxfail")
+    assert got["test_fixed"][0] == "failed"  # a pass is still "looks fixed"
+    assert str(got["test_fixed"][1].longrepr).startswith("[XPASS(strict)] acme/widgets#2 "
+                                                         "looks fixed in torch 2.13.0")
+
+
+def test_without_a_cell_name_or_torch_the_message_says_so(pytester) -> None:
+    entries = [_entry("acme/widgets#1", ["test_w.py::test_fixed"], "failed")]
+    got, header = _outcomes(pytester, entries, {}, cell="")
+    assert str(got["test_fixed"][1].longrepr).startswith(
+        "[XPASS(strict)] acme/widgets#1 looks fixed in this version: test_w.py::test_fixed")
+    # An entry without ranges applies whatever is (or is not) installed.
+    assert header == "accelgrid known issues in scope: acme/widgets#1"
+    assert rt.out_of_scope_reason({"torch": None, "packages": {}}, {}) is None
+
+
+def test_an_xfail_the_test_declares_itself_is_left_to_pytest(pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_w='''
+import pytest
+
+@pytest.mark.xfail(reason="declared by the test", strict=True)
+def test_bug():
+    raise AssertionError("widget is broken")
+''')
+    plugin = rt.KnownIssues([_entry("acme/widgets#1", ["test_w.py::test_bug"], "failed")],
+                            "cpu-2.13", {"torch": "2.13.0"})
+    rec = pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider", plugins=[plugin])
+    [call] = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert call.wasxfail == "declared by the test"
+    assert not hasattr(call, "accelgrid_issue")
+
+
+def test_a_module_importing_test_matches_collects_no_test_from_it(pytester) -> None:
+    """``test_matches`` is named like a test; a test file that imports it (as this one's
+    neighbours do) must not collect it."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_m="from accelgrid.known_issues_runtime import test_matches\n\n"
+                               "def test_a():\n    assert test_matches('a.py::t', 'a.py')\n")
+    rec = pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider")
+    assert [r.nodeid for r in rec.getreports("pytest_runtest_logreport")
+            if r.when == "call"] == ["test_m.py::test_a"]
+    rec.assertoutcome(passed=1)

@@ -427,3 +427,103 @@ def test_recorded_cpu_run_feeds_ops_predict(mini_project, python, tmp_path: Path
     assert doc["seed"]["agreement"].startswith("Agreement with the seed's table: ")
     md = (folder / "ops-predicted.md").read_text()
     assert "| `aten::linspace.default` | fallback | fallback | decomposed |" in md
+
+
+# --- the capture's parts no other test reaches (docs/mutation.md, opcapture) ---------------
+
+def test_a_forced_fallback_names_the_op_as_the_user_wrote_it() -> None:
+    """torch-xpu-ops (src/ATen/native/xpu/XPUFallback.template) warns "The operator '<op>'
+    registered to be forced to fallback to CPU." with <op> as written in
+    PYTORCH_XPU_FALLBACK_OP, registered in its aten library: its own example is
+    ``abs.out,div.Scalar``. Both spellings are the same aten kernel."""
+    bare = "The operator 'abs.out' registered to be forced to fallback to CPU."
+    qualified = "The operator 'aten::div.Scalar' registered to be forced to fallback to CPU."
+    assert ops_parse(bare, qualified)["fallback"] == {"aten::abs.out", "aten::div.Scalar"}
+    assert opcapture.classify("aten::abs.default", "xpu",
+                              ops_parse(bare)["fallback"], set()) == "fallback"
+
+
+@pytest.mark.parametrize("op", ["aten::zeros_like.default", "aten::linspace.default",
+                                "aten::full_like.default"])
+@pytest.mark.parametrize("device", ["cpu", "xpu"])
+def test_composite_explicit_kernels_are_decomposed(op: str, device: str) -> None:
+    """native_functions.yaml gives zeros_like, linspace (the functional overload; its
+    ``.out`` has CPU/CUDA kernels) and full_like only a ``CompositeExplicitAutograd``
+    kernel: written in other ops, it runs on any device, so no device kernel is needed."""
+    nothing: set[str] = set()
+    assert opcapture.classify(op, device, nothing, nothing) == "decomposed"
+    assert opcapture.classify("aten::linspace.out", "cpu", nothing, nothing) == "native"
+
+
+def test_an_op_after_the_optimizer_step_is_not_an_optimizer_op() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
+    x = torch.randn(5, 4)
+    with opcapture.OpCapture("cpu") as cap:
+        _train_step(model, opt, x)
+        model(x)  # the next forward (an eval, a logging pass) after the step
+    phases = cap.report()["ops"]["aten::addmm.default"]["phases"]
+    assert phases == {"forward": 2}
+
+
+def test_captures_one_after_another_add_no_optimizer_hooks() -> None:
+    """The phase hooks are global (every optimizer step of the process runs them): one
+    pair for the process, not one more per capture (a runner captures per workload)."""
+    from torch.optim import optimizer
+
+    with opcapture.OpCapture("cpu"):
+        pass
+    before = (len(optimizer._global_optimizer_pre_hooks),
+              len(optimizer._global_optimizer_post_hooks))
+    for _ in range(2):
+        with opcapture.OpCapture("cpu"):
+            pass
+    assert (len(optimizer._global_optimizer_pre_hooks),
+            len(optimizer._global_optimizer_post_hooks)) == before
+
+
+def test_an_op_runs_where_its_first_tensor_is() -> None:
+    """On ``meta`` (not the CPU, available everywhere): an op on a meta tensor is the
+    device's, the same op on a CPU tensor is host-side work."""
+    a = torch.ones(3, device="meta")
+    with opcapture.OpCapture("meta") as cap:
+        torch.add(a, a)
+        torch.sub(torch.ones(2), 1)
+    report = cap.report()
+    assert report["ops"]["aten::add.Tensor"]["count"] == 1
+    assert "aten::sub.Tensor" not in report["ops"]
+    assert report["host_calls"] == 2  # ones and sub on the CPU
+
+
+def test_the_capture_still_shows_stderr_and_gives_fd_2_back(capfd) -> None:
+    line = _xpu_line("linspace.out")
+    with opcapture.OpCapture("cpu") as cap:
+        os.write(2, (line + "\n").encode())
+    os.write(2, b"after the capture\n")
+    err = capfd.readouterr().err
+    assert line in err  # copied into the log and still shown
+    assert "after the capture" in err
+    assert cap.report()["fallback_seen"] == ["aten::linspace.out"]
+
+
+def test_a_workload_that_raises_inside_the_capture_is_classified_by_its_error() -> None:
+    """The workload's NotImplementedError leaves the ``with`` block: its text (the verbatim
+    upstream message, REFERENCE.md section 2) is what says the op is missing."""
+    with pytest.raises(NotImplementedError):
+        with opcapture.OpCapture("cpu") as cap:
+            torch.ones(2)
+            raise NotImplementedError(XPU_NOT_IMPLEMENTED.split(": ", 1)[1])
+    report = cap.report()
+    assert report["missing"] == ["aten::nll_loss2d_forward"]
+    assert report["ops"]["aten::nll_loss2d_forward.default"]["status"] == "missing"
+
+
+def test_ops_outside_aten_are_not_rows() -> None:
+    """torch.profiler.record_function (HF Trainer, torch.profiler users) dispatches
+    ``profiler::_record_function_enter_new``: not a device kernel, and not in the aten
+    registries a row is predicted from."""
+    with opcapture.OpCapture("cpu") as cap:
+        with torch.profiler.record_function("step"):
+            torch.ones(2) * 2
+    assert set(cap.report()["ops"]) == {"aten::ones.default", "aten::mul.Tensor"}

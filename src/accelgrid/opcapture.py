@@ -102,8 +102,9 @@ def overload_family(name: str) -> str:
 
 
 def _canonical(op: str) -> str:
-    op = op if op.startswith("aten::") or "::" in op else f"aten::{op}"
-    return op
+    """A name with its namespace: the forced-fallback message quotes the op as written in
+    PYTORCH_XPU_FALLBACK_OP (``abs.out``, upstream's own example), in the aten library."""
+    return op if "::" in op else f"aten::{op}"
 
 
 def parse_messages(text: str) -> dict[str, set[str]]:
