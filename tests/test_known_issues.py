@@ -771,3 +771,18 @@ def test_a_module_importing_test_matches_collects_no_test_from_it(pytester) -> N
     assert [r.nodeid for r in rec.getreports("pytest_runtest_logreport")
             if r.when == "call"] == ["test_m.py::test_a"]
     rec.assertoutcome(passed=1)
+
+
+@pytest.mark.parametrize("scope,key,what", [
+    ("{devices: [cpu], hardware: [pvc]}", "hardware", "hardware family"),
+    ("{devices: [cpu], drivers: [lts]}", "drivers", "driver stack"),
+])
+def test_hardware_or_drivers_for_a_device_without_them_is_one_line(
+        tmp_path: Path, scope: str, key: str, what: str) -> None:
+    """base_matrix.yaml gives hardware families and driver stacks to xpu only."""
+    path = _registry(tmp_path, scope)
+    with pytest.raises(ValidationFailed) as info:
+        known_issues.load_registry(path, load_matrix(TESTS / "base_matrix.yaml"))
+    assert str(info.value).splitlines() == [
+        f"{path}:5: issues.acme/widgets#1.scope.{key}: scope.devices (cpu) has no {what} in "
+        f"base_matrix.yaml (devices.<d>.{key})"]

@@ -171,6 +171,26 @@ def test_a_seed_row_takes_the_worst_prediction_of_its_calls() -> None:
                                                                 "kernel-in-series")
 
 
+@pytest.mark.parametrize(("calls", "predictions"), [
+    # release/2.4's fallback list (torch-xpu-ops XPUFallback.template) names
+    # binary_cross_entropy but not its .out kernel, which torch 2.4's native_functions.yaml
+    # gives CPU/CUDA kernels only: that one raises "not currently implemented".
+    (["aten::binary_cross_entropy.default", "aten::binary_cross_entropy.out"],
+     ["fallback", "missing"]),
+    # _fused_adagrad_: CPU/CUDA kernels only in 2.4 (missing on XPU); its tensor_lr overload
+    # is not in 2.4's yaml at all (a later torch added it): unknown.
+    (["aten::_fused_adagrad_.default", "aten::_fused_adagrad_.tensor_lr"],
+     ["missing", "unknown"]),
+])
+def test_a_seed_row_ranks_missing_over_fallback_and_unknown(calls: list[str],
+                                                            predictions: list[str]) -> None:
+    seed = {"rows": [{"op": calls[0], "status": "explicit", "examples": {}}]}
+    for order in (calls, calls[::-1]):
+        [row] = xpu_prediction.compare_with_seed(order, "2.4", seed=seed)
+        assert row["predictions"] == dict(zip(calls, predictions, strict=True))
+        assert row["predicted"] == "missing"
+
+
 # --- the capture's device detection -----------------------------------------------------------
 
 def test_capture_keeps_foreach_ops_on_a_non_cpu_device() -> None:

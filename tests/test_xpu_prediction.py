@@ -538,3 +538,65 @@ def test_observed_vs_predicted_only_for_xpu(capture: dict, upstream: dict) -> No
     assert check["disagreements"] == [{"op": "aten::linspace.default", "observed": "fallback",
                                        "predicted": "decomposed"}]
     assert check["counts"] == {"agree": 1, "disagree": 1, "not_compared": 1}
+
+
+# --- rules and notes no other test reaches (docs/mutation.md, xpu_prediction) -----------------
+
+def test_a_partly_listed_op_says_which_rule_made_it_native(upstream: dict) -> None:
+    """release/2.4 lists random_.to and has kernels for random_ and random_.from: those
+    two are native by rule 1's exception, not by the plain kernel rule."""
+    d = xp.predict_detail(["aten::random_.default", "aten::random_.from"], "2.4", upstream)
+    assert {v["rule"] for v in d.values()} == {"torch-xpu-ops kernel of a partly listed op"}
+
+
+def test_an_overload_newer_than_the_release_takes_its_base_ops_kernel() -> None:
+    """addmm.dtype is first in torch 2.8's native_functions.yaml; in 2.4 addmm has XPU
+    kernels (a core oneDNN registration, xpu_core_ops.json): a capture from a newer torch
+    calling it is predicted native for 2.4, while an op whose base has no kernel there
+    (_safe_softmax, from torch 2.5) is unknown."""
+    torch_data = xp.load_torch()
+    assert "addmm.dtype" not in xp.torch_ops(torch_data, "2.4")
+    assert "addmm.dtype" in xp.torch_ops(torch_data, "2.8")
+    assert "addmm.out" in xp.load_core()["series"]["2.4"]["ops"]
+    d = xp.predict_detail(["aten::addmm.dtype", "aten::_safe_softmax.default"], "2.4")
+    assert d["aten::addmm.dtype"] == {
+        "status": "native", "rule": "torch-xpu-ops kernel (op not in this release's yaml)"}
+    assert d["aten::_safe_softmax.default"]["status"] == "unknown"
+
+
+def test_without_the_releases_yaml_an_op_without_kernel_is_unknown(upstream: dict) -> None:
+    """Rule 5: without PyTorch's yaml of the release nothing says whether a composite runs
+    the op, so one with no torch-xpu-ops kernel is unknown, not missing (nll_loss2d_forward
+    on 2.4: missing with the yaml, pytorch/pytorch#127937); a kernel still says native."""
+    no_yaml = {"series": {}}
+    ops = ["aten::nll_loss2d_forward.default", "aten::mm.out"]
+    d = xp.predict_detail(ops, "2.4", upstream, torch_data=no_yaml)
+    assert d["aten::nll_loss2d_forward.default"] == {
+        "status": "unknown", "rule": "kernel list incomplete for this release"}
+    assert d["aten::mm.out"]["status"] == "native"
+    assert xp.predict(ops[:1], "2.4", upstream) == {ops[0]: "missing"}
+
+
+def test_a_series_before_the_data_is_an_error_not_unknown(upstream: dict) -> None:
+    with pytest.raises(KeyError, match=r"no upstream data for series '2\.3'; have 2\.4, 2\.5"):
+        xp.predict(["aten::mm.default"], "2.3", upstream)
+
+
+def test_the_data_horizon_is_that_of_the_data_given(upstream: dict) -> None:
+    older = {"series": {s: e for s, e in upstream["series"].items() if s != "2.14"}}
+    assert xp.data_horizon(older) == ("2.13", "release/2.13", upstream["series"]["2.13"]["date"])
+
+
+def test_core_registrations_stand_for_a_series_with_a_note() -> None:
+    """xpu_core_ops.json has series 2.4 to 2.15, none from that release's own files: a
+    series past it takes the last one's, one before it none, and each note says so."""
+    core = xp.load_core()
+    assert xp.core_for(core, "2.3") == ({}, "no core registration data for torch 2.3")
+    ops, note = xp.core_for(core, "2.16")
+    assert ops == core["series"]["2.15"]["ops"]
+    assert note.startswith("no core registration data for torch 2.16: torch 2.15's (not this "
+                           "release's own files: ")
+    ops, note = xp.core_for(core, "2.4")
+    assert "addmm.out" in ops and note.startswith("not this release's own files: ")
+    rule = xp.predict_detail(["aten::addmm.out"], "2.4")["aten::addmm.out"]["rule"]
+    assert rule == f"PyTorch core XPU registration ({note})"
