@@ -752,13 +752,25 @@ import pytest
 @pytest.mark.xfail(reason="declared by the test", strict=True)
 def test_bug():
     raise AssertionError("widget is broken")
+
+@pytest.mark.xfail(reason="declared by the test", strict=True)
+def test_fixed():
+    pass
 ''')
-    plugin = rt.KnownIssues([_entry("acme/widgets#1", ["test_w.py::test_bug"], "failed")],
-                            "cpu-2.13", {"torch": "2.13.0"})
+    entry = _entry("acme/widgets#1", ["test_w.py::test_bug", "test_w.py::test_fixed"], "failed",
+                   match="widget is")
+    plugin = rt.KnownIssues([entry], "cpu-2.13", {"torch": "2.13.0"})
     rec = pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider", plugins=[plugin])
-    [call] = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
-    assert call.wasxfail == "declared by the test"
-    assert not hasattr(call, "accelgrid_issue")
+    calls = {r.nodeid.split("::")[-1]: r for r in rec.getreports("pytest_runtest_logreport")
+             if r.when == "call"}
+    assert calls["test_bug"].wasxfail == "declared by the test"
+    assert not hasattr(calls["test_bug"], "accelgrid_issue")
+    # pytest's own strict XPASS is a failure without an exception: it stays pytest's.
+    fixed = calls["test_fixed"]
+    assert fixed.failed and not hasattr(fixed, "accelgrid_issue")
+    assert str(fixed.longrepr).startswith("[XPASS(strict)] declared by the test")
+    assert ("known issue", "acme/widgets#1 expects this test to be failed matching "
+            "'widget is' here; it was failed: ") in fixed.sections
 
 
 def test_a_module_importing_test_matches_collects_no_test_from_it(pytester) -> None:

@@ -575,6 +575,10 @@ def test_without_the_releases_yaml_an_op_without_kernel_is_unknown(upstream: dic
         "status": "unknown", "rule": "kernel list incomplete for this release"}
     assert d["aten::mm.out"]["status"] == "native"
     assert xp.predict(ops[:1], "2.4", upstream) == {ops[0]: "missing"}
+    # An overload the data cannot place takes its base op's kernel: addmm's is oneDNN's
+    # core registration in 2.4 (xpu_core_ops.json).
+    assert xp.predict(["aten::addmm.dtype"], "2.4", upstream, torch_data=no_yaml) == {
+        "aten::addmm.dtype": "native"}
 
 
 def test_a_series_before_the_data_is_an_error_not_unknown(upstream: dict) -> None:
@@ -600,3 +604,129 @@ def test_core_registrations_stand_for_a_series_with_a_note() -> None:
     assert "addmm.out" in ops and note.startswith("not this release's own files: ")
     rule = xp.predict_detail(["aten::addmm.out"], "2.4")["aten::addmm.out"]["rule"]
     assert rule == f"PyTorch core XPU registration ({note})"
+
+
+def test_predicted_view_says_what_routed_ops_call_and_the_seeds_rows(capture: dict,
+                                                                     upstream: dict) -> None:
+    """The H200 capture's cudnn_batch_norm is routed: on XPU native_batch_norm runs
+    instead, on release/2.4's fallback list and a torch-xpu-ops kernel from 2.5. The seed's
+    rows come with 2.4 only."""
+    assert "native_batch_norm" in upstream["series"]["2.4"]["fallback"]
+    assert "native_batch_norm" in upstream["series"]["2.14"]["native"]
+    doc = xp.predicted_view(capture, ["2.4", "2.14"], upstream)
+    bn = doc["ops"]["aten::cudnn_batch_norm.default"]
+    assert bn["predicted"] == {"2.4": "routed: cuda", "2.14": "routed: cuda"}
+    assert bn["xpu_calls"] == {"2.4": "aten::native_batch_norm: fallback",
+                               "2.14": "aten::native_batch_norm: native"}
+    assert "xpu_calls" not in doc["ops"]["aten::mm.default"]
+    assert doc["seed"]["series"] == "2.4"
+    assert {r["op"] for r in doc["seed"]["rows"]} == {r["op"] for r in xp.load_seed()["rows"]}
+    assert doc["seed"]["agreement"].startswith("Agreement with the seed's table: ")
+    assert xp.predicted_view(capture, ["2.14"], upstream)["seed"] is None
+    # 2.14's kernel list is older than its branch head (registrations moved into PyTorch):
+    # the view names the commit the list is from; 2.4's is the branch head itself.
+    e14, e4 = upstream["series"]["2.14"], upstream["series"]["2.4"]
+    assert e14["native_commit"] != e14["commit"] and "native_commit" not in e4
+    assert doc["releases"]["2.14"]["kernel_list_from"] == e14["native_commit"]
+    assert doc["releases"]["2.4"]["kernel_list_from"] == e4["commit"]
+    assert doc["releases"]["2.4"]["core_registrations"].startswith(
+        "not this release's own files: ")
+
+
+def test_predict_all_and_choose_series_use_the_data_they_are_given(upstream: dict) -> None:
+    """Without the core registrations addmm.out has no XPU kernel in 2.4 (release/2.4 of
+    torch-xpu-ops has none; oneDNN's is in PyTorch's core, xpu_core_ops.json); without
+    PyTorch's yaml nll_loss2d_forward cannot be told missing; a series left out of the
+    data is left out of the result."""
+    assert "addmm.out" not in upstream["series"]["2.4"]["native"]
+    captured = {"ops": {"aten::addmm.out": {}, "aten::nll_loss2d_forward.default": {}}}
+    full = xp.predict_all(captured)
+    assert (full["2.4"]["aten::addmm.out"], full["2.4"]["aten::nll_loss2d_forward.default"]) == (
+        "native", "missing")
+    no_core = xp.predict_all(captured, core={"series": {}})
+    assert no_core["2.4"]["aten::addmm.out"] == "missing"
+    no_yaml = xp.predict_all(captured, torch_data={"series": {}})
+    assert no_yaml["2.4"]["aten::nll_loss2d_forward.default"] == "unknown"
+    older = {"series": {s: e for s, e in upstream["series"].items() if s != "2.14"}}
+    assert list(xp.predict_all(captured, older)) == xp.series_names(older)
+    assert "2.14" not in xp.series_names(older)
+    assert xp.choose_series(all_series=True, upstream=older) == (xp.series_names(older), [])
+
+
+def test_a_series_without_data_says_whether_it_is_past_the_data(upstream: dict) -> None:
+    last, branch, date = xp.data_horizon(upstream)
+    for torch, why in (("2.3.1+xpu", "no torch-xpu-ops data for torch 2.3.1+xpu"),
+                       ("nightly", "no torch-xpu-ops data for torch nightly"),
+                       ("2.15.0", f"no torch-xpu-ops data for torch 2.15.0 (the last is "
+                                  f"{branch}, {date}): predicted unknown")):
+        check = xp.observed_vs_predicted({"device_type": "xpu", "torch": torch, "ops": {
+            "aten::mm.default": {"status": "native"}}}, upstream)
+        assert check["error"] == why
+        assert check["counts"] == {"agree": 0, "disagree": 0, "not_compared": 1}
+
+
+@pytest.mark.parametrize(("row", "call", "reason"), [
+    # release/2.4 lists binary_cross_entropy (XPUFallback.template): the seed saw it missing.
+    ({"op": "aten::binary_cross_entropy", "status": "manual"},
+     "aten::binary_cross_entropy.default", "on-fallback-list-in-series"),
+    # Its .out kernel is not listed and has CPU/CUDA kernels only in 2.4's yaml: missing.
+    ({"op": "aten::binary_cross_entropy.out", "status": "explicit"},
+     "aten::binary_cross_entropy.out", "not-on-fallback-list-in-series"),
+    # _fused_adagrad_.tensor_lr is not in 2.4's yaml: nothing to predict from.
+    ({"op": "aten::_fused_adagrad_", "status": "manual"}, "aten::_fused_adagrad_.tensor_lr",
+     "not-predictable"),
+])
+def test_a_disagreement_with_the_seed_says_why(row: dict, call: str, reason: str) -> None:
+    [got] = xp.compare_with_seed([call], "2.4", seed={"rows": [row | {"examples": {}}]})
+    assert (got["agree"], got["reason"]) == (False, reason)
+
+
+def test_seed_rows_default_to_the_release_with_its_foreach_composites(upstream: dict) -> None:
+    """From torch 2.4.0 the _foreach_ slow paths are CompositeExplicitAutograd
+    (pytorch/pytorch#127412): the 2.4.x release decomposes the seed's foreach rows; only the
+    seed's nightly, before them, had them missing."""
+    rows = [r for r in xp.seed_rows("2.4", upstream) if r["op"].startswith("aten::_foreach_")]
+    assert rows and {r["predicted"] for r in rows} == {"decomposed"}
+    nightly = [r for r in xp.seed_rows("2.4", upstream, without_foreach_composites=True)
+               if r["op"].startswith("aten::_foreach_")]
+    assert "missing" in {r["predicted"] for r in nightly}
+    older = {"series": {s: e for s, e in upstream["series"].items() if s != "2.14"}}
+    assert list(xp.seed_series_agreement(older)) == xp.series_names(older)
+
+
+def test_a_release_observation_is_predicted_from_that_releases_data(upstream: dict) -> None:
+    """A release build has the foreach composites (from 2.4.0, #127412) whatever its date;
+    the release data given is the data used."""
+    obs = {"op": "aten::_foreach_mul_.Tensor", "series": "2.4", "build": "release"}
+    assert xp.predict_observation(obs, upstream)["status"] == "decomposed"
+    older = {"series": {s: e for s, e in upstream["series"].items() if s != "2.14"}}
+    late = {"op": "aten::mm.default", "series": "2.14", "build": "release"}
+    assert xp.predict_observation(late, older)["status"] == "unknown"
+    assert xp.predict_observation(late, upstream)["status"] == "native"
+
+
+def test_a_nightly_leads_to_the_release_whose_branch_ends_on_or_after_its_date(
+        upstream: dict) -> None:
+    end_25 = upstream["series"]["2.5"]["date"]
+    assert xp.nightly_series(end_25, upstream) == "2.5"  # cut that day: still 2.5's
+    assert xp.nightly_series(upstream["series"]["2.4"]["date"], upstream) == "2.4"
+    older = {"series": {s: e for s, e in upstream["series"].items() if s != "2.14"}}
+    after = upstream["series"]["2.13"]["date"][:8] + "30"  # past 2.13's end, before 2.14's
+    assert xp.nightly_series(after, upstream) == "2.14"
+    assert xp.nightly_series(after, older) == "2.13"  # the last there is
+
+
+def test_predicted_view_uses_the_data_given_and_names_the_workloads(capture: dict,
+                                                                    upstream: dict) -> None:
+    captured = {"ops": {"aten::addmm.out": {"status": "native", "workloads": {"mlp": 2}},
+                        "aten::nll_loss2d_forward.default": {
+                            "status": "native", "workloads": {"segmentation": 1}}}}
+    full = xp.predicted_view(captured, ["2.4"], upstream)
+    assert {op: e["predicted"]["2.4"] for op, e in full["ops"].items()} == {
+        "aten::addmm.out": "native", "aten::nll_loss2d_forward.default": "missing"}
+    assert full["workloads"] == ["mlp", "segmentation"]  # from the ops, none listed
+    no_core = xp.predicted_view(captured, ["2.4"], upstream, core={"series": {}})
+    assert no_core["ops"]["aten::addmm.out"]["predicted"]["2.4"] == "missing"
+    no_yaml = xp.predicted_view(captured, ["2.4"], upstream, torch_data={"series": {}})
+    assert no_yaml["ops"]["aten::nll_loss2d_forward.default"]["predicted"]["2.4"] == "unknown"
+    assert xp.predicted_view(capture, ["2.13"], upstream)["workloads"] == capture["workloads"]

@@ -114,7 +114,6 @@ class KnownIssues:
     def __init__(self, entries: list[dict[str, Any]], cell: str = "",
                  versions: dict[str, str | None] | None = None):
         self.cell = cell
-        self.all = entries
         self.active = [e for e in entries if out_of_scope_reason(e, versions) is None]
         self.torch = (versions or {}).get("torch") if versions is not None else _installed(
             "torch")
