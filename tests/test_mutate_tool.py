@@ -9,6 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("mutate", ROOT / "tools" / "mutate.py")
 mutate = importlib.util.module_from_spec(_spec)
@@ -62,3 +64,12 @@ def test_the_configured_modules_and_reviewed_mutants_exist() -> None:
         for test in entry["tests"]:
             if not test.startswith("-") and "/" in test:
                 assert (ROOT / test.split("::")[0]).exists(), (name, test)
+
+
+def test_only_takes_numbers_and_ranges_for_chunks() -> None:
+    assert mutate.numbers("3,17, 40-42,") == {3, 17, 40, 41, 42}
+    assert mutate.numbers("0-0") == {0}
+    for bad in ("x", "4-", "-3", "9-2", "1-2-3"):
+        with pytest.raises(ValueError):
+            mutate.numbers(bad)
+    assert mutate.main(["ops", "--only", "4-"]) == 2

@@ -5,6 +5,7 @@ check that could break silently.
     python tools/mutate.py --list                    # the configured modules
     python tools/mutate.py ops                       # every mutant of one module
     python tools/mutate.py ops --only 12,40 -v       # some mutants, with the tests' output
+    python tools/mutate.py xpu_prediction --only 0-99   # a long module in chunks
     python tools/mutate.py ops --show                # the mutants, without running them
 
 Modules, the parts of them mutated and the tests run for each: tools/mutation.toml. The
@@ -165,6 +166,19 @@ def mutants(source: str, names: list[str] | None) -> list[tuple[Mutant, str]]:
     return out
 
 
+def numbers(text: str) -> set[int]:
+    """``--only``'s mutant numbers: ``3,17,40-66`` (a range includes both ends), so a long
+    module can be run in chunks. ValueError for anything else."""
+    out: set[int] = set()
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        first, dash, last = part.partition("-")
+        lo, hi = int(first), int(last) if dash else int(first)
+        if hi < lo:
+            raise ValueError(part)
+        out.update(range(lo, hi + 1))
+    return out
+
+
 def _copy_tree(dest: Path) -> None:
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                             "--exclude-standard"], cwd=ROOT, capture_output=True,
@@ -258,9 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = all_mutants
     if args.only:
         try:
-            wanted = {int(x) for x in args.only.split(",") if x.strip()}
+            wanted = numbers(args.only)
         except ValueError:
-            print(f"mutate: --only {args.only!r}: numbers, comma-separated", file=sys.stderr)
+            print(f"mutate: --only {args.only!r}: numbers or ranges (40-66), comma-separated",
+                  file=sys.stderr)
             return 2
         chosen = [(m, t) for m, t in all_mutants if m.index in wanted]
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
