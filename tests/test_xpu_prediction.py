@@ -730,3 +730,9 @@ def test_predicted_view_uses_the_data_given_and_names_the_workloads(capture: dic
     no_yaml = xp.predicted_view(captured, ["2.4"], upstream, torch_data={"series": {}})
     assert no_yaml["ops"]["aten::nll_loss2d_forward.default"]["predicted"]["2.4"] == "unknown"
     assert xp.predicted_view(capture, ["2.13"], upstream)["workloads"] == capture["workloads"]
+    # torch-xpu-ops' main of 2024-06-27 standing for 2.5 (as predict_observation does for a
+    # nightly): the view's release facts are that snapshot's.
+    night = xp.load_nightlies()["nightlies"]["2024-06-27"]
+    view = xp.predicted_view(captured, ["2.5"], {"series": {"2.5": night}})
+    assert (view["releases"]["2.5"]["branch"], view["releases"]["2.5"]["commit"]) == (
+        "main", night["commit"])
