@@ -609,8 +609,8 @@ def test_a_cells_json_has_the_entries_of_its_device(repo, tmp_path: Path) -> Non
     matrix, _ = repo
     folder = tmp_path / "results" / "cpu-2.4"
     env = known_issues.cell_env(matrix.cell("cpu-2.4"), matrix.root, folder)
-    assert env == {"ACCELGRID_KNOWN_ISSUES": str(folder / known_issues.RUNTIME_JSON)}
-    data = json.loads((folder / known_issues.RUNTIME_JSON).read_text())
+    assert env == {"ACCELGRID_KNOWN_ISSUES": str(folder / contract.KNOWN_ISSUES_FILE)}
+    data = json.loads((folder / contract.KNOWN_ISSUES_FILE).read_text())
     assert sorted(e["id"] for e in data["issues"]) == [
         "huggingface/transformers#41250", "pytorch/ao#958", "pytorch/pytorch#127929"]
     assert data["cell"] == "cpu-2.4"

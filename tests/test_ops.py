@@ -439,7 +439,7 @@ def test_a_forced_fallback_names_the_op_as_the_user_wrote_it() -> None:
     bare = "The operator 'abs.out' registered to be forced to fallback to CPU."
     qualified = "The operator 'aten::div.Scalar' registered to be forced to fallback to CPU."
     assert ops_parse(bare, qualified)["fallback"] == {"aten::abs.out", "aten::div.Scalar"}
-    assert opcapture.classify("aten::abs.default", "xpu",
+    assert opcapture.classify_op("aten::abs.default", "xpu",
                               ops_parse(bare)["fallback"], set()) == "fallback"
 
 
@@ -451,8 +451,8 @@ def test_composite_explicit_kernels_are_decomposed(op: str, device: str) -> None
     ``.out`` has CPU/CUDA kernels) and full_like only a ``CompositeExplicitAutograd``
     kernel: written in other ops, it runs on any device, so no device kernel is needed."""
     nothing: set[str] = set()
-    assert opcapture.classify(op, device, nothing, nothing) == "decomposed"
-    assert opcapture.classify("aten::linspace.out", "cpu", nothing, nothing) == "native"
+    assert opcapture.classify_op(op, device, nothing, nothing) == "decomposed"
+    assert opcapture.classify_op("aten::linspace.out", "cpu", nothing, nothing) == "native"
 
 
 def test_an_op_after_the_optimizer_step_is_not_an_optimizer_op() -> None:
