@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import containers
+from accelgrid import containers, results
 from accelgrid.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -522,7 +522,9 @@ def test_build_and_run_cpu_cell_in_its_image(tmp_path: Path) -> None:
                            *common, "--", "suites/smoke"], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    folder = tmp_path / "results" / "cpu-2.13"
+    # A selected run (-- suites/smoke): its own folder under runs/, named by last-run.json.
+    run_id, folder = results.last_run(tmp_path / "results" / "cpu-2.13")
+    assert run_id and folder.parent.name == "runs", (run_id, folder)
     import json
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["counts"]["passed"] > 0
