@@ -362,6 +362,8 @@ class WorkerMarker:
         self.default_timeout = config.getoption("timeout", None)
         self.device = os.environ.get(contract.DEVICE, "cpu")
         self.cpu_start = time.process_time()
+        self.reports_torch = True    # (not the xdist controller: set at session start)
+        self.torch_reported = False  # the full report, after this process imported torch
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.reports_torch = not (self.worker == "main"
@@ -374,7 +376,7 @@ class WorkerMarker:
         """This process's view of torch into ``torch-<slot>.json``: the full one once its
         tests have imported torch (the suites do, at collection), never importing it
         only for the report."""
-        if self.reports_torch and not getattr(self, "torch_reported", False):
+        if self.reports_torch and not self.torch_reported:
             imported = "torch" in sys.modules
             jsonio.write_json(self.folder / f"torch-{self.slot}.json",
                               provenance.worker_torch_report(self.device, imported))

@@ -148,8 +148,7 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
             [(cmd, {**env, **dict(run_pass.env), contract.PASS: run_pass.name,
                     **({contract.GATE: str(gate)} if gate else {})}, pass_log)
              for (run_pass, cmd), pass_log, gate in zip(jobs, logs, gates, strict=True)],
-            root, left, stop_reason, keep_fds, tick=watch.poll, ended=left_behind,
-            gates=gates)
+            root, left, stop_reason, keep_fds, tick=watch.poll, ended=left_behind)
         for gate in gates:
             if gate is not None:
                 gate.unlink(missing_ok=True)

@@ -28,15 +28,14 @@ TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
                  limit: float, stop_reason: list[str], keep_fds: tuple[int, ...] = (),
-                 tick: Callable[[], None] | None = None, ended: list[int] | None = None,
-                 gates: Sequence[Path | None] = ()
+                 tick: Callable[[], None] | None = None, ended: list[int] | None = None
                  ) -> list[tuple[int, float, float, float | None]]:
     """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
     output goes to its log file (a file, not a pipe: kept even when this process dies
     first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
     cgroup of its own where one can be made (:func:`accelgrid.lifetime.cell_cgroup`),
     ended with it; the pids ended that way (what its tests left) go to ``ended``. A job
-    with a gate file in ``gates`` (its pytest waits for it: contract.GATE) gets it once
+    whose env names a gate file (contract.GATE: its pytest waits for it) gets it once
     every job without one has ended.
     Returns (exit code, start, end, gate opened or None) per started job, epoch seconds."""
     # Each in its own process group (the cell limit and signals reach every xdist worker
@@ -74,7 +73,8 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
                                         **extra)
             procs.append(proc)
             guards.append(_start_guard(proc.pid, cgroup) if posix else None)
-        gated = list(gates)[:len(procs)] + [None] * (len(procs) - len(gates))
+        gated = [Path(env[contract.GATE]) if env.get(contract.GATE) else None
+                 for _, env, _ in jobs[:len(procs)]]
         opened: list[float | None] = [None] * len(procs)
         ends = _wait_all(procs, time.monotonic() + max(limit, 1.0), limit, stop_reason, tick,
                          gated, opened)
