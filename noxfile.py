@@ -19,10 +19,12 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed here
 
-from accelgrid import contract, results, sessions  # noqa: E402
-from accelgrid.environment import redact_text  # noqa: E402
-from accelgrid.errors import AccelgridError  # noqa: E402
-from accelgrid.matrix import load_matrix, matrix_path  # noqa: E402
+from accelgrid import results  # noqa: E402
+from accelgrid.base import contract  # noqa: E402
+from accelgrid.base.errors import AccelgridError  # noqa: E402
+from accelgrid.commands import sessions  # noqa: E402
+from accelgrid.config.matrix import load_matrix, matrix_path  # noqa: E402
+from accelgrid.results.environment import redact_text  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -42,7 +44,7 @@ nox.options.sessions = sessions.register(MATRIX) + ["grid"]
 
 def _container_session(name: str):
     def _container(session: nox.Session) -> None:
-        from accelgrid import containers
+        from accelgrid.commands import containers
 
         try:
             code = containers.run_named(MATRIX, name, session.posargs)

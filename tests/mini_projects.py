@@ -19,8 +19,8 @@ from pathlib import Path
 
 import nox
 
-from accelgrid import sessions
-from accelgrid.matrix import load_matrix
+from accelgrid.commands import sessions
+from accelgrid.config.matrix import load_matrix
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_venv = "yes"

@@ -8,7 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
-from accelgrid import contract, jsonio, results
+from accelgrid import results
+from accelgrid.base import contract, jsonio
 from accelgrid.report import compare
 
 ISSUE = {"id": "pytorch/pytorch#127929", "title": "fp64 unsupported on ATS-M",
@@ -184,7 +185,7 @@ def synthetic_xpu_ops(series: str = "2.5", torch: str = "2.5.1+xpu",
     release/``series``'s lists predict, as a run agreeing with upstream would observe
     (routed ops left out: an XPU run calls others; unknown stays unknown), then the
     :data:`PLANTED` statuses replace three of them."""
-    from accelgrid import xpu_prediction as xp
+    from accelgrid.ops import xpu_prediction as xp
 
     capture = json.loads(CUDA_CAPTURE.read_text())
     predicted = xp.predict(capture["ops"], series)

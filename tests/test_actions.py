@@ -1,4 +1,4 @@
-"""GitHub Actions' language (accelgrid.actions) and the workflow's shard jobs: step
+"""GitHub Actions' language (accelgrid.commands.actions) and the workflow's shard jobs: step
 summaries, capped ::error annotations, ::group:: blocks only inside Actions; a cell with
 shards: N becomes N jobs the generated workflow runs and actionlint/zizmor accept."""
 
@@ -14,8 +14,11 @@ import pytest
 import yaml
 from test_ci import _actionlint, _tool
 
-from accelgrid import actions, cellresults, ci, cli, contract, jsonio, outcomes, results
-from accelgrid.matrix import load_matrix
+from accelgrid import cli, results
+from accelgrid.base import contract, jsonio, outcomes
+from accelgrid.commands import actions, ci
+from accelgrid.config.matrix import load_matrix
+from accelgrid.results import cellresults
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTIONS_ENV = {"GITHUB_ACTIONS": "true"}

@@ -31,11 +31,14 @@ def test_import_contracts_hold() -> None:
 
 @pytest.mark.parametrize("module, planted, broken", [
     # results is read by the reports; it must never reach up into them.
-    ("results.py", "from . import report  # noqa\n", "Layers"),
+    ("results/__init__.py", "from .. import report  # noqa\n", "Layers"),
+    # the matrix model is read by the hosts' planning; it must not reach up into it.
+    ("config/matrix.py", "from ..host import install  # noqa\n", "Layers"),
     # run and report are siblings: the run leaves report pages to the session step.
     ("run/cell.py", "from .. import report  # noqa\n", "Layers"),
     # the in-cell plugin runs where only torch, pytest and the stdlib exist.
-    ("provenance.py", "import yaml  # noqa\n", "In-cell"),
+    ("results/provenance.py", "import yaml  # noqa\n", "In-cell"),
+    ("base/text.py", "import jinja2  # noqa\n", "In-cell"),
 ])
 def test_import_contracts_catch_a_planted_violation(tmp_path, module, planted, broken) -> None:
     copy = tmp_path / "src" / "accelgrid"
@@ -150,30 +153,80 @@ def test_readme_first_screen_counts_are_the_cpu_baselines() -> None:
     assert f"cpu cell covers on a host without a GPU: {len(tests)} tests" in readme
 
 
-def _in_cell_modules() -> set[str]:
-    """The in-cell contract's source modules (.importlinter): what runs inside a cell."""
+def _in_cell_packages() -> tuple[str, ...]:
+    """The in-cell contract's source packages (.importlinter): what runs inside a cell."""
     import configparser
 
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / ".importlinter")
-    return set(cfg["importlinter:contract:in-cell"]["source_modules"].split())
+    return tuple(cfg["importlinter:contract:in-cell"]["source_modules"].split())
+
+
+def _inside(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_in_cell_contract_is_at_most_four_whole_layers() -> None:
+    """The in-cell contract names whole packages, each a layer of the layers contract, at
+    most four, and they are the bottom of the stack: nothing in-cell sits above a module
+    that is not."""
+    import configparser
+    import re
+
+    packages = _in_cell_packages()
+    assert 0 < len(packages) <= 4
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / ".importlinter")
+    layers = [m.strip() for line in cfg["importlinter:contract:layers"]["layers"].split("\n")
+              for m in re.split(r"[|:]", line) if m.strip()]
+    assert {f"accelgrid.{name}" for name in layers[-len(packages):]} == set(packages)
+    for package in packages:
+        assert (SRC / package.split(".", 1)[1] / "__init__.py").is_file(), package
+
+
+def test_every_module_a_cell_imports_is_in_the_in_cell_packages() -> None:
+    """What runs in a cell (the plugin, the suites' vocabulary, and every accelgrid module
+    either reaches, function-level imports included) lies inside the in-cell packages, so
+    the in-cell contract covers it."""
+    graph = grimp.build_graph("accelgrid")
+    packages = _in_cell_packages()
+    entry = ["accelgrid.testing.pytest_plugin", "accelgrid.testing"]
+    reached = set(entry)
+    for module in entry:
+        reached |= graph.find_upstream_modules(module)
+    outside = sorted(m for m in reached
+                     if m.startswith("accelgrid.") and not _inside(m, packages))
+    assert not outside, f"in-cell code imports {outside}: move them into {packages}"
+
+
+def test_the_in_cell_check_sees_a_planted_import(tmp_path: Path) -> None:
+    copy = tmp_path / "src" / "accelgrid"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / "testing" / "opcapture.py"
+    target.write_text(target.read_text() + "\n\ndef _planted():\n    from ..host import detect\n")
+    code = ("import grimp, sys; g = grimp.build_graph('accelgrid'); "
+            "print('accelgrid.host.detect' in g.find_upstream_modules("
+            "'accelgrid.testing.pytest_plugin'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "src")}, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stderr
 
 
 def test_suites_import_only_in_cell_modules() -> None:
     # A cell's env has torch and pytest, not accelgrid's own dependencies: a suite that
-    # imports e.g. accelgrid.detect (-> matrix -> jsonschema) fails to collect there.
-    allowed = _in_cell_modules() | {"accelgrid"}
+    # imports e.g. accelgrid.host.detect (-> matrix -> jsonschema) fails to collect there.
+    packages = _in_cell_packages()
     bad = []
     for path in (ROOT / "suites").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names]
-                                         if node.module == "accelgrid" else [])
+                names = ([f"{node.module}.{a.name}" for a in node.names]
+                         if node.module == "accelgrid" else [node.module])
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             for name in names:
-                if name.startswith("accelgrid") and name not in allowed:
+                if name.startswith("accelgrid.") and not _inside(name, packages):
                     bad.append(f"{path.relative_to(ROOT)}: {name}")
     # seed_coverage is a report tool run with accelgrid installed, not a test module.
     bad = [b for b in bad if not b.startswith("suites/hf_examples/seed_coverage.py")]

@@ -1,4 +1,4 @@
-"""accelgrid.backends on the real torch: the tables name APIs this torch has, devices the
+"""accelgrid.devices.backends on the real torch: the tables name APIs this torch has, devices the
 tables do not list get the default, an unclaimed feature is NotClaimed, and a claimed API
 that the torch build lacks (pytorch/pytorch#127929: torch.xpu.memory_allocated missing in
 torch 2.4) is MissingAPI with its exact dotted name."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelgrid import backends
+from accelgrid.devices import backends
 
 torch = pytest.importorskip("torch")
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cli, errors
-from accelgrid.matrix import load_matrix
-from accelgrid.validation import ValidationFailed
+from accelgrid import cli
+from accelgrid.base import errors
+from accelgrid.config.matrix import load_matrix
+from accelgrid.config.validation import ValidationFailed
 
 TESTS = Path(__file__).resolve().parent
 BASE = (TESTS / "base_matrix.yaml").read_text()

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cli, contract, errors, known_issues
-from accelgrid.matrix import load_matrix
+from accelgrid import cli
+from accelgrid.base import contract, errors
+from accelgrid.config import known_issues
+from accelgrid.config.matrix import load_matrix
+from accelgrid.config.validation import ValidationFailed
 from accelgrid.run.cell import run_cell
-from accelgrid.validation import ValidationFailed
 
 TESTS = Path(__file__).resolve().parent
 BASE = (TESTS / "base_matrix.yaml").read_text().replace("path: .", "path: suites/smoke")

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from report_cases import write_cell
 
-from accelgrid import cli, contract, errors, jsonio, results
+from accelgrid import cli, results
+from accelgrid.base import contract, errors, jsonio
 from accelgrid.report import compare
 
 GOOD = {"suites/smoke/t.py::a": "passed", "suites/smoke/t.py::b": "failed"}

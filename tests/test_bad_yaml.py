@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cli, errors, validation
+from accelgrid import cli
+from accelgrid.base import errors
+from accelgrid.config import validation
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -230,7 +232,7 @@ def test_the_alias_bomb_is_refused_fast_and_small(tmp_path) -> None:
     path = tmp_path / "bomb.yaml"
     path.write_text(_bomb())
     assert len(path.read_bytes()) < 400
-    code = ("import sys, time, tracemalloc; from accelgrid import validation\n"
+    code = ("import sys, time, tracemalloc; from accelgrid.config import validation\n"
             "tracemalloc.start(); t = time.time()\n"
             "try: validation.load_yaml(sys.argv[1])\n"
             "except validation.ValidationFailed as e: print(e)\n"
@@ -260,7 +262,7 @@ def test_a_valid_file_at_the_size_limit_loads_in_seconds(tmp_path) -> None:
     text = text.replace("profiles:\n", "profiles:\n" + "".join(entries), 1)
     (proj / "matrix.yaml").write_text(text)
     started = time.monotonic()
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     matrix = load_matrix(proj / "matrix.yaml")
     assert len(matrix.profiles) > 4000 and len(matrix.cells) == 5
@@ -269,7 +271,7 @@ def test_a_valid_file_at_the_size_limit_loads_in_seconds(tmp_path) -> None:
 
 def test_anchors_aliases_and_merge_keys_within_bounds_still_work(tmp_path) -> None:
     # The bounds refuse alias bombs, not aliases: sharing pins and merging a base is fine.
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     proj = _project(tmp_path)
     text = (proj / "matrix.yaml").read_text()

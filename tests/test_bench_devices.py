@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import devices
-from accelgrid.errors import InvalidInput
 
 PAYLOAD = '''
 import os

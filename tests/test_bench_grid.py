@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract
+from accelgrid.base import contract
+from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import grid as bench_grid
 from accelgrid.cli import main
-from accelgrid.errors import InvalidInput
 
 
 @pytest.mark.slow  # end to end: a whole bench or cell run

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import offload
 from accelgrid.cli import main
-from accelgrid.errors import InvalidInput
-from accelgrid.matrix import load_matrix
+from accelgrid.config.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import sessions
+from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import ops as bench_ops
 from accelgrid.cli import main
-from accelgrid.errors import InvalidInput
-from accelgrid.matrix import load_matrix
+from accelgrid.commands import sessions
+from accelgrid.config.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = str(ROOT / "matrix.yaml")

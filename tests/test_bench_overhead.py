@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from mini_projects import make_project
 
+from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import overhead
 from accelgrid.cli import main
-from accelgrid.errors import InvalidInput
-from accelgrid.matrix import load_matrix
+from accelgrid.config.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = str(ROOT / "matrix.yaml")

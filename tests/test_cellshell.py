@@ -21,8 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, environment, results, sessions, venvs
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract
+from accelgrid.commands import sessions
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import venvs
+from accelgrid.results import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOW = ("import json, os, sys; print(json.dumps({'prefix': sys.prefix, "
@@ -63,7 +67,7 @@ def clean(env: dict[str, str]) -> dict[str, str]:
 
 def test_a_linked_env_imports_accelgrid_from_the_checkout(project: Path, tmp_path: Path) -> None:
     python = venvs.python_in(env_of(project))
-    code = "import accelgrid.contract as c; print(c.__file__)"
+    code = "import accelgrid.base.contract as c; print(c.__file__)"
     bare = subprocess.run([str(python), "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, env=clean(dict(os.environ)))
     assert "No module named 'accelgrid'" in bare.stderr   # what issue #18 saw
@@ -72,7 +76,7 @@ def test_a_linked_env_imports_accelgrid_from_the_checkout(project: Path, tmp_pat
     linked = subprocess.run([str(python), "-c", code], cwd=tmp_path, capture_output=True,
                             text=True, env=clean(dict(os.environ)))
     assert linked.returncode == 0, linked.stderr
-    assert linked.stdout.strip() == str(project / "src" / "accelgrid" / "contract.py")
+    assert linked.stdout.strip() == str(project / "src" / "accelgrid" / "base" / "contract.py")
     # Linked from another checkout (an env copied over): relinked, and it says so.
     pth.write_text("/elsewhere/src\n")
     proc = accelgrid("--matrix", str(project / "matrix.yaml"), "env", "cpu-2.13")

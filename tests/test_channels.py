@@ -15,11 +15,14 @@ from report_cases import write_cell
 from test_containers import project  # noqa: F401 (a fixture)
 from test_cpu_index import _installed_torch, _nox, _simple_index, _wheel, pypi  # noqa: F401
 
-from accelgrid import contract, install, junit, report
+from accelgrid import report
+from accelgrid.base import contract
 from accelgrid.cli import main
-from accelgrid.history import open_store
-from accelgrid.matrix import load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import install
 from accelgrid.report import model
+from accelgrid.results import junit
+from accelgrid.results.history import open_store
 from accelgrid.run import cellenv
 
 TESTS = Path(__file__).resolve().parent
@@ -201,7 +204,7 @@ def test_a_nightly_cells_image_takes_the_newest_and_is_rebuilt_daily(
 
     from test_containers import HADOLINT
 
-    from accelgrid import containers
+    from accelgrid.commands import containers
 
     path = project / "matrix.yaml"   # the project's matrix with a nightly xpu-2.16
     text = path.read_text().replace(

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelgrid import ci, cli, errors
-from accelgrid.matrix import load_matrix
+from accelgrid import cli
+from accelgrid.base import errors
+from accelgrid.commands import ci
+from accelgrid.config.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -82,7 +82,7 @@ XPU_RECORDS = {
 
 
 def test_every_xpu_profile_has_its_records_line(capsys) -> None:
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     xpu_profiles = {n for n, p in matrix.profiles.items() if p.applies_to("xpu")}
@@ -285,8 +285,9 @@ def test_a_command_loads_only_its_group() -> None:
     pytest, which only those and the cells need); `accelgrid --help` still lists all."""
     code = ("import sys; from accelgrid import cli; a = cli.parse(['run', 'cpu-2.13', '--', "
             "'-k', 'x']); print(a.cell, a.pytest_args if hasattr(a, 'pytest_args') else '', "
-            "sorted(m for m in ('jinja2', 'pytest', 'accelgrid.report', 'accelgrid.containers',"
-            " 'accelgrid.ci', 'accelgrid.bench', 'accelgrid.install') if m in sys.modules))")
+            "sorted(m for m in ('jinja2', 'pytest', 'accelgrid.report', "
+            "'accelgrid.commands.containers', 'accelgrid.commands.ci', 'accelgrid.bench', "
+            "'accelgrid.host.install') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, check=True)
     assert proc.stdout.split()[0] == "cpu-2.13"

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from report_cases import CUDA_CAPTURE, artifacts, baseline_case, ops_cell, write_cell
 
-from accelgrid import report, xpu_prediction
+from accelgrid import report
+from accelgrid.base.errors import EXIT_INVALID, EXIT_REGRESSION, AccelgridError, Regression
 from accelgrid.cli import main
-from accelgrid.errors import EXIT_INVALID, EXIT_REGRESSION, AccelgridError, Regression
+from accelgrid.ops import xpu_prediction
 
 # --- grid ------------------------------------------------------------------------------
 

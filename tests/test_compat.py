@@ -1,6 +1,6 @@
-"""accelgrid.compat: version pairings known not to work (PEP 440 comparisons)."""
+"""accelgrid.config.compat: version pairings known not to work (PEP 440 comparisons)."""
 
-from accelgrid.compat import incompatibilities
+from accelgrid.config.compat import incompatibilities
 
 
 def test_known_bad_pairings() -> None:

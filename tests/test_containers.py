@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import containers, results
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.commands import containers
+from accelgrid.config.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_PIP: dict[str, str] = {}   # pip settings for tests that must not depend on this host
@@ -62,7 +63,7 @@ def test_render_per_family(matrix, name: str) -> None:
     env = _env_lines(text)
     assert {k: v for k, v in env.items() if k not in PLUMBING_ENV} == cell.env
     torch_step, rest = _pip_args(text)
-    from accelgrid import install
+    from accelgrid.host import install
 
     requirement = install.torch_requirement(cell)   # a cpu cell's: its CPU build
     assert requirement in torch_step

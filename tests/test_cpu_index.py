@@ -1,4 +1,4 @@
-"""cpu cells take torch's CPU build (accelgrid.install): real nox sessions of a one-cell
+"""cpu cells take torch's CPU build (accelgrid.host.install): real nox sessions of a one-cell
 project against a local CPU index and a local "PyPI" that holds only a CUDA build, both
 made of tiny fake torch wheels (no 2.4 download)."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import install
+from accelgrid.host import install
 
 pytestmark = pytest.mark.skipif(install.cpu_build_tag() is None,
                                 reason="PyTorch's CPU wheels carry +cpu on x86-64 only")
@@ -148,7 +148,7 @@ error: No solution found when resolving dependencies
 
 
 def test_a_missing_cpu_build_is_said_in_one_line() -> None:
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     cell = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml").cell("cpu-2.15")
     line = install.fallback_failure(cell, "torch==2.15.0+cpu", UV_NO_CPU_215)

@@ -1,4 +1,4 @@
-"""Device presence probes (accelgrid.detect), without importing torch; Intel GPUs from a
+"""Device presence probes (accelgrid.host.detect), without importing torch; Intel GPUs from a
 fake sysfs tree (Intel, NVIDIA, AMD, none, mixed, a container without /dev/dri)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fake_hosts import fake_gpu
 
-from accelgrid import detect
+from accelgrid.host import detect
 
 XPU_RULE = {"pci_vendor": "0x8086"}
 
@@ -141,7 +141,7 @@ def test_family_table_has_no_id_twice() -> None:
 
 # --- the runtime bundle of torch 2.5 +xpu -------------------------------------------------
 def test_runtime_check(tmp_path: Path) -> None:
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     matrix = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
     old, new = matrix.cell("xpu-2.5"), matrix.cell("xpu-2.13")
@@ -169,7 +169,7 @@ def test_runtime_check(tmp_path: Path) -> None:
 # --- hardware family and driver stack of the runner ---------------------------------------
 @pytest.fixture(scope="module")
 def repo_matrix():
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     return load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
 
@@ -234,7 +234,7 @@ def test_a_profile_value_wins_over_the_hardware(tmp_path: Path, repo_matrix) -> 
 
 
 def test_pinned_cell_takes_the_hardware_label_and_refuses_other_hardware(tmp_path: Path) -> None:
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     text = (Path(__file__).parent / "base_matrix.yaml").read_text().replace(
         '    - {device: xpu, torch: "2.13", profile: fallback-debug}',

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fake_hosts import fake_gpu
 
-from accelgrid import detect
+from accelgrid.host import detect
 
 IPEX_702 = """\
 [opencl:cpu][opencl:0] Intel(R) OpenCL, 12th Gen Intel(R) Core(TM) i9-12900K OpenCL 3.0 (Build 0) [2024.18.7.0.11_160000]

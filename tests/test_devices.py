@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import backends, contract, detect, devices, environment, opcapture, results
+from accelgrid import devices, results
+from accelgrid.base import contract
+from accelgrid.config.matrix import ValidationFailed, load_matrix
+from accelgrid.devices import backends
 from accelgrid.devices import spec as device_spec
-from accelgrid.matrix import ValidationFailed, load_matrix
+from accelgrid.host import detect
+from accelgrid.results import environment
 from accelgrid.run import passes as pass_plan
 from accelgrid.run.cell import run_cell
+from accelgrid.testing import opcapture
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = Path(__file__).with_name("fake_device_spec.py")
@@ -31,7 +36,7 @@ def registered():
 
 def test_every_device_module_is_in_the_table() -> None:
     folder = Path(devices.__file__).parent
-    modules = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "spec"}
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "spec", "backends"}
     assert modules == {d.name for d in devices.BUILTIN}
     for kind in devices.BUILTIN:
         assert kind.source == f"accelgrid.devices.{kind.name}"
@@ -198,7 +203,7 @@ def test_the_transformers_spec_of_a_spec_device_calls_its_hooks(tmp_path, regist
     (from the cell's variables) and hands transformers the spec's own hooks."""
     import runpy
 
-    from accelgrid import hf_spec
+    from accelgrid.testing import hf_spec
 
     devices.load_spec(FAKE)
     path, record = hf_spec.write(tmp_path, "fakeacc")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelgrid import environment
+from accelgrid.results import environment
 
 
 def test_integer_flags_need_0_or_1() -> None:
@@ -37,7 +37,7 @@ def _pip_settings_with(tmp_path: Path, conf: str, extra_env: dict[str, str]) -> 
     cfg.write_text(conf)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update({"PIP_CONFIG_FILE": str(cfg), **extra_env})
-    code = ("import json, accelgrid.environment as e; "
+    code = ("import json, accelgrid.results.environment as e; "
             "print(json.dumps(e.uv_env_from_pip(e.pip_settings(), env={})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout

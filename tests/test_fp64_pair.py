@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fake_hosts import fake_gpu
 
-from accelgrid import detect
-from accelgrid.matrix import load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import detect
 
 FLAGS = ("OverrideDefaultFP64Settings", "IGC_EnableDPEmulation")
 

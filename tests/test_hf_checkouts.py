@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, sessions
-from accelgrid.matrix import load_matrix
+from accelgrid.base import contract
+from accelgrid.commands import sessions
+from accelgrid.config.matrix import load_matrix
 from suites.hf_examples import checkouts
 
 ROOT = Path(__file__).resolve().parents[1]

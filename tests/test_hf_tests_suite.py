@@ -1,4 +1,4 @@
-"""suites/hf_tests: HF's own tests through a device spec generated from accelgrid.backends.
+"""suites/hf_tests: HF's own tests through a device spec generated from accelgrid.devices.backends.
 
 Fast tests: the spec's hooks per device (the device's own function, a hook the device lacks
 left out), the checkout finder's version rules (accelerate's dev tree of the installed
@@ -20,8 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import backends, contract, hf_checkouts, hf_spec, jsonio, results, sessions
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract, jsonio
+from accelgrid.commands import sessions
+from accelgrid.config.matrix import load_matrix
+from accelgrid.devices import backends
+from accelgrid.testing import hf_checkouts, hf_spec
 from suites.hf_tests import conftest as suite
 from suites.hf_tests import hf_ops
 
@@ -37,7 +41,8 @@ def test_spec_hooks_are_each_devices_own_and_lacking_ones_are_left_out() -> None
     assert cpu["MANUAL_SEED_FN"]["impl"] == "torch.manual_seed"
     assert cpu["DEVICE_COUNT_FN"]["impl"] == "torch.cpu.device_count"
     assert cpu["EMPTY_CACHE_FN"] == {"api": "empty_cache", "impl": None,
-                                     "why": "cpu claims no empty_cache (accelgrid.backends)"}
+                                     "why": "cpu claims no empty_cache "
+                                            "(accelgrid.devices.backends)"}
     # cuda / xpu without the device: resolve() only needs the attribute to exist.
     ok = lambda api, dev: None   # noqa: E731
     for dev in ("cuda", "xpu"):
@@ -49,7 +54,7 @@ def test_spec_hooks_are_each_devices_own_and_lacking_ones_are_left_out() -> None
     mps = hf_spec.hooks("mps", ok)
     assert mps["DEVICE_COUNT_FN"]["impl"] == "backends.TABLES['device_count']['mps']"
     text = hf_spec.spec_text("mps", mps)
-    assert "from accelgrid import backends" in text and "DEVICE_NAME = 'mps'" in text
+    assert "from accelgrid.devices import backends" in text and "DEVICE_NAME = 'mps'" in text
     # An API this torch lacks (torch 2.4's xpu memory stats, pytorch/pytorch#127929): left out.
 
     def lacks_empty_cache(api: str, dev: str) -> None:

@@ -1,4 +1,4 @@
-"""The history store (accelgrid.history), the grid with history (report/history.py), lost
+"""The history store (accelgrid.results.history), the grid with history (report/history.py), lost
 cells (report/expect.py) and their commands: real SQLite files, real results folders as a
 run writes them, the CLI in a subprocess where exit codes and the one-line errors matter."""
 
@@ -14,10 +14,11 @@ import pytest
 from mini_projects import RERUN_PAYLOAD
 from report_cases import write_cell
 
-from accelgrid import history, report
+from accelgrid import report
 from accelgrid.cli import main
-from accelgrid.history import HistoryError, open_store
 from accelgrid.report import compare
+from accelgrid.results import history
+from accelgrid.results.history import HistoryError, open_store
 
 T = "suites/smoke/test_h.py::"
 
@@ -462,7 +463,7 @@ def test_bench_history_small(tmp_path: Path) -> None:
 @pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
 def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatch,
                                                         tmp_path: Path) -> None:
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
     from accelgrid.run.cell import run_cell
 
     pytest.importorskip("pytest_rerunfailures")

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelgrid import ci, report
-from accelgrid.cellresults import read_cell
-from accelgrid.history import CODE, open_store
+from accelgrid import report
+from accelgrid.commands import ci
 from accelgrid.report import site
+from accelgrid.results.cellresults import read_cell
+from accelgrid.results.history import CODE, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "measured"

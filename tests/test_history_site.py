@@ -13,7 +13,7 @@ import pytest
 from test_history import T, series
 
 from accelgrid.cli import main
-from accelgrid.history import open_store
+from accelgrid.results.history import open_store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -1,4 +1,4 @@
-"""Install plans (accelgrid.install): the torch index, then the rest with torch pinned."""
+"""Install plans (accelgrid.host.install): the torch index, then the rest with torch pinned."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import install
-from accelgrid.matrix import load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import install
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +269,7 @@ def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Pat
 def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real `pip config` runs; a remembered answer asks pip nothing."""
-    from accelgrid import environment
+    from accelgrid.results import environment
 
     env = tmp_path / "env"
     env.mkdir()

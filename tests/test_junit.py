@@ -1,4 +1,4 @@
-"""JUnit XML for other tools (accelgrid.junit): testsuite properties in every pass's file,
+"""JUnit XML for other tools (accelgrid.results.junit): testsuite properties in every pass's file,
 accelgrid's outcomes mapped onto JUnit's elements, one merged file per run; read back
 with junitparser, as dashboards read it."""
 
@@ -11,8 +11,10 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from accelgrid import cellresults, contract, jsonio, junit, outcomes, report, results
-from accelgrid.matrix import load_matrix
+from accelgrid import report, results
+from accelgrid.base import contract, jsonio, outcomes
+from accelgrid.config.matrix import load_matrix
+from accelgrid.results import cellresults, junit
 from accelgrid.run.cell import run_cell
 
 ISSUE = {"id": "acme/widgets#1", "url": "https://github.com/acme/widgets/issues/1",
@@ -120,7 +122,7 @@ def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, pyt
     proj = mini_project()
     (proj / "suites" / "payload" / "test_p.py").write_text(
         "import pytest\n"
-        "from accelgrid import outcomes\n"
+        "from accelgrid.base import outcomes\n"
         "def test_ok():\n    pass\n"
         "def test_bad():\n    assert 1 == 2\n"
         "def test_nr():\n    outcomes.not_run('no checkout')\n")

@@ -16,12 +16,14 @@ import jsonschema
 import pytest
 import yaml
 
-from accelgrid import contract, known_issues, results
-from accelgrid import known_issues_runtime as rt
-from accelgrid.matrix import PIN_NAMES, load_matrix
+from accelgrid import results
+from accelgrid.base import contract
+from accelgrid.config import known_issues
+from accelgrid.config.matrix import PIN_NAMES, load_matrix
+from accelgrid.config.validation import ValidationFailed, load_schema, schema_text
 from accelgrid.run import cellenv
 from accelgrid.run.cell import run_cell
-from accelgrid.validation import ValidationFailed, load_schema, schema_text
+from accelgrid.testing import known_issues_runtime as rt
 
 pytest_plugins = ["pytester"]  # the in-cell plugin on real pytest runs, in process
 
@@ -383,7 +385,7 @@ def test_installed_local_and_prerelease_versions(torch: str, reason: str | None)
 
 
 def test_upstream_marker_is_registered(tmp_path: Path, python: str) -> None:
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["accelgrid.pytest_plugin"]\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["accelgrid.testing.pytest_plugin"]\n')
     (tmp_path / "test_m.py").write_text(textwrap.dedent('''
         import pytest
         @pytest.mark.upstream("acme/widgets#1")
@@ -777,7 +779,7 @@ def test_a_module_importing_test_matches_collects_no_test_from_it(pytester) -> N
     """``test_matches`` is named like a test; a test file that imports it (as this one's
     neighbours do) must not collect it."""
     pytester.makeini("[pytest]\n")
-    pytester.makepyfile(test_m="from accelgrid.known_issues_runtime import test_matches\n\n"
+    pytester.makepyfile(test_m="from accelgrid.testing.known_issues_runtime import test_matches\n\n"
                                "def test_a():\n    assert test_matches('a.py::t', 'a.py')\n")
     rec = pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider")
     assert [r.nodeid for r in rec.getreports("pytest_runtest_logreport")

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cellresults, contract, lifetime, results
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract, lifetime
+from accelgrid.config.matrix import load_matrix
+from accelgrid.results import cellresults
 from accelgrid.run import lock as cell_lock
 from accelgrid.run import supervise
 from accelgrid.run.cell import run_cell
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc and relies on prctl")
 
 RUN_CELL = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
-            "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
+            "from accelgrid.config.matrix import load_matrix; p = Path(sys.argv[1]); "
             "sys.exit(run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
             "sys.executable, p, p / 'results'))")
 
@@ -287,12 +289,12 @@ def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
 TORCHRUN_HANGS = textwrap.dedent('''
     import os, signal, subprocess, sys
     from pathlib import Path
-    from accelgrid import lifetime
+    from accelgrid.base import lifetime
 
     RANK = (
         "import os, time\\n"
         "from pathlib import Path\\n"
-        "from accelgrid import lifetime\\n"
+        "from accelgrid.base import lifetime\\n"
         "lifetime.die_with_parent()\\n"
         "Path(os.environ['ACCELGRID_RESULTS'], 'rank-' + os.environ['RANK']).write_text('')\\n"
         "time.sleep(600)\\n"
@@ -390,7 +392,7 @@ def test_death_signal_reaches_the_child_of_a_killed_parent(tmp_path: Path) -> No
     # waits; SIGKILL of the parent must take the child along.
     code = textwrap.dedent('''
         import subprocess, sys, time
-        from accelgrid import lifetime
+        from accelgrid.base import lifetime
         child = subprocess.Popen(lifetime.with_death_signal(
             [sys.executable, "-c", "import time; time.sleep(600)"]))
         print(child.pid, flush=True)
@@ -421,7 +423,7 @@ def test_guard_kills_its_group_when_its_pipe_closes() -> None:
 
 
 def test_die_with_parent_arms_the_signal() -> None:
-    code = ("import ctypes, sys; from accelgrid import lifetime; "
+    code = ("import ctypes, sys; from accelgrid.base import lifetime; "
             "assert lifetime.die_with_parent(); sig = ctypes.c_int(); "
             "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0); print(sig.value)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from accelgrid.matrix import PIN_NAMES, Matrix, load_matrix, select
-from accelgrid.validation import ValidationFailed, load_schema, schema_text
+from accelgrid.config.matrix import PIN_NAMES, Matrix, load_matrix, select
+from accelgrid.config.validation import ValidationFailed, load_schema, schema_text
 
 TESTS = Path(__file__).resolve().parent
 CORPUS = TESTS / "bad_matrices"
@@ -201,7 +201,7 @@ def test_xpu_runtime_per_torch_series(matrix) -> None:
 
 
 def test_hardware_families_are_detects(matrix) -> None:
-    from accelgrid import detect
+    from accelgrid.host import detect
 
     schema = load_schema("matrix")["properties"]["devices"]["additionalProperties"]
     assert schema["properties"]["hardware"]["propertyNames"]["enum"] == list(detect.FAMILIES)
@@ -227,7 +227,7 @@ def test_local_wheel_cell_runs_on_request_only(matrix) -> None:
 
 
 def test_excluded_cell_says_which_rule(tmp_path: Path) -> None:
-    from accelgrid.errors import UnknownName
+    from accelgrid.base.errors import UnknownName
 
     text = (TESTS / "base_matrix.yaml").read_text().replace(
         '  torch: ["2.4", "2.13"]\n', '  torch: ["2.4", "2.13"]\n  exclude:\n'

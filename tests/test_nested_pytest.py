@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelgrid import contract, results
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract
+from accelgrid.config.matrix import load_matrix
 from accelgrid.run import cellenv
 from accelgrid.run.cell import run_cell
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, results
+from accelgrid import results
+from accelgrid.base import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,7 @@ def nox(*args: str, env: dict[str, str] | None = None, timeout: int = 900
 
 
 def test_list_has_a_session_per_cell() -> None:
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     cells = load_matrix(ROOT / "matrix.yaml").cells
     proc = nox("-l")

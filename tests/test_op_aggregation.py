@@ -15,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, known_issues, opcapture, ops, xpu_prediction
-from accelgrid.matrix import load_matrix
+from accelgrid import ops
+from accelgrid.base import contract
+from accelgrid.config import known_issues
+from accelgrid.config.matrix import load_matrix
+from accelgrid.ops import xpu_prediction
+from accelgrid.testing import opcapture
 
 ROOT = Path(__file__).resolve().parent.parent
 # The order ops.py documents, best first: "When tests disagree about an op, the worst

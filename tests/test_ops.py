@@ -16,10 +16,12 @@ torch = pytest.importorskip("torch")
 
 from report_cases import xpu_survey_cell  # noqa: E402
 
-from accelgrid import opcapture, ops, sessions  # noqa: E402
-from accelgrid.matrix import load_matrix  # noqa: E402
+from accelgrid import ops  # noqa: E402
+from accelgrid.commands import sessions  # noqa: E402
+from accelgrid.config.matrix import load_matrix  # noqa: E402
 from accelgrid.report import ops_pages  # noqa: E402
 from accelgrid.run.cell import run_cell  # noqa: E402
+from accelgrid.testing import opcapture  # noqa: E402
 
 # Verbatim upstream texts (REFERENCE.md §2), in the forms they reach us.
 XPU_DEBUG_WARNING = (

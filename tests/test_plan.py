@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from accelgrid import cli, contract
-from accelgrid.matrix import load_matrix
+from accelgrid import cli
+from accelgrid.base import contract
+from accelgrid.config.matrix import load_matrix
 from accelgrid.run.cell import run_cell
 
 PAYLOAD = """

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, detect, known_issues, results
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract
+from accelgrid.config import known_issues
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import detect
 from accelgrid.run import cell as run_cell_module
 
 # An entry the run must apply (so the registry it validated once is the one handed down).

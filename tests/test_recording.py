@@ -13,15 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cellresults, contract, jsonio, results
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract, jsonio
+from accelgrid.config.matrix import load_matrix
+from accelgrid.results import cellresults
 from accelgrid.run import passes as pass_plan
 from accelgrid.run import preflight, selection, supervise
 from accelgrid.run.cell import run_cell
 
 PAYLOAD = '''
 import os, time, pytest
-from accelgrid.outcomes import not_run
+from accelgrid.base.outcomes import not_run
 
 def test_pass(device):
     assert device == "cpu"
@@ -168,7 +170,7 @@ def test_killed_runner_keeps_what_was_recorded(mini_project, python) -> None:
         def test_3(): time.sleep(600)
     '''))
     code = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
-            "from accelgrid.matrix import load_matrix; p = Path(sys.argv[1]); "
+            "from accelgrid.config.matrix import load_matrix; p = Path(sys.argv[1]); "
             "run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), sys.executable, "
             "p, p / 'results')")
     proc = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True)
@@ -312,7 +314,7 @@ def test_one_chosen_device_is_pinned(mini_project, python, monkeypatch) -> None:
 
 
 def test_torch_provenance_merges_pinned_workers_views() -> None:
-    from accelgrid import provenance
+    from accelgrid.results import provenance
 
     base = {"version": "2.11.0+cu130", "cuda_runtime": "13.0", "driver": "580"}
     reports = [  # each pinned worker sees one GPU, as its own index 0
@@ -837,7 +839,7 @@ def test_all_devices_of_the_run():
 
 
 def test_chosen_devices_hold_in_every_pass(mini_project, python, monkeypatch) -> None:
-    from accelgrid import detect
+    from accelgrid.host import detect
 
     monkeypatch.setitem(detect.DEVICE_IDS, "xpu", lambda: ["0", "1", "2", "3"])  # 4 GPUs
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import xpu_prediction as xp
+from accelgrid.ops import xpu_prediction as xp
 
 ROOT = Path(__file__).resolve().parents[1]
 YAML_IN_WHEEL = "torchgen/packaged/ATen/native/native_functions.yaml"

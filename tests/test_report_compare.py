@@ -10,7 +10,7 @@ import pytest
 from report_cases import baseline_case, write_cell
 
 from accelgrid import report
-from accelgrid.errors import InvalidInput, UnknownName
+from accelgrid.base.errors import InvalidInput, UnknownName
 from accelgrid.report import compare
 from accelgrid.report import model as grid_model
 

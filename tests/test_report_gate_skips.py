@@ -10,8 +10,8 @@ import pytest
 from report_cases import write_cell
 
 from accelgrid import report
+from accelgrid.base.errors import EXIT_REGRESSION
 from accelgrid.cli import main
-from accelgrid.errors import EXIT_REGRESSION
 from accelgrid.report import compare
 
 SMOKE = "suites/smoke/test_device_api.py::"

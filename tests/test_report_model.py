@@ -8,7 +8,8 @@ from pathlib import Path
 
 from report_cases import artifacts, broken_cells, demo, pinned_cell, write_cell
 
-from accelgrid import contract, report
+from accelgrid import report
+from accelgrid.base import contract
 from accelgrid.bench import grid as bench_grid
 from accelgrid.report import model as grid_model
 

@@ -259,7 +259,7 @@ def test_cross_cell_shows_fallback_kernels_and_missing_kinds(tmp_path: Path) -> 
 # --- predicted per release ---------------------------------------------------------------
 
 def test_predicted_pages_of_the_h200_capture(tmp_path: Path) -> None:
-    from accelgrid import xpu_prediction as xp
+    from accelgrid.ops import xpu_prediction as xp
 
     capture = ops.load_captured(CUDA_CAPTURE)
     doc = xp.predicted_view(capture, ["2.5", "2.6", "2.13"])

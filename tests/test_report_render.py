@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from report_cases import ISSUE, baseline_case, broken_cells, demo, pinned_cell, write_cell
 
-from accelgrid import jsonio, report
+from accelgrid import report
+from accelgrid.base import jsonio
 from accelgrid.bench import grid as bench_grid
 from accelgrid.report import render_html, render_json, render_markdown
 from accelgrid.report.model import SCHEMA_VERSION

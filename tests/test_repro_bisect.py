@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import bisect, repro, results
-from accelgrid.matrix import Cell, load_matrix
+from accelgrid import results
+from accelgrid.commands import bisect, repro
+from accelgrid.config.matrix import Cell, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = os.environ.get("ACCELGRID_HEAVY") == "1"

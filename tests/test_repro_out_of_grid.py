@@ -8,8 +8,9 @@ from pathlib import Path
 
 from report_cases import write_cell
 
-from accelgrid import cellresults, contract
+from accelgrid.base import contract
 from accelgrid.report import model
+from accelgrid.results import cellresults
 
 
 def _results(tmp_path: Path) -> Path:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import xpu_prediction as xp
-from accelgrid.known_issues import load_registry
-from accelgrid.matrix import load_matrix
+from accelgrid.config.known_issues import load_registry
+from accelgrid.config.matrix import load_matrix
+from accelgrid.ops import xpu_prediction as xp
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = load_matrix(ROOT / "matrix.yaml")

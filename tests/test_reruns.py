@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 from mini_projects import RERUN_PAYLOAD
 
-from accelgrid import install, outcomes, report
-from accelgrid.cellresults import read_cell
-from accelgrid.history import open_store
-from accelgrid.matrix import RERUN_TOOL, load_matrix
+from accelgrid import report
+from accelgrid.base import outcomes
+from accelgrid.config.matrix import RERUN_TOOL, load_matrix
+from accelgrid.config.validation import ValidationFailed
+from accelgrid.host import install
+from accelgrid.results.cellresults import read_cell
+from accelgrid.results.history import open_store
 from accelgrid.run import passes as pass_plan
 from accelgrid.run import selection
 from accelgrid.run.cell import run_cell
-from accelgrid.validation import ValidationFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (Path(__file__).parent / "base_matrix.yaml").read_text()

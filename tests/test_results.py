@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from report_cases import artifacts, broken_cells, write_cell
 
-from accelgrid import cellresults, contract, jsonio, results
+from accelgrid import results
+from accelgrid.base import contract, jsonio
+from accelgrid.results import cellresults
 
 
 def test_discovers_cells_in_an_artifacts_download(tmp_path: Path) -> None:

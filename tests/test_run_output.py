@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, install, outcomes, report, results
-from accelgrid.matrix import load_matrix
+from accelgrid import report, results
+from accelgrid.base import contract, outcomes
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import install
 from accelgrid.run import console
 from accelgrid.run.cell import run_cell
 
@@ -25,7 +27,7 @@ SRC = ROOT / "src"
 
 SUITE_ONE = '''
 import pytest
-from accelgrid.outcomes import not_run
+from accelgrid.base.outcomes import not_run
 
 def test_pass():
     print("CAPTURED-OUT-OF-A-PASSED-TEST")
@@ -184,7 +186,7 @@ def _uv(*args: str, env: dict[str, str]) -> str:
 def test_uv_changes_reads_what_a_real_install_did(tmp_path: Path) -> None:
     import os
 
-    from accelgrid import environment
+    from accelgrid.results import environment
 
     env = {**os.environ, **environment.uv_env_from_pip(environment.pip_settings()),
            "VIRTUAL_ENV": str(tmp_path / "venv")}
@@ -203,8 +205,10 @@ NOXFILE = '''
 import sys
 sys.path.insert(0, {src!r})
 import nox
-from accelgrid import environment, install, sessions
-from accelgrid.matrix import load_matrix
+from accelgrid.commands import sessions
+from accelgrid.host import install
+from accelgrid.results import environment
+from accelgrid.config.matrix import load_matrix
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_venv = "yes"

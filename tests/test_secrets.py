@@ -20,8 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import cli, contract, environment, errors, install, results, sessions
-from accelgrid.matrix import load_matrix
+from accelgrid import cli, results
+from accelgrid.base import contract, errors
+from accelgrid.commands import sessions
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import install
+from accelgrid.results import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = load_matrix(ROOT / "matrix.yaml")
@@ -277,7 +281,7 @@ def test_a_bad_workers_override_is_one_line(tmp_path, monkeypatch, value: str) -
 
 
 def test_a_container_build_refuses_a_credentialed_index() -> None:
-    from accelgrid import containers
+    from accelgrid.commands import containers
 
     with pytest.raises(containers.ContainerError) as info:
         containers.render(MATRIX, MATRIX.cell("cpu-2.13"), torch_index=INDEX)

@@ -1,4 +1,4 @@
-"""Shards (accelgrid.shards): the split, and a cell run as shards merging back into the
+"""Shards (accelgrid.results.shards): the split, and a cell run as shards merging back into the
 column of one run."""
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, results, shards
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract
+from accelgrid.config.matrix import load_matrix
 from accelgrid.report import model
+from accelgrid.results import shards
 from accelgrid.run.cell import run_cell
 
 
@@ -137,8 +139,9 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
 
 def test_a_shard_spec_that_cannot_be_used_is_one_line(mini_project, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelgrid import cli, sessions
-    from accelgrid.errors import InvalidInput
+    from accelgrid import cli
+    from accelgrid.base.errors import InvalidInput
+    from accelgrid.commands import sessions
 
     proj = mini_project()
     code = cli.main(["--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--shard",
@@ -168,7 +171,7 @@ def _history_of(tmp_path: Path, durations: list[dict[str, float]]) -> Path:
     ``durations`` ({test: seconds}), oldest first."""
     from report_cases import write_cell
 
-    from accelgrid.history import open_store
+    from accelgrid.results.history import open_store
 
     db = tmp_path / "results" / "history.sqlite"
     folders = [write_cell(tmp_path / f"run{i}", "cpu-2.13", dict.fromkeys(d, "passed"),
@@ -181,7 +184,7 @@ def _history_of(tmp_path: Path, durations: list[dict[str, float]]) -> Path:
 
 
 def test_a_history_balanced_split_is_better_balanced_than_equal_counts(tmp_path: Path) -> None:
-    from accelgrid.history import open_store
+    from accelgrid.results.history import open_store
 
     true = {"t0": 40.0, "t1": 5.0, "t2": 4.0, "t3": 3.0, "t4": 3.0, "t5": 2.0, "t6": 1.0,
             "t7": 1.0}
@@ -206,7 +209,7 @@ def test_a_history_balanced_split_is_better_balanced_than_equal_counts(tmp_path:
 
 def test_a_shard_run_takes_its_durations_from_the_history(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelgrid import sessions
+    from accelgrid.commands import sessions
 
     db = _history_of(tmp_path, [{"t0": 3.0, "t1": 1.0}])
     out = db.parent

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, results
-from accelgrid.errors import InvalidInput
-from accelgrid.matrix import load_matrix
+from accelgrid import results
+from accelgrid.base import contract
+from accelgrid.base.errors import InvalidInput
+from accelgrid.config.matrix import load_matrix
 from accelgrid.run import passes as pass_plan
 from accelgrid.run.cell import run_cell
 

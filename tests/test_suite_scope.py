@@ -1,4 +1,4 @@
-"""Which suites a selection can touch (accelgrid.suite_scope): real pytest collections of a
+"""Which suites a selection can touch (accelgrid.run.suite_scope): real pytest collections of a
 project with traps (a test in one suite named after another, a marker, a parametrize id,
 ids read from a data file, a conftest hook that marks every test) must select exactly the
 same tests from the narrowed suites as from all of them."""
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import contract, suite_scope
-from accelgrid.matrix import load_matrix
+from accelgrid.base import contract
+from accelgrid.config.matrix import load_matrix
 from accelgrid.run import passes as pass_plan
+from accelgrid.run import suite_scope
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,7 +235,7 @@ def test_the_runner_gives_pytest_the_narrowed_suites() -> None:
 def test_the_cells_suites_select_the_same_tests_narrowed(expr: str,
                                                         outside_envdir: Path) -> None:
     """The real suites in the cpu-2.13 cell's env (built if missing: minutes)."""
-    from accelgrid import sessions
+    from accelgrid.commands import sessions
 
     cell = load_matrix(ROOT / "matrix.yaml").cell("cpu-2.13")
     python = sessions.prepared_python(ROOT, cell)

@@ -60,7 +60,7 @@ def _run(tmp_path: Path, device: str, spec: Path | None = None) -> dict[str, str
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     if spec is not None:
         env["ACCELGRID_DEVICE_SPEC"] = str(spec)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "accelgrid.pytest_plugin",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "accelgrid.testing.pytest_plugin",
                            "-rA", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     out: dict[str, str] = {}

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mini_projects import ROOT, cell_envdir
 
-from accelgrid import venvs
-from accelgrid.matrix import load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.host import venvs
 
 
 def _collected(*args: str) -> list[str]:

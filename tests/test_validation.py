@@ -1,4 +1,4 @@
-"""The generic validator (accelgrid.validation): YAML with line numbers, schema problems as
+"""The generic validator (accelgrid.config.validation): YAML with line numbers, schema problems as
 ``FILE:LINE: key: message`` lines with suggestions, and the schema files shipped in the
 package. matrix.yaml's own checks are in test_matrix.py, the registry's in
 test_known_issues.py."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from accelgrid.errors import EXIT_INVALID, InvalidInput
-from accelgrid.validation import (
+from accelgrid.base.errors import EXIT_INVALID, InvalidInput
+from accelgrid.config.validation import (
     SCHEMA_FILES,
     ValidationFailed,
     check_schema,

@@ -1,4 +1,4 @@
-"""accelgrid.versions: PEP 440 versions and ranges (through packaging) for the registry, the
+"""accelgrid.base.versions: PEP 440 versions and ranges (through packaging) for the registry, the
 in-cell plugin, compat and sorting: local labels ignored, pre-releases below their
 release, series wildcards, clear errors, emptiness, and in-cell imports only."""
 
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from accelgrid import versions
+from accelgrid.base import versions
 
-SRC = Path(versions.__file__).resolve().parent
-IN_CELL = {"outcomes", "provenance", "opcapture", "versions", "contract"}  # as .importlinter
+SRC = Path(versions.__file__).resolve().parents[1]  # accelgrid/
+# The in-cell packages, as .importlinter names them.
+IN_CELL = tuple(f"accelgrid.{p}." for p in ("base", "devices", "results", "testing"))
 
 
 @pytest.mark.parametrize("version,text,inside", [
@@ -117,12 +118,15 @@ def test_public_version_and_sort_key() -> None:
 
 
 def _accelgrid_imports(module: str) -> tuple[set[str], set[str]]:
-    """(accelgrid modules, other top-level packages) that ``module`` imports."""
-    tree = ast.parse((SRC / f"{module}.py").read_text())
+    """(accelgrid modules, other top-level packages) that ``accelgrid.<module>`` imports."""
+    parts = module.split(".")
+    tree = ast.parse((SRC.joinpath(*parts[:-1]) / f"{parts[-1]}.py").read_text())
     own, other = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
-            own |= {node.module} if node.module else {a.name for a in node.names}
+            base = ".".join(["accelgrid", *parts[:-1]][: len(parts) - node.level + 1])
+            base += f".{node.module}" if node.module else ""
+            own |= {base} if node.module else {f"{base}.{a.name}" for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             other.add(node.module.split(".")[0])
         elif isinstance(node, ast.Import):
@@ -133,7 +137,7 @@ def _accelgrid_imports(module: str) -> tuple[set[str], set[str]]:
 def test_in_cell_modules_import_only_in_cell_code() -> None:
     """versions and known_issues_runtime run inside cells: torch, pytest, packaging and the
     standard library, and no dev-side accelgrid module."""
-    assert _accelgrid_imports("versions") == (set(), {"packaging"})
-    own, other = _accelgrid_imports("known_issues_runtime")
-    assert own <= IN_CELL and "versions" in own
+    assert _accelgrid_imports("base.versions") == (set(), {"packaging"})
+    own, other = _accelgrid_imports("testing.known_issues_runtime")
+    assert all(f"{m}.".startswith(IN_CELL) for m in own) and "accelgrid.base.versions" in own
     assert other <= {"pytest", "packaging", "torch"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelgrid import xpu_prediction as xp
+from accelgrid.ops import xpu_prediction as xp
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "docs" / "cuda" / "ops-cuda-2.11.json"
@@ -481,7 +481,7 @@ def test_packaged_data_matches_a_fresh_extraction(tmp_path: Path) -> None:
 # --- choosing series, observed vs predicted --------------------------------------------
 
 def test_series_of_and_the_matrix_series() -> None:
-    from accelgrid.matrix import load_matrix
+    from accelgrid.config.matrix import load_matrix
 
     assert xp.series_of("2.5.1+xpu") == "2.5" and xp.series_of("2.13.0") == "2.13"
     assert xp.series_of(None) is None and xp.series_of("nightly") is None
@@ -492,7 +492,7 @@ def test_series_of_and_the_matrix_series() -> None:
 
 
 def test_choose_series(upstream: dict) -> None:
-    from accelgrid.errors import InvalidInput
+    from accelgrid.base.errors import InvalidInput
 
     assert xp.choose_series(all_series=True, upstream=upstream) == (
         xp.series_names(upstream), [])

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accelgrid.xpu_prediction import torch_ops
+from accelgrid.ops.xpu_prediction import torch_ops
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "accelgrid" / "data"
@@ -68,7 +68,7 @@ def _version(series: str) -> tuple[int, ...]:
 
 
 def _series_ops(torch_data: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """Every series' ``{op: code}`` (:func:`accelgrid.xpu_prediction.torch_ops`)."""
+    """Every series' ``{op: code}`` (:func:`accelgrid.ops.xpu_prediction.torch_ops`)."""
     return {s: torch_ops(torch_data, s) or {} for s in torch_data["series"]}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from accelgrid import lifetime
+from accelgrid.base import lifetime
 
 
 def write_report(out: Path, rank: int, report: dict) -> None:

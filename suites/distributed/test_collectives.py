@@ -19,7 +19,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accelgrid import backends, devices, lifetime
+from accelgrid import devices
+from accelgrid.base import lifetime
+from accelgrid.devices import backends
 
 pytestmark = pytest.mark.multi_device
 

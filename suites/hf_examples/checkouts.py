@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelgrid import contract, hf_checkouts
+from accelgrid.base import contract
+from accelgrid.testing import hf_checkouts
 
 PLACEHOLDER = hf_checkouts.PLACEHOLDER
 # A checkout whose example scripts can run: examples/pytorch beside src/transformers.

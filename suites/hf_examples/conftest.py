@@ -11,7 +11,7 @@ import pytest
 
 # ENV_SRC is scripts.ENV_SRC, not imported from there: scripts imports numpy, and xdist's
 # controller loads this conftest too (numpy for nothing before any worker starts).
-from accelgrid.contract import TRANSFORMERS_SRC as ENV_SRC
+from accelgrid.base.contract import TRANSFORMERS_SRC as ENV_SRC
 from accelgrid.testing import not_run
 
 from . import checkouts

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from accelgrid import contract
+from accelgrid.base import contract
 
 from .workloads import WORKLOADS, make_tokenizer, needs_torchvision
 

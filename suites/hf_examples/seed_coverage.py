@@ -5,7 +5,7 @@ missing on XPU while running the Hugging Face examples; ``accelgrid/data/
 seed_000_ops.json`` holds its rows (op, status, examples that hit it). This reads an
 op-capture cell's raw records (``results/<cell>/ops-raw/*.jsonl``, one line per test)
 and says, per seed row, whether any captured op has the same base op
-(:func:`accelgrid.opcapture.base_op`: ``aten::`` and the overload stripped, an in-place
+(:func:`accelgrid.testing.opcapture.base_op`: ``aten::`` and the overload stripped, an in-place
 ``foo_`` counted as ``foo``), and whether the workload standing in for each of the
 row's examples (``test_workload[<example>]`` and its variants ``[<example>-...]``) hit it.
 
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from accelgrid.opcapture import base_op
-    from accelgrid.xpu_prediction import load_seed
+    from accelgrid.ops.xpu_prediction import load_seed
+    from accelgrid.testing.opcapture import base_op
 except ImportError:  # run as a script from a checkout without accelgrid installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from accelgrid.opcapture import base_op
-    from accelgrid.xpu_prediction import load_seed
+    from accelgrid.ops.xpu_prediction import load_seed
+    from accelgrid.testing.opcapture import base_op
 
 # The seed's column names -> the workload ids of suites/hf_examples/workloads.py.
 EXAMPLE_TO_WORKLOAD = {"image-detection": "object-detection"}

@@ -1,8 +1,8 @@
 """Hugging Face's own tests in the cell's pytest run: transformers' ``tests/models/...``
 from ``ACCELGRID_TRANSFORMERS_SRC`` and accelerate's ``tests/`` from
 ``ACCELGRID_ACCELERATE_SRC`` (checkouts at the installed versions, found as
-:mod:`accelgrid.hf_checkouts` says), through a device spec generated from accelgrid's
-device tables (:mod:`accelgrid.hf_spec`).
+:mod:`accelgrid.testing.hf_checkouts` says), through a device spec generated from accelgrid's
+device tables (:mod:`accelgrid.testing.hf_spec`).
 
 ``test_transformers_own.py`` and ``test_accelerate_own.py`` stand for the checkouts: this
 conftest collects the selected upstream files in their place, each as a module of its own
@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from accelgrid import contract, hf_checkouts, hf_spec
-from accelgrid.outcomes import NOT_RUN_PREFIX, not_run
+from accelgrid.base import contract
+from accelgrid.base.outcomes import NOT_RUN_PREFIX, not_run
+from accelgrid.testing import hf_checkouts, hf_spec
 
 from . import hf_ops
 
@@ -53,7 +54,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 
 # Its hooks add options, markers and env defaults, and plugins that act only on this suite's
 # records (Offline, hf_ops.Collector check the node id): a run selected by -k may leave
-# this suite out (accelgrid.suite_scope).
+# this suite out (accelgrid.run.suite_scope).
 ACCELGRID_SUITE_LOCAL = True
 
 
@@ -168,7 +169,7 @@ SPEC_VAR = "TRANSFORMERS_TEST_DEVICE_SPEC"
 def device_spec() -> tuple[str | None, str]:
     """Configure ``transformers.testing_utils`` in this process with the cell's device
     spec: the one the caller names in ``TRANSFORMERS_TEST_DEVICE_SPEC``, else one generated
-    into the results folder (recorded there, :mod:`accelgrid.hf_spec`). Returns the spec's
+    into the results folder (recorded there, :mod:`accelgrid.testing.hf_spec`). Returns the spec's
     path and how it was chosen, or None and why it could not be used.
 
     testing_utils imports the spec as the module named by its path up to ``.py``, which

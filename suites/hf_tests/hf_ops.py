@@ -1,7 +1,7 @@
 """The ops HF's own tests hit that the device does not implement or runs on the CPU:
 NotImplementedError texts and fallback warnings (XPU, MPS) in each test's report, its
 captured output and its warnings, parsed with the op capture's parsers
-(:func:`accelgrid.opcapture.parse_messages`), gathered per cell into ``hf_ops.json`` (and a
+(:func:`accelgrid.testing.opcapture.parse_messages`), gathered per cell into ``hf_ops.json`` (and a
 Markdown table, ``hf_ops.md``) in the results folder, each op with the tests that hit it.
 Runs on the xdist controller, which sees every worker's reports and warnings.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from accelgrid import contract, jsonio, opcapture
+from accelgrid.base import contract, jsonio
+from accelgrid.testing import opcapture
 
 FILE_JSON = "hf_ops.json"
 FILE_MD = "hf_ops.md"

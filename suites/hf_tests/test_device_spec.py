@@ -1,12 +1,13 @@
 """The device spec transformers' tests run through: each hook transformers took from it is
-the device's own function (accelgrid.backends), hooks the device lacks are left out, and
+the device's own function (accelgrid.devices.backends), hooks the device lacks are left out, and
 seeding through the spec repeats a draw (a spec whose seed hook does nothing fails here)."""
 
 from __future__ import annotations
 
 import pytest
 
-from accelgrid import backends, hf_spec
+from accelgrid.devices import backends
+from accelgrid.testing import hf_spec
 
 from .conftest import device_spec
 

@@ -1,4 +1,4 @@
-"""Device API sanity, through accelgrid's device dispatch tables (accelgrid.backends).
+"""Device API sanity, through accelgrid's device dispatch tables (accelgrid.devices.backends).
 
 A device that claims an API but lacks it in this torch build fails with the API's exact
 name (pytorch/pytorch#127929: torch.xpu.memory_allocated & co. missing in torch 2.4);
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from accelgrid import backends
+from accelgrid.devices import backends
 from accelgrid.testing import device_type, skip_on
 
 BF16_EPS = torch.finfo(torch.bfloat16).eps  # 2**-7: one ulp of bf16 at 1.0

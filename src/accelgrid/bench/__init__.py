@@ -7,7 +7,7 @@
 - :mod:`.ops`: what op capture (``ACCELGRID_CAPTURE_OPS=1``) costs
 
 Each ``run(...)`` prints its progress, writes its JSON/Markdown outputs and returns the
-report; invalid arguments raise :class:`~accelgrid.errors.InvalidInput`. The options live
+report; invalid arguments raise :class:`~accelgrid.base.errors.InvalidInput`. The options live
 in :mod:`accelgrid.cli.bench`. Submodules are imported on use (``from accelgrid.bench
 import grid``), so importing this package costs nothing.
 """
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..jsonio import write_json
+from ..base.jsonio import write_json
 
 STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
 

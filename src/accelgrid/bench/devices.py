@@ -30,10 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import contract, detect, jsonio, lifetime, outcomes, provenance, results
-from ..errors import AccelgridError, InvalidInput
-from ..matrix import Matrix
-from ..provenance import now
+from .. import results
+from ..base import contract, jsonio, lifetime, outcomes
+from ..base.errors import AccelgridError, InvalidInput
+from ..config.matrix import Matrix
+from ..host import detect
+from ..results import provenance
+from ..results.provenance import now
 from ..run import console
 from ..run import passes as pass_plan
 from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs

@@ -27,12 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import cellresults, contract, jsonio, outcomes
 from .. import report as grid
-from ..errors import InvalidInput
-from ..jsonio import dumps
-from ..provenance import now, project_commit
+from ..base import contract, jsonio, outcomes
+from ..base.errors import InvalidInput
+from ..base.jsonio import dumps
 from ..report import compare as baseline
+from ..results import cellresults
+from ..results.provenance import now, project_commit
 from . import load_average, machine, write_outputs
 
 DEVICES = ("cpu", "cuda", "xpu", "mps")
@@ -150,7 +151,7 @@ def _where(filename: str, line: int, func: str) -> str:
     if filename == "~":
         return re.sub(r" at 0x[0-9a-fA-F]+", "", func)  # no addresses: they vary per run
     path = Path(filename)
-    package = Path(jsonio.__file__).resolve().parent
+    package = Path(jsonio.__file__).resolve().parents[1]  # accelgrid/, above base/
     where = (Path(package.name) / path.relative_to(package) if path.is_relative_to(package)
              else Path(*path.parts[-2:]))
     return f"{where.as_posix()}:{line}({func})"

@@ -23,12 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import contract, jsonio, outcomes, report
-from ..cellresults import read_cell
-from ..errors import InvalidInput
-from ..history import open_store
-from ..provenance import now, project_commit
+from .. import report
+from ..base import contract, jsonio, outcomes
+from ..base.errors import InvalidInput
 from ..report import site
+from ..results.cellresults import read_cell
+from ..results.history import open_store
+from ..results.provenance import now, project_commit
 from . import load_average, machine, write_outputs
 from .grid import synthesize
 

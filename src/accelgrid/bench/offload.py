@@ -51,12 +51,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..backends import dispatch
-from ..errors import EXIT_INVALID, AccelgridError, InvalidInput
+from ..base.errors import EXIT_INVALID, AccelgridError, InvalidInput
+from ..devices.backends import dispatch
 from . import write_outputs
 
 if TYPE_CHECKING:  # an annotation only: running the benchmark loads no matrix
-    from ..matrix import Matrix
+    from ..config.matrix import Matrix
 
 MODES = ("none", "offload", "offload_grad")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -475,7 +475,7 @@ def isolated(task: dict[str, Any], target: str) -> dict[str, Any]:
     import json
     import tempfile
 
-    from .. import lifetime
+    from ..base import lifetime
 
     with tempfile.TemporaryDirectory(prefix="accelgrid-offload-") as tmp:
         task_path, result_path = Path(tmp) / "task.json", Path(tmp) / "result.json"

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import contract
-from ..errors import InvalidInput
-from ..matrix import Matrix
+from ..base import contract
+from ..base.errors import InvalidInput
+from ..config.matrix import Matrix
 from . import write_outputs
 
 DEFAULT_CELL = "cpu-2.13"
@@ -58,7 +58,8 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
     paths = list(suites)
     if not paths:
         raise InvalidInput("--suites names no test paths")
-    from .. import results, sessions  # imports nox: only when a benchmark runs
+    from .. import results
+    from ..commands import sessions  # imports nox: only when a benchmark runs
     from ..run.cell import run_cell
 
     the_cell = matrix.cell(cell)

@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from .. import contract, jsonio, lifetime, results
-from ..errors import AccelgridError, InvalidInput
-from ..matrix import Matrix
-from ..provenance import now
+from .. import results
+from ..base import contract, jsonio, lifetime
+from ..base.errors import AccelgridError, InvalidInput
+from ..config.matrix import Matrix
+from ..results.provenance import now
 from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
 
 DEFAULT_CELL = "cpu-2.13"
@@ -133,10 +134,8 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
         partial_repeat = 0
     if repeat + partial_repeat == 0 and not env_creation:
         raise InvalidInput("nothing to time: --repeat and --partial-repeat are both 0")
-    from .. import (
-        provenance,
-        sessions,  # imports nox: only when a benchmark runs
-    )
+    from ..commands import sessions
+    from ..results import provenance
 
     the_cell = matrix.cell(cell)
     root = matrix.root

@@ -2,7 +2,7 @@
 
 Each command group is a module of this package with ``register(sub, common)``, which adds
 its subcommands and sets ``func`` (a handler ``(args) -> int``) on each. Handlers call
-library functions; library code raises :class:`~accelgrid.errors.AccelgridError`, caught
+library functions; library code raises :class:`~accelgrid.base.errors.AccelgridError`, caught
 once in :func:`main`, whose ``return_code`` is the exit code.
 
 Arguments after the first ``--`` belong to the chosen command when it declares a
@@ -18,9 +18,9 @@ import os
 import sys
 
 from .. import __version__
-from ..environment import redact_text
-from ..errors import EXIT_INVALID, AccelgridError
-from ..jsonio import storage_problem
+from ..base.errors import EXIT_INVALID, AccelgridError
+from ..base.jsonio import storage_problem
+from ..results.environment import redact_text
 from ..run.console import tolerant_console
 from ._common import DEFAULT_MATRIX, common_parser
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from ..config.matrix import DEFAULT_MATRIX, Matrix, load_matrix
 
 __all__ = ["DEFAULT_MATRIX", "common_parser", "matrix_of"]
 

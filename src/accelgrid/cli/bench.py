@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..base.errors import InvalidInput
 from ..bench import Stopped, overhead
 from ..bench import devices as devices_bench
 from ..bench import grid as grid_bench
 from ..bench import history as history_bench
 from ..bench import offload as offload_bench
 from ..bench import ops as ops_bench
-from ..errors import InvalidInput
 from ._common import matrix_of
 
 OFFLOAD = (

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import ci
-from ..actions import MAX_ANNOTATIONS
-from ..errors import StaleFiles
+from ..base.errors import StaleFiles
+from ..commands import ci
+from ..commands.actions import MAX_ANNOTATIONS
 from ._common import matrix_of
 
 
@@ -63,7 +63,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from .. import actions
+    from ..commands import actions
 
     actions.report(args.results)
     return 0

@@ -8,8 +8,9 @@ import sys
 
 import jinja2
 
-from .. import containers, contract
-from ..errors import InvalidInput
+from ..base import contract
+from ..base.errors import InvalidInput
+from ..commands import containers
 from ._common import matrix_of
 
 ACTIONS = {

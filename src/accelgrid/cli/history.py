@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from .. import contract
-from ..errors import AccelgridError
+from ..base import contract
+from ..base.errors import AccelgridError
 
 HISTORY_DESCRIPTION = f"""\
 The history: every cell run's results in one SQLite database (default
@@ -22,7 +22,7 @@ what changed since the previous run, since when a test fails and which tests are
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from ..history import DEFAULT_DB
+    from ..results.history import DEFAULT_DB
 
     group = sub.add_parser("history", parents=[common], help="the history of runs (SQLite)",
                            description=HISTORY_DESCRIPTION,
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def _add(args: argparse.Namespace) -> int:
-    from ..history import open_store
+    from ..results.history import open_store
 
     with open_store(args.db) as store:
         done, notes = store.add([Path(p) for p in args.results])
@@ -77,7 +77,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ..history import open_store
+    from ..results.history import open_store
 
     with open_store(args.db, create=False) as store:
         cells = [args.cell] if args.cell else store.cells()
@@ -97,7 +97,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from ..errors import InvalidInput
+    from ..base.errors import InvalidInput
     from ..report import site
     from .report import expected_cells
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import bisect, known_issues, repro
-from ..errors import InvalidInput
+from ..base.errors import InvalidInput
+from ..commands import bisect, repro
+from ..config import known_issues
 from ._common import matrix_of
 
 

@@ -7,9 +7,12 @@ import os
 import shlex
 import sys
 
-from .. import contract, detect, install, ops, results, validation
-from ..jsonio import dumps
-from ..matrix import Cell, Matrix, load_matrix, select
+from .. import ops, results
+from ..base import contract
+from ..base.jsonio import dumps
+from ..config import validation
+from ..config.matrix import Cell, Matrix, load_matrix, select
+from ..host import detect, install
 from ..run import passes as pass_plan
 from ..run import selection
 from ._common import matrix_of
@@ -150,7 +153,8 @@ def _run_plan(matrix: Matrix, cell: Cell, no_venv: bool, pytest_args: list[str]
     """The run's own plan (:func:`accelgrid.run.passes.plan_run`): its interpreter (the
     cell's env, built or not, or this one with ``no_venv``), its results folder, its
     device count and ``ACCELGRID_WORKERS``, as `accelgrid run` would have them."""
-    from .. import sessions, venvs  # import nox: only for a plan
+    from ..commands import sessions  # import nox: only for a plan
+    from ..host import venvs
 
     root = matrix.root.resolve()   # as the noxfile's ROOT
     python = sys.executable if no_venv else str(venvs.python_in(venvs.env_dir(root, cell)))

@@ -8,10 +8,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .. import contract, outcomes, report
 from .. import ops as ops_model
-from ..errors import AccelgridError, InvalidInput
-from ..jsonio import dumps
+from .. import report
+from ..base import contract, outcomes
+from ..base.errors import AccelgridError, InvalidInput
+from ..base.jsonio import dumps
 from ..report import compare, ops_pages
 from ._common import matrix_of
 
@@ -148,8 +149,8 @@ def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentPars
 
 def add_history_options(p: argparse.ArgumentParser) -> None:
     """``--history``, ``--window`` and ``--expect`` (grid and publish)."""
-    from ..history import DEFAULT_DB
     from ..report.history import DEFAULT_WINDOW
+    from ..results.history import DEFAULT_DB
 
     p.add_argument("--history", metavar="DB", nargs="?", const=DEFAULT_DB,
                    default=os.environ.get(contract.HISTORY) or None,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import accelgrid
 
-from .. import contract
-from ..errors import EXIT_INVALID
+from ..base import contract
+from ..base.errors import EXIT_INVALID
 from ._common import matrix_of
 
 
@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def _run(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
     if args.shard is not None:
-        from .. import contract, shards
-        from ..errors import InvalidInput
+        from ..base import contract
+        from ..base.errors import InvalidInput
+        from ..results import shards
 
         try:
             shards.parse(args.shard)
@@ -44,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
             raise InvalidInput(f"--shard: {exc}") from None
         os.environ[contract.SHARD] = args.shard.strip()
     if args.container:
-        from .. import containers
+        from ..commands import containers
 
         return containers.run_named(matrix, args.cell, args.pytest_args)
     cell = matrix.cell(args.cell)
@@ -58,13 +59,13 @@ def _run(args: argparse.Namespace) -> int:
 
 # nox's own exit codes (nox.tasks) that are not a failed session: 2, the noxfile did not
 # load; 3, no such session or the selection is invalid. Both are bad input to accelgrid
-# (exit 2); 3 would otherwise read as a regression (accelgrid.errors).
+# (exit 2); 3 would otherwise read as a regression (accelgrid.base.errors).
 NOX_INPUT_ERRORS = (2, 3)
 
 
 def exit_code(nox_code: int) -> int:
     """accelgrid's exit code for a nox exit code: 0 and 1 (a session failed) as they are,
-    nox's input errors as :data:`~accelgrid.errors.EXIT_INVALID`."""
+    nox's input errors as :data:`~accelgrid.base.errors.EXIT_INVALID`."""
     return EXIT_INVALID if nox_code in NOX_INPUT_ERRORS else nox_code
 
 

@@ -1,12 +1,12 @@
 """``accelgrid env`` and ``accelgrid shell``: a cell's env and the variables a run of it
-gives its tests, for running one test by hand (:mod:`accelgrid.cellshell`)."""
+gives its tests, for running one test by hand (:mod:`accelgrid.commands.cellshell`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from .. import cellshell
+from ..commands import cellshell
 from ._common import matrix_of
 
 NO_VENV_HELP = ("as `nox --no-venv -s CELL` runs it: this interpreter and its installed "

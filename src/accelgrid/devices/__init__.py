@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from .. import contract
+from ..base import contract
 from . import cpu, cuda, mps, spec, xpu
 from .base import APIS, DeviceType, Impl
 from .spec import SpecError

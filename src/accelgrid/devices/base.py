@@ -17,17 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# The device APIs accelgrid.backends dispatches (its tables, one per API), in the order a
+# The device APIs accelgrid.devices.backends dispatches (its tables, one per API), in the order a
 # spec file's hooks are documented (docs/adding-a-device.md).
 APIS = ("manual_seed", "synchronize", "device_count", "device_name", "memory_allocated",
         "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "Stream", "Event",
         "is_bf16_supported")
-# One implementation of a device API (accelgrid.backends): a dotted attribute path under
+# One implementation of a device API (accelgrid.devices.backends): a dotted attribute path under
 # torch (resolved lazily, so a missing API is reported by its exact name), a callable, or
 # None when the device does not claim the API.
 Impl = str | Callable[..., Any] | None
 # The devices torch sees of this type and the driver's version, from the imported torch
-# module (env.json's torch section, accelgrid.provenance.torch_facts).
+# module (env.json's torch section, accelgrid.results.provenance.torch_facts).
 TorchDevices = Callable[[Any], tuple[list[dict[str, Any]], str | None]]
 
 
@@ -41,7 +41,7 @@ class DeviceType:
 
     name: str                          # the device type tests and records name ("xpu")
     dispatch_key: str                  # its key in torch's dispatcher ("XPU"; "PrivateUse1")
-    # accelgrid.backends' tables: api name -> implementation; an api not listed falls to
+    # accelgrid.devices.backends' tables: api name -> implementation; an api not listed falls to
     # backends.DEFAULTS (torch.manual_seed for manual_seed, None for the rest).
     apis: Mapping[str, Impl] = dataclasses.field(default_factory=dict)
     # Where tests put tensors, when not on ``name`` (a spec device run on another backend's

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import junit, outcomes
-from ..errors import AccelgridError, Regression
-from ..jsonio import refuse_symlink, write_text
+from ..base import outcomes
+from ..base.errors import AccelgridError, Regression
+from ..base.jsonio import refuse_symlink, write_text
+from ..results import junit
 from . import compare, history, model, render_html, render_json, render_markdown
 from . import expect as lost_cells
 from .render_markdown import GITHUB_SUMMARY_LIMIT
@@ -146,7 +147,7 @@ def with_history(grid_model: dict[str, Any], read: list[Any], db: Path | None,
     added = None
     last_seen = None
     if db is not None:
-        from ..history import open_store
+        from ..results.history import open_store
 
         with open_store(db) as store:
             added = store.add_cells(read)

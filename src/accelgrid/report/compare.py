@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes, shards
-from ..cellresults import CellResults, discover, fill_cell_name, load_cell
-from ..errors import InvalidInput, UnknownName
-from ..jsonio import dumps, read_json, write_text
-from ..provenance import now
+from ..base import outcomes
+from ..base.errors import InvalidInput, UnknownName
+from ..base.jsonio import dumps, read_json, write_text
+from ..results import shards
+from ..results.cellresults import CellResults, discover, fill_cell_name, load_cell
+from ..results.provenance import now
 from .model import new_row, row_key
 
 SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VERSION)
@@ -101,7 +102,7 @@ def _document(path: Path) -> Any:
 def read(path: Path) -> dict[str, str]:
     """nodeid -> expected outcome. Raises ValueError naming the file if it is malformed:
     not a regular file, empty, not JSON, a ``schema`` other than :data:`SCHEMA_VERSION`,
-    no tests, or an outcome that is not one of :data:`accelgrid.outcomes.ALL`."""
+    no tests, or an outcome that is not one of :data:`accelgrid.base.outcomes.ALL`."""
     data = _document(path)
     if isinstance(data, dict) and "schema" in data:
         # Only a known schema may gate: 99 (a newer writer) or 0 read as 1 compares the
@@ -192,7 +193,8 @@ def entries(folder: Path) -> list[tuple[Path, dict[str, str] | None, str | None]
 
 
 def from_results(cell: CellResults) -> dict[str, Any]:
-    """A baseline document from a loaded cell (:class:`accelgrid.cellresults.CellResults`)."""
+    """A baseline document from a loaded cell
+    (:class:`accelgrid.results.cellresults.CellResults`)."""
     env = cell.env or {}
     torch = env.get("torch") or {}
     return {

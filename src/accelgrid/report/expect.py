@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..cellresults import CELL_NAME
-from ..errors import InvalidInput
-from ..jsonio import read_json
+from ..base.errors import InvalidInput
+from ..base.jsonio import read_json
+from ..results.cellresults import CELL_NAME
 from .model import _parse_name, _sort_key
 
 LOST = "lost"
@@ -86,7 +86,7 @@ def mark(model: dict[str, Any], expected: list[str],
     errored columns lost too, and set the model's ``lost`` (names, with why). With
     ``last_seen`` (cell -> its latest run in the history) the reason says when it last
     reported. Returns the lost cells."""
-    from .. import outcomes
+    from ..base import outcomes
 
     have = {c["cell"]: c for c in model["columns"]}
     lost: dict[str, str] = {}

@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import contract, outcomes, xpu_prediction
-from ..cellresults import CellResults, discover, read_cell
-from ..jsonio import read_jsonl, write_json
+from ..base import contract, outcomes
+from ..base.jsonio import read_jsonl, write_json
+from ..ops import xpu_prediction
+from ..results.cellresults import CellResults, discover, read_cell
 
 PREFIX = "suites/hf_tests/"
 REFERENCE_DEVICES = ("cuda", "cpu")
@@ -59,7 +60,7 @@ def captured_ops(cell: CellResults) -> dict[str, set[str]]:
 def xpu_risk(per_test: dict[str, set[str]], series: Iterable[str] | None = None
              ) -> dict[str, dict[str, dict[str, list[str]]]]:
     """Per HF test, the XPU releases on which it would hit a missing op or a CPU fallback
-    (:func:`accelgrid.xpu_prediction.predict`, from ops any device captured):
+    (:func:`accelgrid.ops.xpu_prediction.predict`, from ops any device captured):
     ``{nodeid: {series: {"missing": [ops], "fallback": [ops]}}}``, only tests and series
     with some. Each op is predicted once per series."""
     names = sorted(set().union(*per_test.values())) if per_test else []
@@ -187,7 +188,7 @@ def _prediction_markdown(pred: dict[str, Any]) -> list[str]:
     observed = sorted({c for t in pred["tests"].values() for c in t["observed"]})
     lines += [f"From the ops {pred['captured_tests']} tests called in "
               f"{', '.join(pred['from'])} (op capture), each op predicted per XPU release "
-              f"(`accelgrid.xpu_prediction`, upstream data of {pred['data_date']}): the "
+              f"(`accelgrid.ops.xpu_prediction`, upstream data of {pred['data_date']}): the "
               "releases on which a test would hit a missing op or a CPU fallback.", ""]
     if not pred["tests"]:
         return lines + ["None would, on any release.", ""]

@@ -1,4 +1,4 @@
-"""The grid with its history (:mod:`accelgrid.history`): per test the last N runs of each
+"""The grid with its history (:mod:`accelgrid.results.history`): per test the last N runs of each
 cell as a strip, per cell what changed since its previous run, for a failing test the run
 it started failing in and the last run it passed, and flaky tests.
 
@@ -12,7 +12,7 @@ it started failing in and the last run it passed, and flaky tests.
 - a flaky result: ``flaky`` = {flips, pairs, rate, reruns}. A test is flaky when, over the
   window, its outcome changed between good (passed) and bad at least ``FLAKY_FLIPS``
   times between two adjacent runs of the cell whose inputs were the same
-  (:func:`accelgrid.history.inputs_digest`), or when it passed only on a rerun in the
+  (:func:`accelgrid.results.history.inputs_digest`), or when it passed only on a rerun in the
   latest run. One change is not flakiness: it is a new failure or a fix;
 - each column's ``history``: its window (runs) and ``since`` its previous run (new
   failures, fixed, appeared, vanished);
@@ -28,9 +28,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import outcomes
-from ..cellresults import run_of
-from ..history import ABSENT, BAD_CODES, CODE, FLAKY, Store, strip_flips
+from ..base import outcomes
+from ..results.cellresults import run_of
+from ..results.history import ABSENT, BAD_CODES, CODE, FLAKY, Store, strip_flips
 
 DEFAULT_WINDOW = 30
 FLAKY_FLIPS = 2
@@ -176,7 +176,7 @@ def gate_flaky(model: dict[str, Any]) -> list[dict[str, Any]]:
 
 def strip_text(strip: str) -> str:
     """A strip as words (for a title): ``P P F`` -> ``passed, passed, failed``."""
-    from ..history import OUTCOME
+    from ..results.history import OUTCOME
 
     return ", ".join(OUTCOME.get(c, "absent") for c in strip)
 

@@ -1,7 +1,7 @@
 """The grid model: tests x cells from results folders, one plain dict.
 
 :func:`from_folders` finds the cell folders under the paths given
-(:func:`accelgrid.cellresults.discover`),
+(:func:`accelgrid.results.cellresults.discover`),
 reads each (missing, partial or corrupt results make that cell an errored or partial
 column with the reason; nothing else is lost) and returns::
 
@@ -22,11 +22,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import contract, history, ops, outcomes, reasons, shards
-from ..cellresults import CellResults, discover, read_cell
-from ..provenance import now
-from ..results import suite_of
-from ..versions import version_key
+from .. import ops
+from ..base import contract, outcomes
+from ..base.versions import version_key
+from ..results import history, reasons, shards, suite_of
+from ..results.cellresults import CellResults, discover, read_cell
+from ..results.provenance import now
 
 SCHEMA_VERSION = 2
 RECORD_FIELDS = ("outcome", "message", "duration", "worker", "device", "issue", "longrepr")

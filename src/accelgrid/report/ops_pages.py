@@ -4,7 +4,7 @@ the kernels fallback messages named and the missing ops); across cells
 falling back, and each xpu cell's observed statuses beside the prediction for its
 release); and ``ops-predicted.json``/``.md``/``.html`` (a cell's captured ops predicted
 per XPU release, :func:`predict`). The models are :mod:`accelgrid.ops` and
-:mod:`accelgrid.xpu_prediction`; the HTML comes from ``templates/ops.html.j2``.
+:mod:`accelgrid.ops.xpu_prediction`; the HTML comes from ``templates/ops.html.j2``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import contract, ops, xpu_prediction
-from ..errors import InvalidInput
-from ..jsonio import refuse_symlink, write_json, write_text
+from .. import ops
+from ..base import contract
+from ..base.errors import InvalidInput
+from ..base.jsonio import refuse_symlink, write_json, write_text
+from ..ops import xpu_prediction
 from ._common import templates
 from .render_markdown import _md
 
@@ -290,7 +292,7 @@ def write_cross(view: dict[str, Any], out: Path) -> dict[str, Path]:
 
 PREDICTED_INTRO = (
     "Predicted, not observed: intel/torch-xpu-ops' registrations for each release (its XPU "
-    "kernels and its CPU-fallback list, accelgrid.xpu_prediction) applied to the ops "
+    "kernels and its CPU-fallback list, accelgrid.ops.xpu_prediction) applied to the ops "
     "captured here. It cannot see runtime routing (an XPU run may call other ops than the "
     "capturing device did), driver bugs, or kernels registered after the data was read; "
     "an xpu cell's own run is what observes them.")
@@ -418,7 +420,7 @@ def predict(inputs: list[Path], series: list[str] | None = None, all_series: boo
             cells: list[Any] | None = None, out: Path | None = None) -> PredictedReport:
     """``accelgrid ops predict``: read each input's captured ops (a results/<cell>/ folder
     or an ops.json; several are merged), predict them for the chosen XPU series
-    (:func:`accelgrid.xpu_prediction.choose_series`: ``series``, every series with
+    (:func:`accelgrid.ops.xpu_prediction.choose_series`: ``series``, every series with
     ``all_series``, else the xpu series of the matrix's ``cells``) and write
     ops-predicted.json/.md/.html into ``out`` (default :func:`default_predicted_out`)."""
     inputs = [Path(p) for p in inputs]

@@ -10,11 +10,11 @@ from typing import Any
 
 from markupsafe import Markup
 
-from .. import outcomes
-from ..history import ABSENT
-from ..history import CODE as HISTORY_CODE
-from ..jsonio import dumps
-from ..text import one_line
+from ..base import outcomes
+from ..base.jsonio import dumps
+from ..base.text import one_line
+from ..results.history import ABSENT
+from ..results.history import CODE as HISTORY_CODE
 from . import compare
 from ._common import templates
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
@@ -40,7 +40,8 @@ CHANGE_CODE = {
 # A result with only these fields (and no pinned device, not bad) is a bare glyph.
 # A strip that passed every time adds nothing to show either.
 _PLAIN_FIELDS = frozenset(("outcome", "duration", "worker", "device", "history"))
-# A history strip's letters (accelgrid.history.CODE) as the outcome classes that colour them.
+# A history strip's letters (accelgrid.results.history.CODE) as the outcome classes that
+# colour them.
 STRIP_CLASS = {**{c: o for o, c in HISTORY_CODE.items()}, ABSENT: "absent"}
 LONGREPR_HTML_LIMIT = 8000  # characters of a traceback kept in the HTML page
 MESSAGE_TITLE_LIMIT = 300

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonio import dumps
+from ..base.jsonio import dumps
 
 
 def render(model: dict[str, Any]) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .. import outcomes
-from ..text import one_line
+from ..base import outcomes
+from ..base.text import one_line
 from . import compare
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
 from .history import markdown_lines as history_lines

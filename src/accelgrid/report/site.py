@@ -24,10 +24,11 @@ from typing import Any
 
 from markupsafe import Markup
 
-from .. import ops, xpu_prediction
-from ..cellresults import discover
-from ..errors import AccelgridError
-from ..history import BAD_CODES
+from .. import ops
+from ..base.errors import AccelgridError
+from ..ops import xpu_prediction
+from ..results.cellresults import discover
+from ..results.history import BAD_CODES
 from . import (
     build_model,
     history,

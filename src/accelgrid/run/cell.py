@@ -13,7 +13,7 @@ Each run has an id and holds the cell's lock (:func:`cell_lock`): a second run o
 cell stops with one line instead of writing into the same folder. A run narrowed by its
 pytest arguments (:func:`selection`) writes ``results/<cell>/runs/<run-id>/`` and leaves
 the cell's full run in ``results/<cell>/``. Nothing the run starts outlives it
-(:mod:`accelgrid.lifetime`): pytest gets a parent-death signal and a guard in its process
+(:mod:`accelgrid.base.lifetime`): pytest gets a parent-death signal and a guard in its process
 group kills the group when the runner ends the pass or dies, even by SIGKILL.
 """
 
@@ -28,10 +28,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import contract, jsonio, lifetime, results, suite_scope
-from ..errors import AccelgridError
-from ..matrix import Cell
-from . import console, preflight
+from .. import results
+from ..base import contract, jsonio, lifetime
+from ..base.errors import AccelgridError
+from ..config.matrix import Cell
+from . import console, preflight, suite_scope
 from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing
 from .lock import cell_lock

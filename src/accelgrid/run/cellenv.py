@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import contract, detect, jsonio, known_issues
-from ..errors import AccelgridError
-from ..matrix import Cell
-from ..provenance import project_commit
+from ..base import contract, jsonio
+from ..base.errors import AccelgridError
+from ..config import known_issues
+from ..config.matrix import Cell
+from ..host import detect
+from ..results.provenance import project_commit
 from . import preflight
 
 # The pytest plugins of every run (the matrix's tools): crash isolation and time limits.

@@ -19,7 +19,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .. import contract, jsonio, outcomes, reasons, results
+from .. import results
+from ..base import contract, jsonio, outcomes
+from ..results import reasons
 
 if TYPE_CHECKING:
     from .passes import Pass

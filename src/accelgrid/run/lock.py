@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import contract, jsonio
-from ..errors import AccelgridError
+from ..base import contract, jsonio
+from ..base.errors import AccelgridError
 
 
 class CellBusy(AccelgridError):
@@ -78,7 +78,7 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, 
                 if held is None:
                     print(f"accelgrid: {cell}: cannot lock {path} ({exc}); running unguarded",
                           file=sys.stderr, flush=True)
-            from ..provenance import now
+            from ..results.provenance import now
 
             holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),
                                       "host": socket.gethostname(), "start": now()})

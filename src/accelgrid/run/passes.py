@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import contract, detect, devices, jsonio, suite_scope
-from ..contract import DEVICE_ALONE_MARK, MULTI_DEVICE_MARK, SEES_ACCELERATORS_MARK
-from ..errors import InvalidInput
-from ..matrix import Cell
+from .. import devices
+from ..base import contract, jsonio
+from ..base.contract import DEVICE_ALONE_MARK, MULTI_DEVICE_MARK, SEES_ACCELERATORS_MARK
+from ..base.errors import InvalidInput
+from ..config.matrix import Cell
+from ..host import detect
+from . import suite_scope
 
 # Several workers per device where processes can share it: the cell's tests are mostly
 # host-bound (Python, small kernels), so one worker leaves the GPU and most cores idle.
@@ -294,7 +297,7 @@ def pass_args(run_pass: Pass, folder: Path, root: Path, pytest_args: Sequence[st
 class RunPlan:
     """The passes a run uses and each one's pytest command, as :func:`plan_run` makes them
     for the run and for ``accelgrid plan``. A pass that gets the tests an earlier one left
-    (:data:`accelgrid.contract.HANDOFF`) runs its command with that list in place of the
+    (:data:`accelgrid.base.contract.HANDOFF`) runs its command with that list in place of the
     user's test paths (:func:`pass_args`): known once the earlier pass ended."""
 
     device_ids: list[str]

@@ -15,18 +15,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import detect, known_issues
-from ..matrix import Cell
-from ..versions import version_key
+from ..base.versions import version_key
+from ..config import known_issues
+from ..config.matrix import Cell
+from ..host import detect
 
 
 @dataclass(frozen=True)
 class HostCheck:
     """Whether this host can run a cell whatever gets installed: its device
-    (:func:`accelgrid.detect.absent_reason`, asked by the caller, which knows the matrix's
+    (:func:`accelgrid.host.detect.absent_reason`, asked by the caller, which knows the matrix's
     detection rule; ``ACCELGRID_SKIP_DETECT`` overrides it), its torch's runtime bundle
-    (:func:`accelgrid.detect.runtime_problem`) and the hardware family and driver
-    (:func:`accelgrid.detect.resolve_hardware`)."""
+    (:func:`accelgrid.host.detect.runtime_problem`) and the hardware family and driver
+    (:func:`accelgrid.host.detect.resolve_hardware`)."""
 
     runtime_problem: str | None
     hardware: detect.HardwareChoice

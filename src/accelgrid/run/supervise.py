@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import contract, lifetime
+from ..base import contract, lifetime
 
 EXIT_CELL_TIMEOUT = 124
 
@@ -33,7 +33,7 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
     """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
     output goes to its log file (a file, not a pipe: kept even when this process dies
     first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
-    cgroup of its own where one can be made (:func:`accelgrid.lifetime.cell_cgroup`),
+    cgroup of its own where one can be made (:func:`accelgrid.base.lifetime.cell_cgroup`),
     ended with it; the pids ended that way (what its tests left) go to ``ended``. A job
     whose env names a gate file (contract.GATE: its pytest waits for it) gets it once
     every job without one has ended.
@@ -151,7 +151,7 @@ def append_logs(log: Path, others: Sequence[Path]) -> None:
 
 
 def _start_guard(pgid: int, cgroup: str | None = None) -> subprocess.Popen | None:
-    """The guard (:data:`accelgrid.lifetime.GUARD_CODE`) in process group ``pgid``: it
+    """The guard (:data:`accelgrid.base.lifetime.GUARD_CODE`) in process group ``pgid``: it
     kills the group (and ``cgroup``) once its stdin closes, i.e. when this process ends
     the pass or dies."""
     try:

@@ -1,0 +1,89 @@
+"""A cell's environment as nox builds it: where it is, its python, and its link to this
+checkout.
+
+The link is a ``.pth`` file in the env's site-packages naming the project's ``src``
+(written by the cell session at every build, :func:`link_project`), so the env's python
+imports accelgrid and its pytest plugin by itself: ``.nox/cpu-2-13/bin/python -m pytest
+suites/smoke`` works from the project root. Installing the project into the env (even
+editable, without dependencies) would need a build backend from an index and would list
+accelgrid among the cell's packages; the ``.pth`` is the line an editable install writes,
+without either.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+# nox's own naming of a session's env folder (pinned in pyproject.toml): it lowercases,
+# turns anything but letters, digits and '-' into '-', and hashes names too long for a
+# shebang line, so the rule is not restated here.
+from nox.sessions import _normalize_path
+
+from ..base import contract
+from ..base.errors import AccelgridError
+from ..config.matrix import Cell
+
+ENVDIR = ".nox"                 # nox's default --envdir, beside the noxfile
+PTH = "accelgrid-src.pth"       # in the env's site-packages: the project's src/
+
+
+class NotBuilt(AccelgridError):
+    """The cell's env does not exist yet (exit 1: nothing found)."""
+
+
+def env_dir(root: Path, cell: Cell) -> Path:
+    """Where ``nox -s CELL`` builds ``cell``'s env (``.nox/cpu-2-13``; under
+    ``$ACCELGRID_ENVDIR`` when set, which the noxfile hands nox as its envdir)."""
+    base = os.environ.get(contract.ENVDIR) or str(root / ENVDIR)
+    # nox logs a hashed name as a warning; outside nox nothing configures its logger, so
+    # Python's last-resort handler would print it to stderr on every call.
+    log = logging.getLogger("nox")
+    disabled, log.disabled = log.disabled, True
+    try:
+        return Path(_normalize_path(base, cell.name))
+    finally:
+        log.disabled = disabled
+
+
+def python_in(env: Path) -> Path:
+    """The python of the virtual environment ``env``."""
+    return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def built_python(root: Path, cell: Cell) -> Path:
+    """The python of ``cell``'s env; :class:`NotBuilt` (one line saying how to build it)
+    when there is none."""
+    python = python_in(env_dir(root, cell))
+    if not python.exists():
+        raise NotBuilt(f"{cell.name}: its env {env_dir(root, cell)} is not built yet; "
+                       f"build it with: nox -s {cell.name} --install-only")
+    return python
+
+
+def site_packages(python: str | Path) -> Path:
+    """``python``'s site-packages (purelib)."""
+    proc = subprocess.run([str(python), "-c", "import sysconfig; "
+                           "print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise AccelgridError(f"{python} cannot say where its site-packages are: "
+                             f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return Path(proc.stdout.strip())
+
+
+def link_project(python: str | Path, root: Path) -> tuple[Path, str | None]:
+    """Make ``python``'s env import accelgrid from ``root``'s ``src`` (:data:`PTH`).
+    Returns the file and what it named before when that was something else (an env
+    copied from another checkout), else None."""
+    pth = site_packages(python) / PTH
+    line = str((root / "src").absolute())
+    try:
+        before = pth.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        before = None
+    if before != line:
+        pth.write_text(line + "\n", encoding="utf-8")
+    return pth, before if before not in (None, line) else None

@@ -1,0 +1,258 @@
+"""A cell's results read back: :func:`discover` finds cell folders under any paths (a
+cell's folder, ``results/`` or a CI artifacts download), :func:`read_cell` reads one
+(:class:`CellResults`) for grids, baselines, JUnit, shards and history; missing or corrupt
+parts are noted, never raised.
+
+Stdlib only (the JUnit merge and shards read cells too, and live in the in-cell layer).
+"""
+
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..base import contract, outcomes
+from .environment import redact
+from ..base.jsonio import json_kind, read_json
+from . import RUN_FIELDS, last_outcomes, run_records
+
+# Folders never searched for cells: tool state, and a cell's own per-worker folder.
+SKIP_DIRS = {".git", ".nox", ".venv", "venv", "node_modules", "__pycache__", contract.RUNNING_DIR}
+MAX_DEPTH = 6
+
+
+# A cell name from a file (env.json, a record) must look like one before it names a
+# column or a baseline file (baselines/<cell>.json).
+CELL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+# env.json's fields as reports read them: name -> expected type.
+_ENV_TYPES: dict[str, type | tuple[type, ...]] = {
+    "cell": str, "device_type": str, "start": str, "end": str, "status": str,
+    "end_reason": str, "host": dict, "python": dict, "project": dict, "torch": dict,
+    "env": dict, "packages": dict,
+}
+# Sub-fields read from env.json's mappings: (section, key) -> accepted types.
+_ENV_SUBFIELDS: dict[tuple[str, str], tuple[type, ...]] = {
+    ("host", "name"): (str,), ("python", "version"): (str,), ("project", "commit"): (str,),
+    ("torch", "version"): (str,), ("torch", "git_version"): (str,),
+    ("torch", "cuda_runtime"): (str,), ("torch", "xpu_runtime"): (str,),
+    ("torch", "driver"): (str,), ("torch", "error"): (str,), ("torch", "devices"): (list,),
+    ("torch", "device_count"): (int,),
+}
+
+
+def clean_env(env: Any) -> tuple[dict[str, Any], list[str]]:
+    """env.json's content with the types reports rely on, and a note per field that had
+    another type (dropped). Flags and packages keep only text values; recorded flags are
+    redacted again (an artifact may come from a version that redacted less)."""
+    if not isinstance(env, dict):
+        return {}, [f"env.json holds a {json_kind(env)}, not a mapping; ignored"]
+    notes: list[str] = []
+    out = dict(env)
+    for name, types in _ENV_TYPES.items():
+        value = out.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            out.pop(name)
+            notes.append(f"env.json: {name} is a {json_kind(value)}; ignored")
+    for (section, key), types in _ENV_SUBFIELDS.items():
+        part = out.get(section)
+        if isinstance(part, dict) and part.get(key) is not None and (
+                not isinstance(part[key], types) or isinstance(part[key], bool)):
+            out[section] = {k: v for k, v in part.items() if k != key}
+            notes.append(f"env.json: {section}.{key} is a {json_kind(part[key])}; ignored")
+    if isinstance(out.get("torch"), dict) and "devices" in out["torch"]:
+        out["torch"] = {**out["torch"], "devices": [
+            d for d in out["torch"]["devices"] if isinstance(d, dict)]}
+    for section in ("env", "packages"):
+        if isinstance(out.get(section), dict):
+            kept = {str(k): v for k, v in out[section].items() if isinstance(v, str)}
+            if len(kept) != len(out[section]):
+                notes.append(f"env.json: {section} has values that are not text; dropped")
+            out[section] = redact(kept) if section == "env" else kept
+    cell = out.get("cell")
+    if isinstance(cell, str) and not CELL_NAME.match(cell):
+        out.pop("cell")
+        notes.append(f"env.json: cell {cell[:60]!r} is not a cell name; ignored")
+    return out, notes
+
+
+@dataclass
+class CellResults:
+    """A cell's results as read back for grids; ``error`` says why they are unusable."""
+
+    name: str
+    path: Path
+    env: dict[str, Any] = field(default_factory=dict)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def load_cell(path: Path) -> CellResults:
+    """Read ``results/<cell>/``; missing or corrupt parts are noted, never raised."""
+    cell = CellResults(name=path.name, path=path)
+    try:
+        is_dir = path.is_dir()
+    except OSError:
+        is_dir = False
+    if not is_dir:
+        cell.error = f"{path} is not a results folder" + (
+            " (a symlink loop)" if path.is_symlink() and not path.exists() else "")
+        return cell
+    outside = _links_out(path)  # never read records from outside the folder given
+    if contract.TESTS_FILE in outside:
+        cell.error = outside[contract.TESTS_FILE]
+        return cell
+    env, err = ((None, outside[contract.ENV_FILE]) if contract.ENV_FILE in outside
+                else read_json(path / contract.ENV_FILE))
+    if err:
+        cell.problems.append(err)
+    else:
+        cell.env, notes = clean_env(env)
+        cell.problems += notes
+        cell.name = cell.env.get("cell") or cell.name
+    run = run_of(path, cell.env, read_summary=contract.SUMMARY_FILE not in outside)
+    records, problems = run_records(path, run.get("run_id") or "")
+    cell.problems += problems
+    unreadable = [p for p in problems if p.startswith(tuple(
+        f"{contract.TESTS_FILE} {why}"
+        for why in ("is a folder", "not a regular", "unreadable", "missing")))]
+    if not os.path.lexists(path / contract.TESTS_FILE):
+        cell.error = "no tests.jsonl: the cell did not run or its results were lost"
+    elif unreadable:
+        cell.error = unreadable[0]
+    elif not records:
+        cell.error = "tests.jsonl holds no test records"
+    cell.tests = last_outcomes(records)
+    if cell.env and cell.env.get("status") == "running" and not cell.env.get("end"):
+        cell.problems.append("the run never finished (killed?): results are partial")
+    if run.get("selection"):
+        cell.problems.append(f"a selected run (pytest {' '.join(run['selection'])}), "
+                             "not the whole cell")
+    return cell
+
+
+def _links_out(path: Path) -> dict[str, str]:
+    """name -> why, for each of ``path``'s files that is a symlink leading out of the
+    folder given (it is not read)."""
+    out: dict[str, str] = {}
+    try:
+        top = path.resolve()
+    except (OSError, RuntimeError):
+        return out
+    for name in (contract.TESTS_FILE, contract.ENV_FILE, contract.SUMMARY_FILE):
+        item = path / name
+        if not item.is_symlink():
+            continue
+        try:
+            target = item.resolve()
+        except (OSError, RuntimeError):
+            continue  # a loop: the readers say so
+        if top != target and top not in target.parents:
+            out[name] = f"{name} is a symlink out of {path} (to {target}); not read"
+    return out
+
+
+def run_of(path: Path, env: dict[str, Any] | None = None, read_summary: bool = True
+           ) -> dict[str, Any]:
+    """A run's :data:`RUN_FIELDS` from its env.json, else its summary.json (pytest may
+    have died before writing env.json); {} for results written before runs had ids."""
+    for doc in (env if env is not None else read_json(path / contract.ENV_FILE)[0],
+                read_json(path / contract.SUMMARY_FILE)[0] if read_summary else None):
+        if isinstance(doc, dict) and doc.get("run_id"):
+            return {k: doc[k] for k in RUN_FIELDS if k in doc}
+    return {}
+
+
+def is_cell(folder: Path) -> bool:
+    """Whether ``folder`` holds a cell's results (any of :data:`contract.CELL_FILES`)."""
+    return any((folder / name).is_file() for name in contract.CELL_FILES)
+
+
+def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
+    """Cell folders given or found under ``paths``, and a note per path that was ignored.
+
+    A path holding tests.jsonl/env.json/collected.json/summary.json is a cell; another
+    folder is searched (depth <= 6) for such folders, e.g. an artifacts download; a folder
+    with none, or a path that does not exist, is kept so it shows as an errored cell.
+    A file is ignored (``results/*`` also matches the grids themselves) unless it is one of
+    a cell's files, which stands for its folder.
+    """
+    found: list[Path] = []
+    notes: list[str] = []
+    for path in map(Path, paths):
+        if path.is_file():
+            if path.name in contract.CELL_FILES:
+                found.append(path.parent)
+            else:
+                notes.append(f"{path}: a file, not a results folder; ignored")
+        elif not path.is_dir() or is_cell(path):
+            found.append(path)
+        elif path.name == contract.REPRO_DIR:
+            notes.append(f"{path}: reproductions (accelgrid repro), left out of the cells' "
+                         f"grid; name {path}/<issue> to show them")
+        else:
+            inner = _search(path)
+            found += inner or [path]
+    unique: dict[Path, Path] = {}
+    for folder in found:
+        try:
+            key = folder.resolve()
+        except (OSError, RuntimeError):  # a symlink loop: keep it, it shows as errored
+            key = Path(os.path.abspath(folder))
+        unique.setdefault(key, folder)
+    return list(unique.values()), notes
+
+
+def _search(top: Path) -> list[Path]:
+    cells = []
+    base = len(top.parts)
+    for dirpath, dirnames, _ in os.walk(top):
+        here = Path(dirpath)
+        if here != top and is_cell(here):
+            cells.append(here)
+            dirnames[:] = []  # a cell's subfolders are its own (running/)
+            continue
+        if len(here.parts) - base >= MAX_DEPTH:
+            dirnames[:] = []
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
+                             and d != contract.REPRO_DIR)
+    return cells
+
+
+def fill_cell_name(cell: CellResults) -> None:
+    """Without env.json, take the cell's name from its records (an artifact's folder is
+    often named after the artifact, not the cell)."""
+    if cell.env.get("cell"):
+        return
+    for rec in cell.tests.values():
+        if isinstance(rec.get("cell"), str) and CELL_NAME.match(rec["cell"]):
+            cell.name = rec["cell"]
+            return
+
+
+def read_cell(folder: Path) -> CellResults:
+    """A cell's results for a report: :func:`load_cell`, named by its records when
+    env.json lacks the name, with outcomes this version does not know turned into errors
+    (with the reason). A folder that does not exist is an errored cell; nothing raises."""
+    if not os.path.lexists(folder):
+        cell = CellResults(name=folder.name, path=folder)
+        cell.error = f"results folder {folder} does not exist"
+        return cell
+    cell = load_cell(folder)
+    fill_cell_name(cell)
+    # Records written by another version (or by hand) may carry outcomes or ids this
+    # version does not know; they become errors with the reason rather than crash a grid.
+    for nodeid, rec in list(cell.tests.items()):
+        if rec["outcome"] not in outcomes.ALL:
+            cell.problems.append(f"{nodeid}: unknown outcome {rec['outcome']!r}")
+            cell.tests[nodeid] = {**rec, "outcome": outcomes.ERROR,
+                                  "message": f"unknown outcome {rec['outcome']!r} recorded; "
+                                             f"{rec.get('message') or ''}".strip("; ")}
+        if not isinstance(nodeid, str):
+            cell.tests[str(nodeid)] = cell.tests.pop(nodeid)
+    return cell
