@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fake_hosts import fake_gpu
 
+from accelgrid.devices import pci, xpu
 from accelgrid.host import detect
 
 XPU_RULE = {"pci_vendor": "0x8086"}
@@ -46,7 +47,7 @@ def test_driver_only_intel_host_is_an_xpu_host(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     fake_gpu(tmp_path, 128, 0x8086, 0x56A0)
     assert detect.absent_reason("xpu", XPU_RULE, root=tmp_path) is None
-    [gpu] = detect.intel_gpus(tmp_path)
+    [gpu] = pci.intel_gpus(tmp_path)
     assert (gpu.node, gpu.family, gpu.name) == ("renderD128", "arc",
                                                 "Intel Arc A-series (Alchemist, DG2)")
     assert gpu.as_dict()["pci_id"] == "8086:56a0"
@@ -61,7 +62,7 @@ def test_nvidia_host_with_oneapi_is_not_an_xpu_host(tmp_path: Path, monkeypatch)
     reason = detect.absent_reason("xpu", XPU_RULE, root=tmp_path)
     assert reason == (f"xpu not present: no GPU of PCI vendor 0x8086 under "
                       f"{tmp_path}/sys/class/drm/renderD*")
-    assert detect.intel_gpus(tmp_path) == []
+    assert pci.intel_gpus(tmp_path) == []
 
 
 def test_amd_and_empty_hosts(tmp_path: Path) -> None:
@@ -70,7 +71,7 @@ def test_amd_and_empty_hosts(tmp_path: Path) -> None:
     empty.mkdir()
     for root in (amd, empty):
         assert "no GPU of PCI vendor 0x8086" in detect.absent_reason("xpu", XPU_RULE, root=root)
-        assert detect.intel_gpus(root) == []
+        assert pci.intel_gpus(root) == []
 
 
 def test_mixed_host_counts_and_names_only_intel_gpus(tmp_path: Path, monkeypatch) -> None:
@@ -80,7 +81,7 @@ def test_mixed_host_counts_and_names_only_intel_gpus(tmp_path: Path, monkeypatch
     fake_gpu(tmp_path, 131, 0x8086, 0xE20B)            # Arc B580 (Battlemage)
     fake_gpu(tmp_path, 132, 0x8086, 0x1234, pci_class=0x048000)   # not a display device
     fake_gpu(tmp_path, 133, 0x8086, 0x9A49)            # an older iGPU: Intel, no family
-    gpus = detect.intel_gpus(tmp_path)
+    gpus = pci.intel_gpus(tmp_path)
     assert [(g.node, g.family) for g in gpus] == [
         ("renderD129", "ats-m"), ("renderD130", "pvc"), ("renderD131", "bmg"),
         ("renderD133", None)]
@@ -91,13 +92,13 @@ def test_mixed_host_counts_and_names_only_intel_gpus(tmp_path: Path, monkeypatch
     monkeypatch.delenv("ACCELGRID_DEVICES", raising=False)
     # Not the NVIDIA one; the old iGPU (Level Zero's 3) neither: torch >= 2.7 drops an
     # integrated GPU beside discrete ones.
-    assert detect.device_ids("xpu") == ["0", "1", "2"]
+    assert detect.device_ids(xpu.DEVICE) == ["0", "1", "2"]
 
 
 def test_render_nodes_sort_numerically(tmp_path: Path) -> None:
     for node in (1000, 129, 128):
         fake_gpu(tmp_path, node, 0x8086, 0x64A0)
-    assert [g.node for g in detect.intel_gpus(tmp_path)] == [
+    assert [g.node for g in pci.intel_gpus(tmp_path)] == [
         "renderD128", "renderD129", "renderD1000"]
 
 
@@ -107,7 +108,7 @@ def test_container_without_dev_dri_says_so(tmp_path: Path) -> None:
     assert reason == ("xpu not present: Intel Data Center GPU Flex (ATS-M) at renderD128 but "
                       f"{tmp_path}/dev/dri/renderD128 is missing "
                       "(in a container: pass --device /dev/dri)")
-    assert detect.intel_gpus(tmp_path) == []
+    assert pci.intel_gpus(tmp_path) == []
 
 
 def test_inventory_uses_tools_only_when_present(tmp_path: Path, monkeypatch) -> None:
@@ -116,7 +117,7 @@ def test_inventory_uses_tools_only_when_present(tmp_path: Path, monkeypatch) -> 
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.delenv("ZE_FLAT_DEVICE_HIERARCHY", raising=False)
-    inv = detect.xpu_inventory(tmp_path)
+    inv = xpu.inventory(tmp_path)
     assert inv == {"gpus": [{"node": "renderD128", "pci_id": "8086:6420", "family": "lnl",
                              "name": "Intel Core Ultra 200V graphics (Lunar Lake)",
                              "tiles": 1, "discrete": False}],
@@ -125,18 +126,18 @@ def test_inventory_uses_tools_only_when_present(tmp_path: Path, monkeypatch) -> 
                    "sycl-ls": [], "xpu-smi": []}
     _fake_command(bin_dir, "sycl-ls", 0,
                   "[level_zero:gpu][level_zero:0] Intel(R) Level-Zero, Intel(R) Arc(TM) 140V")
-    assert detect.xpu_inventory(tmp_path)["sycl-ls"] == [
+    assert xpu.inventory(tmp_path)["sycl-ls"] == [
         "[level_zero:gpu][level_zero:0] Intel(R) Level-Zero, Intel(R) Arc(TM) 140V"]
 
 
 def test_family_table_has_no_id_twice() -> None:
     seen: dict[int, str] = {}
-    for name, (_, ids) in detect.FAMILIES.items():
+    for name, (_, ids) in pci.FAMILIES.items():
         for pci_id in ids:
             assert pci_id not in seen, f"{pci_id:#06x} in {seen.get(pci_id)} and {name}"
             seen[pci_id] = name
-    assert detect.family_of(0x56C0) == "ats-m" and detect.family_of(0x56C1) == "ats-m"
-    assert detect.family_of(0x0BD5) == "pvc" and detect.family_of(0xE20B) == "bmg"
+    assert pci.family_of(0x56C0) == "ats-m" and pci.family_of(0x56C1) == "ats-m"
+    assert pci.family_of(0x0BD5) == "pvc" and pci.family_of(0xE20B) == "bmg"
 
 
 # --- the runtime bundle of torch 2.5 +xpu -------------------------------------------------
@@ -263,29 +264,29 @@ def test_pinned_cell_takes_the_hardware_label_and_refuses_other_hardware(tmp_pat
 @pytest.mark.parametrize("driver", ["xe", "i915"])
 def test_flat_hierarchy_makes_each_stack_a_device(tmp_path: Path, driver: str) -> None:
     fake_gpu(tmp_path, 128, 0x8086, 0x0BD5, tiles=2, driver=driver)   # a 2-stack Max 1550
-    assert detect.intel_gpus(tmp_path)[0].tiles == 2
-    flat = detect.xpu_devices(tmp_path, {"ZE_FLAT_DEVICE_HIERARCHY": "FLAT"})
+    assert pci.intel_gpus(tmp_path)[0].tiles == 2
+    flat = xpu.xpu_devices(tmp_path, {"ZE_FLAT_DEVICE_HIERARCHY": "FLAT"})
     assert [(d.index, d.tile, d.used) for d in flat] == [(0, 0, True), (1, 1, True)]
-    assert len(detect.xpu_devices(tmp_path, {})) == 2          # FLAT is Level Zero's default
+    assert len(xpu.xpu_devices(tmp_path, {})) == 2          # FLAT is Level Zero's default
     for mode in ("COMPOSITE", "COMBINED"):
-        one = detect.xpu_devices(tmp_path, {"ZE_FLAT_DEVICE_HIERARCHY": mode})
+        one = xpu.xpu_devices(tmp_path, {"ZE_FLAT_DEVICE_HIERARCHY": mode})
         assert [(d.index, d.tile) for d in one] == [(0, None)]
 
 
 def test_integrated_gpu_is_dropped_beside_a_discrete_one_from_torch_27(tmp_path: Path) -> None:
     fake_gpu(tmp_path, 128, 0x8086, 0x7D55)   # Meteor Lake iGPU (enumerated first)
     fake_gpu(tmp_path, 129, 0x8086, 0x56A0)   # Arc A770 (DG2)
-    old = detect.xpu_devices(tmp_path, {}, torch_version="2.6.0+xpu")
+    old = xpu.xpu_devices(tmp_path, {}, torch_version="2.6.0+xpu")
     assert [(d.gpu.family, d.used) for d in old] == [("mtl", True), ("arc", True)]
-    new = detect.xpu_devices(tmp_path, {}, torch_version="2.7.0+xpu")
+    new = xpu.xpu_devices(tmp_path, {}, torch_version="2.7.0+xpu")
     assert [(d.index, d.gpu.family, d.used) for d in new] == [(0, "mtl", False),
                                                               (1, "arc", True)]
     assert new[0].why_not == "integrated GPU beside a discrete one (torch >= 2.7)"
     # An iGPU alone is used.
     alone = tmp_path / "alone"
     fake_gpu(alone, 128, 0x8086, 0x7D55)
-    assert [d.used for d in detect.xpu_devices(alone, {}, torch_version="2.13")] == [True]
-    inv = detect.xpu_inventory(tmp_path, tools=False)
+    assert [d.used for d in xpu.xpu_devices(alone, {}, torch_version="2.13")] == [True]
+    inv = xpu.inventory(tmp_path, tools=False)
     assert inv["devices"]["count"] == 1
     assert inv["devices"]["not_used"] == [
         "renderD128: integrated GPU beside a discrete one (torch >= 2.7)"]
@@ -323,7 +324,7 @@ def test_wsl2_gets_one_clear_line(tmp_path: Path) -> None:
     assert why.startswith("xpu not detected: WSL2 host (/dev/dxg, no /sys/class/drm): sysfs "
                           "cannot see its GPU")
     assert "\n" not in why and "ACCELGRID_HARDWARE" in why
-    assert detect.xpu_inventory(tmp_path, tools=False)["note"].startswith("WSL2 host")
+    assert xpu.inventory(tmp_path, tools=False)["note"].startswith("WSL2 host")
     plain = tmp_path / "plain"
     plain.mkdir()
     assert "WSL2" not in detect.absent_reason("xpu", XPU_RULE, root=plain)

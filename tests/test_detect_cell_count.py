@@ -1,4 +1,4 @@
-"""The xpu device count as the cell's own env sees it (detect.cell_xpu_ids): the cell
+"""The xpu device count as the cell's own env sees it (devices.xpu.cell_xpu_ids): the cell
 python's torch.xpu.device_count() first, then sycl-ls in that env, then sysfs; fake cell
 pythons and a fake sycl-ls are scripts printing what the real ones print.
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from fake_hosts import fake_gpu
 
+from accelgrid.devices import xpu
 from accelgrid.host import detect
 
 IPEX_702 = """\
@@ -38,10 +39,10 @@ IPEX_494 = """\
 
 
 def test_sycl_ls_lines_count_level_zero_gpus_only():
-    assert detect.sycl_ls_gpus(IPEX_702) == [IPEX_702.splitlines()[3]]
-    assert len(detect.sycl_ls_gpus(CR_970)) == 1
-    assert detect.sycl_ls_gpus(IPEX_494) == []
-    assert len(detect.sycl_ls_gpus(IPEX_702 + CR_970)) == 2
+    assert xpu.sycl_ls_gpus(IPEX_702) == [IPEX_702.splitlines()[3]]
+    assert len(xpu.sycl_ls_gpus(CR_970)) == 1
+    assert xpu.sycl_ls_gpus(IPEX_494) == []
+    assert len(xpu.sycl_ls_gpus(IPEX_702 + CR_970)) == 2
 
 
 def _script(path: Path, body: str) -> Path:
@@ -71,7 +72,7 @@ def env(tmp_path):
 def test_cell_torch_count_agrees_with_sysfs(tmp_path, env):
     _two_stack_host(tmp_path / "root")
     py = _python_printing(tmp_path, "2\\n")
-    ids, how = detect.cell_xpu_ids(str(py), env, root=tmp_path / "root")
+    ids, how = xpu.cell_xpu_ids(str(py), env, root=tmp_path / "root")
     assert ids == ["0", "1"]
     assert how == "torch.xpu.device_count() in the cell env: 2 (sysfs agrees)"
     assert (tmp_path / "seen").read_text().strip() == "FLAT"
@@ -82,11 +83,11 @@ def test_cell_torch_count_wins_where_it_differs(tmp_path, env):
     # same env would say 2) is overruled by what the cell's torch counts.
     _two_stack_host(tmp_path / "root")
     py = _python_printing(tmp_path, "1\\n")
-    ids, how = detect.cell_xpu_ids(str(py), env, root=tmp_path / "root")
+    ids, how = xpu.cell_xpu_ids(str(py), env, root=tmp_path / "root")
     assert ids == ["0"] and how.endswith("(sysfs sees 2: the count wins)")
     # A torch that sees none (a CPU build in an xpu cell): zero, not sysfs's two.
     py = _python_printing(tmp_path, "0\\n")
-    assert detect.cell_xpu_ids(str(py), env, root=tmp_path / "root")[0] == []
+    assert xpu.cell_xpu_ids(str(py), env, root=tmp_path / "root")[0] == []
 
 
 def test_sycl_ls_in_the_cell_env_when_torch_cannot_say(tmp_path, env):
@@ -95,7 +96,7 @@ def test_sycl_ls_in_the_cell_env_when_torch_cannot_say(tmp_path, env):
     _script(tmp_path / "bin" / "sycl-ls", f"cat <<'EOF'\n{IPEX_702}EOF\n")
     py = _python_printing(tmp_path, "Traceback\\nModuleNotFoundError: No module named torch\\n",
                           rc=1)
-    ids, how = detect.cell_xpu_ids(str(py), env, root=tmp_path / "root")
+    ids, how = xpu.cell_xpu_ids(str(py), env, root=tmp_path / "root")
     assert ids == ["0"]
     assert how.startswith("torch.xpu.device_count() in the cell env: no count (exit 1")
     assert "sycl-ls: 1 Level Zero GPUs" in how and "the count wins" in how
@@ -110,7 +111,7 @@ def test_sycl_ls_count_less_the_igpu_torch_drops(tmp_path, env):
     (tmp_path / "bin").mkdir()
     two = IPEX_702 + CR_970.splitlines()[0] + "\n"
     _script(tmp_path / "bin" / "sycl-ls", f"cat <<'EOF'\n{two}EOF\n")
-    ids, how = detect.cell_xpu_ids(None, env, root=root, torch_version="2.8")
+    ids, how = xpu.cell_xpu_ids(None, env, root=root, torch_version="2.8")
     assert ids == ["0"] and "2 Level Zero GPUs, 1 integrated dropped" in how
     assert how.endswith("(sysfs agrees)")
 
@@ -118,7 +119,7 @@ def test_sycl_ls_count_less_the_igpu_torch_drops(tmp_path, env):
 def test_sysfs_alone_without_a_cell_python_or_sycl_ls(tmp_path, env):
     _two_stack_host(tmp_path / "root")
     env = {**env, "PATH": str(tmp_path / "no-tools")}
-    assert detect.cell_xpu_ids(None, env, root=tmp_path / "root") == (
+    assert xpu.cell_xpu_ids(None, env, root=tmp_path / "root") == (
         ["0", "1"], "sysfs: 2 devices")
 
 
@@ -127,9 +128,9 @@ def test_device_ids_uses_the_cell_python_and_explicit_choices_win(tmp_path, env,
     _two_stack_host(tmp_path / "root")
     monkeypatch.setenv("ACCELGRID_HOST_ROOT", str(tmp_path / "root"))
     py = _python_printing(tmp_path, "1\\n")
-    assert detect.device_ids("xpu", env, python=str(py)) == ["0"]
-    assert detect.device_ids("xpu", env) == ["0", "1"]            # no python: sysfs
-    assert detect.device_ids_how("xpu", {**env, "ZE_AFFINITY_MASK": "1"}, str(py)) == (
+    assert detect.device_ids(xpu.DEVICE, env, python=str(py)) == ["0"]
+    assert detect.device_ids(xpu.DEVICE, env) == ["0", "1"]            # no python: sysfs
+    assert detect.device_ids_how(xpu.DEVICE, {**env, "ZE_AFFINITY_MASK": "1"}, str(py)) == (
         ["1"], "ZE_AFFINITY_MASK")
 
 
@@ -140,7 +141,7 @@ def test_a_real_torch_without_xpu_defers_to_the_next_source(tmp_path, env):
 
     _two_stack_host(tmp_path / "root")
     env = {**env, "PATH": str(tmp_path / "no-tools")}
-    ids, how = detect.cell_xpu_ids(sys.executable, env, root=tmp_path / "root")
+    ids, how = xpu.cell_xpu_ids(sys.executable, env, root=tmp_path / "root")
     assert ids == ["0", "1"]
     assert how == ("torch.xpu.device_count() in the cell env: no count (exit 0: torch built "
                    "without XPU); sysfs: 2 devices")

@@ -3,6 +3,7 @@ every outcome kind, crashes and hangs that lose nothing else, and killed runs.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -284,8 +285,9 @@ def test_single_device_host_runs_one_pass(mini_project, monkeypatch) -> None:
     assert "no:cacheprovider" in pass_plan.pytest_command(cell, "py", proj, run_pass=two[1])
     # ... unless asked not to, or the device type cannot be shared.
     assert not pass_plan.passes(cell, device_ids=["0", "1"], serial=True)[1].beside
-    monkeypatch.setitem(pass_plan.SHARED_BY_PROCESSES, "xpu", False)
-    assert not pass_plan.passes(cell, device_ids=["0", "1"])[1].beside
+    alone = dataclasses.replace(cell, device_type=dataclasses.replace(
+        cell.device_type, shared_by_processes=False))
+    assert not pass_plan.passes(alone, device_ids=["0", "1"])[1].beside
     assert two[0].xdist == (
         "--dist", "worksteal",
         "--tx", f"popen//env:ZE_AFFINITY_MASK=0//env:ACCELGRID_DEVICE_INDEX=0"
@@ -839,13 +841,14 @@ def test_all_devices_of_the_run():
 
 
 def test_chosen_devices_hold_in_every_pass(mini_project, python, monkeypatch) -> None:
+    from accelgrid.devices import xpu
     from accelgrid.host import detect
 
-    monkeypatch.setitem(detect.DEVICE_IDS, "xpu", lambda: ["0", "1", "2", "3"])  # 4 GPUs
+    monkeypatch.setattr(xpu, "sysfs_ids", lambda: ["0", "1", "2", "3"])  # 4 GPUs
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
     proj = mini_project()
     cell = _cell(proj, "xpu-2.13")
-    every = pass_plan.passes(cell, device_ids=detect.device_ids("xpu"))
+    every = pass_plan.passes(cell, device_ids=detect.device_ids(cell.device_type))
     assert {k: v for k, v in every[1].env if k != "OMP_NUM_THREADS"} == {
         "ZE_AFFINITY_MASK": "0,1,2,3", "ACCELGRID_DEVICE_INDEX": "0,1,2,3"}
     monkeypatch.setenv("ACCELGRID_DEVICES", "1,3")

@@ -22,6 +22,12 @@ def _cell(proj: Path, name: str = "xpu-2.13"):
     return load_matrix(proj / "matrix.yaml").cell(name)
 
 
+def _not_shared(cell):
+    """The cell on a device type processes cannot share (the passes read the cell's type)."""
+    return dataclasses.replace(cell, device_type=dataclasses.replace(
+        cell.device_type, shared_by_processes=False))
+
+
 @pytest.fixture
 def host(monkeypatch):
     """A host of ``cores`` cores, no user choice of workers or threads."""
@@ -50,9 +56,7 @@ def test_workers_per_device_come_from_the_host(mini_project, host, monkeypatch) 
     host(16)
     # The run's own settings: serial passes, a device type processes cannot share...
     assert pass_plan.workers_per_device(cell, 1, serial=True, memory_gib=[141.0]) == 1
-    monkeypatch.setitem(pass_plan.SHARED_BY_PROCESSES, "xpu", False)
-    assert pass_plan.workers_per_device(cell, 1, memory_gib=[141.0]) == 1
-    monkeypatch.setitem(pass_plan.SHARED_BY_PROCESSES, "xpu", True)
+    assert pass_plan.workers_per_device(_not_shared(cell), 1, memory_gib=[141.0]) == 1
     # ... the cell's own workers when the matrix sets more than one, the user's variable.
     assert pass_plan.workers_per_device(dataclasses.replace(cell, workers=3), 1,
                                      memory_gib=[141.0]) == 3

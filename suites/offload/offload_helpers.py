@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
-# Devices CPUOffloadOptimizer accepts: torchao picks cuda, else xpu, and asserts one of
-# them is present ("CPU Offload currently only supports CUDA & XPU").
-SUPPORTED_DEVICES: tuple[str, ...] = ("cuda", "xpu")
+# Which devices CPUOffloadOptimizer accepts is the device types' ``offload``
+# (accelgrid.devices): torchao picks cuda, else xpu, and asserts one of them is present
+# ("CPU Offload currently only supports CUDA & XPU").
 AO_958 = "https://github.com/pytorch/ao/issues/958"
 
 # Where CPUOffloadOptimizer lives: torchao >= 0.10, then 0.5-0.9.

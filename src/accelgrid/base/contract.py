@@ -45,7 +45,7 @@ GATE = "ACCELGRID_GATE"                # a file: the pass starts beside the othe
 PASS_SINGLE = "single"
 PASS_PINNED = "pinned"
 PASS_ALL_DEVICES = "all-devices"
-# A cpu cell's tests see no accelerator (detect.HIDE_ACCELERATORS); the ones marked
+# A cpu cell's tests see no accelerator (devices.hidden_accelerators()); the ones marked
 # sees_accelerators run after them in this pass, which sees the host's.
 PASS_HOST_ACCELERATORS = "host-accelerators"
 # Where several workers share a device, the tests marked device_alone run after them in

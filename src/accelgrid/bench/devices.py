@@ -102,12 +102,12 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
     """Run ``cell_name`` on 1, 2, 4, ... of this host's devices and report the scaling
     (see the module's docstring); InvalidInput for a cell whose device cannot be split."""
     cell = matrix.cell(cell_name)
-    if cell.device not in detect.VISIBILITY_VAR:
+    if not cell.device_type.visibility_var:
         raise InvalidInput(f"{cell.name}: a {cell.device} cell runs on one device; the "
                            "bench needs a device type with several devices (cuda, xpu)")
     if repeat < 1:
         raise InvalidInput("--repeat must be at least 1")
-    ids = detect.device_ids(cell.device)
+    ids = detect.device_ids(cell.device_type)
     plan = counts_for(len(ids), counts)
     root = matrix.root.resolve()
     commit, dirty = provenance.project_commit(root)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import devices
 from .. import report as grid
 from ..base import contract, jsonio, outcomes
 from ..base.errors import InvalidInput
@@ -36,7 +37,7 @@ from ..results import cellresults
 from ..results.provenance import now, project_commit
 from . import load_average, machine, write_outputs
 
-DEVICES = ("cpu", "cuda", "xpu", "mps")
+DEVICES = tuple(d.name for d in devices.BUILTIN)
 SERIES = ("2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13")
 PROFILES = ("default", "fp64-emulation", "fallback-debug")
 SUITES = ("smoke", "offload", "hf_examples", "ops", "dist")

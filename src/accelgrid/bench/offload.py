@@ -51,6 +51,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .. import devices
 from ..base.errors import EXIT_INVALID, AccelgridError, InvalidInput
 from ..devices.backends import dispatch
 from . import write_outputs
@@ -60,7 +61,9 @@ if TYPE_CHECKING:  # an annotation only: running the benchmark loads no matrix
 
 MODES = ("none", "offload", "offload_grad")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-DEVICES = ("auto", "cuda", "xpu")
+# The built-in device types torchao's CPUOffloadOptimizer runs on (DeviceType.offload), in
+# the order torchao itself picks them (cuda, else xpu).
+DEVICES = ("auto", *(d.name for d in devices.BUILTIN if d.offload))
 MODELS = ("transformer", "mlp", "mlp-gelu")  # offload_helpers.BENCH_MODELS
 DEFAULT_MODELS = "transformer,mlp"
 FLUSH = {"off": (False,), "on": (True,), "both": (False, True),
@@ -146,19 +149,17 @@ def _log(msg: str) -> None:
 
 def pick_device(torch: Any, wanted: str, helpers: ModuleType) -> tuple[str | None, str]:
     """(device, "") or (None, why not); ``auto`` picks cuda, else xpu, as torchao does."""
-    has = {
-        "cuda": torch.cuda.is_available(),
-        "xpu": hasattr(torch, "xpu") and torch.xpu.is_available(),
-    }
+    has = {d.name: d.available(torch) for d in devices.TYPES.values() if d.offload}
     if wanted == "auto":
-        for name in helpers.SUPPORTED_DEVICES:
-            if has[name]:
+        for name, present in has.items():
+            if present:
                 return name, ""
+        named = " or ".join(n.upper() for n in has)
         return None, (
-            "no CUDA or XPU device; CPUOffloadOptimizer supports only CUDA and XPU "
-            f"({helpers.AO_958})"
+            f"no {named} device; CPUOffloadOptimizer supports only "
+            f"{' and '.join(n.upper() for n in has)} ({helpers.AO_958})"
         )
-    if not has[wanted]:
+    if not has.get(wanted):
         return None, f"--device {wanted} requested but torch {torch.__version__} sees none"
     return wanted, ""
 

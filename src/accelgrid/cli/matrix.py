@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 
-from .. import ops, results
+from .. import devices, ops, results
 from ..base import contract
 from ..base.jsonio import dumps
 from ..config import validation
@@ -137,8 +137,8 @@ def _plan(args: argparse.Namespace) -> int:
         if p["env"]:
             print("  env       " + " ".join(f"{k}={v}" for k, v in p["env"].items()))
         print("  pytest    " + shlex.join(p["command"]))
-    if cell.device == "cpu":
-        hidden = " ".join(f"{k}={v}" for k, v in detect.HIDE_ACCELERATORS.items())
+    if not cell.device_type.accelerator:
+        hidden = " ".join(f"{k}={v}" for k, v in devices.hidden_accelerators().items())
         print(f"hidden      accelerators: {hidden} (tests marked sees_accelerators run "
               "in a later pass that sees them; nothing hides mps)")
     print(f"timeout     {cell.cell_minutes} min for the cell, {cell.test_seconds} s per test")

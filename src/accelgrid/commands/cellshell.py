@@ -150,7 +150,7 @@ def _first_pass(cell: Cell, env: Mapping[str, str], python: str | None = None) -
     devices counted in its env, as the run counts them). With several devices the run
     pins one to each worker: by hand, one process, the first device."""
     workers = 1 if env.get(contract.WORKERS, "").strip() else None  # only None matters
-    ids = detect.device_ids(cell.device, dict(env), python, cell.torch)
+    ids = detect.device_ids(cell.device_type, dict(env), python, cell.torch)
     plan = pass_plan.passes(cell, workers, ids)
     if plan[0].name == contract.PASS_PINNED:
         plan = pass_plan.passes(cell, None, ids[:1])

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import devices, results
+from .. import results
 from ..base import contract
 from ..base.errors import InvalidInput
 from ..config.matrix import Cell, Matrix, Runtime, control_problem
@@ -411,8 +411,7 @@ class Engine:
         (xpu: ``--device /dev/dri``; cuda: ``--gpus all`` with docker's NVIDIA runtime,
         CDI's ``nvidia.com/gpu=all`` with podman), and for a device folder passed in, the
         groups owning its render nodes (``--group-add GID``: docker and podman)."""
-        kind = devices.find(cell.device)
-        args = kind.container_device_args(self.name) if kind else []
+        args = cell.device_type.container_device_args(self.name)
         if self.name == "buildah":
             return args   # buildah run has no --group-add
         folders = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--device"]

@@ -31,6 +31,8 @@ from .. import devices
 from ..base import contract
 from ..base.errors import UnknownName
 from ..base.versions import in_range, public_version, range_is_empty
+from ..devices import DeviceType
+from ..devices import spec as device_spec
 from ..results import environment
 from . import compat
 from .validation import (
@@ -116,6 +118,9 @@ class Hardware:
 @dataclass(frozen=True)
 class Device:
     name: str
+    # Every fact accelgrid knows about the type (accelgrid.devices), resolved once here:
+    # a built-in module's, or the spec file's (devices.<d>.spec).
+    device_type: DeviceType = dataclasses.field(repr=False, compare=False)
     index: str
     env: dict[str, str]
     detect: dict[str, Any]
@@ -172,6 +177,9 @@ class Suite:
 class Cell:
     name: str
     device: str
+    # The device's type (Device.device_type): what the runner, the passes and the
+    # containers read, instead of looking the name up again.
+    device_type: DeviceType = dataclasses.field(repr=False, compare=False)
     torch: str                    # the series, e.g. "2.13"
     profile: str
     pins: dict[str, str]          # torch, torchao, transformers, accelerate ...
@@ -410,17 +418,19 @@ def _injection_problems(node: Any, smap: SourceMap, path: tuple = ()) -> list[Pr
 def _device_spec_problems(name: str, spec: str | None, root: Path, smap: SourceMap
                           ) -> list[Problem]:
     """A device outside accelgrid.devices' modules needs a spec file declaring it; the
-    file is read, not run (it imports the backend, which this process may lack)."""
+    file is read here, not run (it may import a backend this process lacks: the cells
+    get its type from accelgrid.devices.spec.resolve)."""
     where = ("devices", name, "spec") if spec else ("devices", name)
+    # Built-in names only: a spec device an earlier load registered is still a spec device.
+    known = [d.name for d in devices.BUILTIN]
     if spec is None:
-        if devices.find(name) is None:
-            known = [d.name for d in devices.BUILTIN]
+        if name not in known:
             return [smap.problem(where, (
                 f"unknown name '{name}'; expected one of: {', '.join(known)}"
                 f"{suggest(name, known)} (another device type is declared by a spec: "
                 "FILE.py, docs/adding-a-device.md)"))]
         return []
-    if devices.find(name) is not None:
+    if name in known:
         return [smap.problem(where, f"'{name}' is a built-in device type; a spec file "
                                     "declares a device of another name")]
     path = root / spec
@@ -624,6 +634,19 @@ def _runtime(spec: dict[str, Any]) -> Runtime:
         apt_packages=tuple(apt.get("packages") or ()), source=spec.get("source", ""))
 
 
+def _device_type(name: str, spec: str | None, root: Path, smap: SourceMap) -> DeviceType:
+    """A built-in device type, or the one ``spec`` declares (run here, else its literal
+    facts: accelgrid.devices.spec.resolve), registered so that what reads every device
+    type (a cpu cell's hidden accelerators, flag owners) reads it too; a spec whose facts
+    are wrong fails the load."""
+    if spec is None:
+        return devices.get(name)
+    try:
+        return devices.register(device_spec.resolve(root / spec))
+    except device_spec.SpecError as exc:
+        raise ValidationFailed([smap.problem(("devices", name, "spec"), str(exc))]) from exc
+
+
 def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
     defaults = data["defaults"]
     timeout = defaults.get("timeout") or {}
@@ -633,6 +656,7 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
         runner = spec["runner"]
         devices[name] = Device(
             name=name,
+            device_type=_device_type(name, spec.get("spec"), path.parent, smap),
             index=spec["index"],
             env=_env(spec.get("env")),
             detect=dict(spec["detect"]),
@@ -914,6 +938,7 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
     return Cell(
         name=name,
         device=device.name,
+        device_type=device.device_type,
         torch=series.series,
         profile=profile.name,
         pins=dict(series.pins),

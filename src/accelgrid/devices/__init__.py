@@ -75,7 +75,8 @@ def from_env(env: Mapping[str, str] | None = None) -> DeviceType:
 
 
 def hidden_accelerators() -> dict[str, str]:
-    """What hides every accelerator of the built-in types from a process (a cpu cell's
-    tests), so code that picks its device from what the host has sees a CPU-only host."""
-    return {k: v for d in BUILTIN for k, v in d.hide.items()}
+    """What hides every accelerator from a process (a cpu cell's tests): each known type's
+    ``hide`` (a spec device's once its matrix is loaded), so code that picks its device from
+    what the host has (torchao's CPUOffloadOptimizer) sees a CPU-only host."""
+    return {k: v for d in TYPES.values() for k, v in d.hide.items()}
 

@@ -23,6 +23,7 @@ DEVICE = DeviceType(
     },
     accelerator=False,
     torch_devices=_torch_devices,
+    available=lambda _torch: True,
     collective_backend="gloo",
     source=__name__,
 )

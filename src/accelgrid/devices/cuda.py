@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
-from .base import DeviceType
+from .base import HOST_TOOLS, DeviceType, not_implemented_message, tool_lines
 
 DRIVER_PROC = "/proc/driver/nvidia/version"
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..." (or "... Open Kernel
@@ -38,8 +39,12 @@ def driver_version(proc_file: str = DRIVER_PROC) -> str | None:
     return out.strip().splitlines()[0] if out.strip() else None
 
 
+def _available(torch: Any) -> bool:
+    return bool(torch.cuda.is_available())
+
+
 def _torch_devices(torch: Any) -> tuple[list[dict[str, Any]], str | None]:
-    if not torch.cuda.is_available():
+    if not _available(torch):
         return [], None
     found = []
     for i in range(torch.cuda.device_count()):
@@ -47,6 +52,34 @@ def _torch_devices(torch: Any) -> tuple[list[dict[str, Any]], str | None]:
         found.append({"index": i, "name": props.name, "memory_bytes": props.total_memory,
                       "capability": f"{props.major}.{props.minor}"})
     return found, driver_version()
+
+
+def nvidia_ids() -> list[str]:
+    """The GPUs ``nvidia-smi -L`` lists, numbered as CUDA_VISIBLE_DEVICES counts them."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def host_ids(_env: Mapping[str, str], _python: str | None, _torch_version: str | None
+             ) -> tuple[list[str], str]:
+    return nvidia_ids(), HOST_TOOLS
+
+
+def memory_gib() -> list[float]:
+    """Each GPU's memory in GiB, as nvidia-smi reports it (MiB)."""
+    lines = tool_lines(["nvidia-smi", "--query-gpu=memory.total",
+                        "--format=csv,noheader,nounits"])
+    try:
+        return [round(float(x) / 1024, 1) for x in lines]
+    except ValueError:
+        return []
 
 
 DEVICE = DeviceType(
@@ -71,8 +104,12 @@ DEVICE = DeviceType(
     # (ACCELGRID_SERIAL_PASSES=1 there).
     shared_by_processes=True,
     flags=re.compile(r"^(PYTORCH_\w*CUDA\w*|CUBLAS_\w+|CUDNN_\w+)$"),
+    missing_messages=(not_implemented_message("CUDA"),),
     runtime_attr="cuda",
     torch_devices=_torch_devices,
+    available=_available,
+    host_ids=host_ids,
+    host_memory_gib=memory_gib,
     collective_backend="nccl",
     offload=True,
     # docker: the NVIDIA runtime hook; podman/buildah: CDI (nvidia-ctk cdi generate).

@@ -196,7 +196,7 @@ def cross_cell(cells: list[dict[str, Any]], upstream: Mapping[str, Any] | None =
                 how.setdefault(op, {})[c["cell"]] = missing_how(entry)
     predicted: dict[str, dict[str, Any]] = {}
     disagreements: list[dict[str, str]] = []
-    if any(c["device_type"] == "xpu" for c in cells):
+    if any(c["device_type"] == xpu_prediction.DEVICE for c in cells):
         upstream = xpu_prediction.load_upstream() if upstream is None else upstream
         for c in cells:
             check = xpu_prediction.observed_vs_predicted(c, upstream)

@@ -67,6 +67,7 @@ __all__ = [
     "series_counts", "series_names", "series_of", "stopped_falling_back", "torch_ops",
 ]
 
+DEVICE = "xpu"   # the device type these predictions are for (accelgrid.devices.xpu)
 STATUSES = ("native", "decomposed", "fallback", "missing", "routed: cpu", "routed: cuda",
             "unknown")
 # Statuses an observed xpu cell and a prediction can be compared on; "unknown" and the
@@ -406,7 +407,7 @@ def series_of(version: str | None) -> str | None:
 
 def matrix_series(cells: Iterable[Any]) -> list[str]:
     """The torch series of a matrix's xpu cells (``Cell.device``/``.torch``), oldest first."""
-    return sorted({c.torch for c in cells if c.device == "xpu"}, key=_version)
+    return sorted({c.torch for c in cells if c.device == DEVICE}, key=_version)
 
 
 def choose_series(requested: Iterable[str] | None = None, cells: Iterable[Any] | None = None,
@@ -512,7 +513,7 @@ def observed_vs_predicted(cell: Mapping[str, Any], upstream: Mapping[str, Any] |
     ...). None for other devices. Ops where either side is outside :data:`COMPARED` are
     counted as not compared. A series without data gets ``error`` instead (past the data:
     its last date)."""
-    if cell.get("device_type") != "xpu":
+    if cell.get("device_type") != DEVICE:
         return None
     upstream = load_upstream() if upstream is None else upstream
     series = series_of(cell.get("torch"))

@@ -84,7 +84,7 @@ def _xpu_predictions(cells: list[CellResults]) -> dict[str, Any]:
     per_test: dict[str, set[str]] = {}
     sources = []
     for cell in cells:
-        if _device(cell) == "xpu":
+        if _device(cell) == xpu_prediction.DEVICE:
             continue  # the prediction is for XPU; an xpu cell's capture is its observation
         got = captured_ops(cell)
         if got:
@@ -92,7 +92,7 @@ def _xpu_predictions(cells: list[CellResults]) -> dict[str, Any]:
             for nodeid, ops in got.items():
                 per_test.setdefault(nodeid, set()).update(ops)
     risk = xpu_risk(per_test)
-    observed = {c.name: c for c in cells if _device(c) == "xpu" and not c.error}
+    observed = {c.name: c for c in cells if _device(c) == xpu_prediction.DEVICE and not c.error}
     tests = {}
     for nodeid, by_series in risk.items():
         tests[nodeid] = {"series": by_series, "observed": {

@@ -59,7 +59,7 @@ def torch_facts(device_type: str) -> dict[str, Any]:
         "git_version": getattr(torch.version, "git_version", None),
         # torch.version.cuda / .xpu: the runtime the build is for (device modules' runtime_attr)
         **{f"{d.runtime_attr}_runtime": getattr(torch.version, d.runtime_attr, None)
-           for d in devices.BUILTIN if d.runtime_attr},
+           for d in devices.TYPES.values() if d.runtime_attr},
         "debug": getattr(torch.version, "debug", None),
     }
     found: list[dict[str, Any]] = []

@@ -101,8 +101,8 @@ def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str
     deadline = time.monotonic() + limit
     planned = plan_run(cell, python, folder, root, pytest_args, workers, env)
     ids, how, serial, plan = planned.device_ids, planned.how, planned.serial, planned.passes
-    if cell.device == "xpu" and how:
-        print(f"accelgrid: {cell.name}: {len(ids)} xpu devices: {how}", flush=True)
+    if cell.device_type.visibility_var and how:
+        print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices: {how}", flush=True)
     # Children this process had before the cell (none, from the CLI): not the tests'.
     keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
         else None

@@ -10,7 +10,6 @@ from ..base import contract, jsonio
 from ..base.errors import AccelgridError
 from ..config import known_issues
 from ..config.matrix import Cell
-from ..host import detect
 from ..results.provenance import project_commit
 from . import preflight
 
@@ -67,5 +66,5 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         jsonio.write_json(folder / contract.HARDWARE_FILE, {
             "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
             "note": hardware.note, "env": hardware.env(cell),
-            **detect.xpu_inventory()})
+            **cell.device_type.host_inventory()})
     return env

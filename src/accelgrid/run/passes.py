@@ -27,11 +27,6 @@ WORKER_GIB = 12.0
 MAX_PER_DEVICE = 8
 UNKNOWN_MEMORY_PER_DEVICE = 2
 MAX_WORKERS_PER_DEVICE = 64   # ACCELGRID_WORKERS_PER_DEVICE's bound
-# Whether processes may use one device of this type at the same time: then the pass that
-# sees every device runs beside the pinned workers (its ranks share their GPUs) instead of
-# after them: each device module's shared_by_processes (accelgrid.devices).
-SHARED_BY_PROCESSES: dict[str, bool] = {d.name: d.shared_by_processes
-                                        for d in devices.BUILTIN if d.accelerator}
 # pytest options that read or write pytest's cache (.pytest_cache): two sessions at once
 # would lose each other's last-failed list, so a run using them keeps its passes serial.
 CACHE_OPTIONS = {
@@ -70,13 +65,13 @@ def workers_per_device(cell: Cell, devices: int, serial: bool = False,
                        env: dict[str, str] | None = None,
                        memory_gib: Sequence[float] | None = None) -> int:
     """How many xdist workers share each of ``devices`` devices: 1 where the device type
-    cannot be shared by processes (:data:`SHARED_BY_PROCESSES`) or the run is ``serial``;
+    cannot be shared by processes (its ``shared_by_processes``) or the run is ``serial``;
     else ``ACCELGRID_WORKERS_PER_DEVICE``, else the cell's own ``workers`` when the matrix
     sets more than one, else what the host affords: :data:`CORES_PER_WORKER` cores and
     :data:`WORKER_GIB` of the smallest device's memory per worker, at most
     :data:`MAX_PER_DEVICE` (:data:`UNKNOWN_MEMORY_PER_DEVICE` where the memory is unknown)."""
     env = dict(os.environ if env is None else env)
-    if serial or not SHARED_BY_PROCESSES.get(cell.device, False) or devices < 1:
+    if serial or not cell.device_type.shared_by_processes or devices < 1:
         return 1
     text = env.get(contract.WORKERS_PER_DEVICE, "").strip()
     if text:
@@ -87,8 +82,7 @@ def workers_per_device(cell: Cell, devices: int, serial: bool = False,
     if cell.workers > 1:
         return cell.workers
     by_cores = (os.cpu_count() or 1) // (devices * CORES_PER_WORKER)
-    memory = list(detect.device_memory_gib(cell.device) if memory_gib is None
-                  else memory_gib)
+    memory = list(cell.device_type.host_memory_gib() if memory_gib is None else memory_gib)
     cap = int(min(memory) // WORKER_GIB) if memory else UNKNOWN_MEMORY_PER_DEVICE
     return max(1, min(by_cores, cap, MAX_PER_DEVICE))
 
@@ -128,11 +122,11 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
     and a pass with one worker that sees every device of the run for ``multi_device``
     tests: the visibility variable lists them, so a chosen subset (``ACCELGRID_DEVICES``)
     holds there too. That pass runs beside the pinned one where the device can be shared
-    by processes (:data:`SHARED_BY_PROCESSES`), unless ``serial``; else after it. Where
+    by processes (the type's ``shared_by_processes``), unless ``serial``; else after it. Where
     several workers share a device (:func:`workers_per_device`), the ``device_alone``
     tests run afterwards, one worker per device, their pytest started with the shared
     workers."""
-    var = detect.VISIBILITY_VAR.get(cell.device)
+    var = cell.device_type.visibility_var
     per_device = (workers_per_device(cell, len(device_ids), serial)
                   if var and device_ids and workers is None else 1)
     alone = [_device_alone(cell, var, device_ids)] if var and per_device > 1 else []
@@ -155,7 +149,7 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
         for dev in device_ids:  # k workers per device: its spec k times
             specs += ["--tx", f"popen//env:{var}={dev}//env:{contract.DEVICE_INDEX}={dev}"
                               + threads] * per_device
-        beside = not serial and SHARED_BY_PROCESSES.get(cell.device, False)
+        beside = not serial and cell.device_type.shared_by_processes
         pinned_select = (f"not {MULTI_DEVICE_MARK}" if not alone
                          else f"not {MULTI_DEVICE_MARK} and not {DEVICE_ALONE_MARK}")
         each = "one worker" if per_device == 1 else f"{per_device} workers"
@@ -172,13 +166,13 @@ def passes(cell: Cell, workers: int | None = None, device_ids: Sequence[str] = (
                  beside=beside),
             *alone,
         ]
-    if cell.device == "cpu":
+    if not cell.device_type.accelerator:
         return cpu_passes(cell, workers)
     return [Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)))]
 
 
 def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
-    """A cpu cell: its tests run with every accelerator hidden (detect.HIDE_ACCELERATORS),
+    """A cpu cell: its tests run with every accelerator hidden (devices.hidden_accelerators()),
     so that nothing picks a GPU behind the cell's back (pytorch/ao#958 would pass on a GPU
     host); tests marked ``sees_accelerators`` run afterwards in a pass that sees them.
     With the cell's ``workers`` (1 unless set: on the 2-core CI-like box two workers took
@@ -186,7 +180,7 @@ def cpu_passes(cell: Cell, workers: int | None = None) -> list[Pass]:
     return [
         Pass(contract.PASS_SINGLE, ("-n", str(workers or cell.workers)),
              ("-m", f"not {SEES_ACCELERATORS_MARK}"),
-             env=tuple(detect.HIDE_ACCELERATORS.items()),
+             env=tuple(devices.hidden_accelerators().items()),
              title="the cell's tests, with the host's accelerators hidden"),
         Pass(contract.PASS_HOST_ACCELERATORS, ("-n", "1"), ("-m", SEES_ACCELERATORS_MARK),
              junit="junit-host-accelerators.xml", empty_ok=True,
@@ -314,7 +308,7 @@ def plan_run(cell: Cell, python: str, folder: Path, root: Path,
     (``env``: the cell's environment, where the device ids and the serial switch are
     read) and the pytest command of each pass."""
     env = dict(os.environ if env is None else env)
-    ids, how = (detect.device_ids_how(cell.device, env, python, cell.torch)
+    ids, how = (detect.device_ids_how(cell.device_type, env, python, cell.torch)
                 if workers is None else ([], ""))
     serial = serial_reason(env, pytest_args)
     plan = passes(cell, workers, ids, serial=serial is not None)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 import threading
 import warnings
@@ -39,32 +38,12 @@ from typing import Any
 
 from .. import devices
 
-# Exact upstream texts (torch-xpu-ops XPUFallback.template, PyTorch MPSFallback.mm).
-# XPU prints "happends" and a trailing space.
-XPU_FALLBACK_ONCE = (
-    "Aten Op fallback from XPU to CPU happends. This may have performance implications. "
-    "If need debug the fallback ops please set environment variable "
-    "`PYTORCH_DEBUG_XPU_FALLBACK=1` "
-)
-_XPU_DEBUG = re.compile(
-    r"The operator '(aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?) on the XPU backend is falling "
-    r"back to run on the CPU\.")
-_XPU_FORCED = re.compile(
-    r"The operator '([A-Za-z0-9_:.]+)' registered to be forced to fallback to CPU\.")
-_MPS_FALLBACK = re.compile(
-    r"The operator '(aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)' is not currently supported on "
-    r"the MPS backend and will fall back to run on the CPU\.")
-_NOT_IMPLEMENTED = re.compile(
-    r"The operator '(aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)' is not currently implemented "
-    r"for the (XPU|MPS|CUDA) device")
-
-DISPATCH_KEY = {d.name: d.dispatch_key for d in devices.BUILTIN}
-# The flag that makes a device's catch-all fallback run unimplemented ops on the CPU
-# instead of raising "not currently implemented" (each device module's fallback_flag).
-# Such ops print the same fallback message as ops registered to fall back one by one, so
-# the dispatcher tells them apart: a per-op registration is a kernel on the device's key,
-# the catch-all is not.
-ENABLE_FALLBACK = {d.name: d.fallback_flag for d in devices.BUILTIN if d.fallback_flag}
+# The texts each device's runtime prints when an op runs on the CPU instead, or raises
+# "not currently implemented", are the device type's (DeviceType.fallback_notice,
+# fallback_messages, missing_messages: exact upstream strings, e.g. accelgrid.devices.xpu).
+# Ops that print a fallback message because the device's fallback_flag is on are told
+# apart from ops registered to fall back one by one by the dispatcher: a per-op
+# registration is a kernel on the device's dispatch key, the catch-all is not.
 
 
 def base_op(name: str) -> str:
@@ -111,14 +90,17 @@ def parse_messages(text: str) -> dict[str, set[str]]:
     """Ops named in fallback / not-implemented messages in ``text`` (warnings or log lines,
     whatever their prefix): {"fallback": {...}, "missing": {...}, "generic_fallback": {...}}.
 
-    ``generic_fallback`` holds a marker when only XPU's once-per-process notice was seen
-    (ops on the built-in fallback list, without PYTORCH_DEBUG_XPU_FALLBACK=1)."""
+    ``generic_fallback`` holds the device's name when only its once-per-process notice was
+    seen (XPU: ops on the built-in fallback list, without PYTORCH_DEBUG_XPU_FALLBACK=1).
+    Every known device type's texts are looked for (a spec device's too, once loaded)."""
     found: dict[str, set[str]] = {"fallback": set(), "missing": set(), "generic_fallback": set()}
-    for rx in (_XPU_DEBUG, _XPU_FORCED, _MPS_FALLBACK):
-        found["fallback"].update(_canonical(m) for m in rx.findall(text))
-    found["missing"].update(_canonical(m[0]) for m in _NOT_IMPLEMENTED.findall(text))
-    if XPU_FALLBACK_ONCE.strip() in text:
-        found["generic_fallback"].add("xpu")
+    for kind in devices.TYPES.values():
+        for rx in kind.fallback_messages:
+            found["fallback"].update(_canonical(m) for m in rx.findall(text))
+        for rx in kind.missing_messages:
+            found["missing"].update(_canonical(m) for m in rx.findall(text))
+        if kind.fallback_notice and kind.fallback_notice.strip() in text:
+            found["generic_fallback"].add(kind.name)
     return found
 
 
@@ -133,11 +115,12 @@ def flag_on(value: str | None) -> bool:
 def unimplemented_fallbacks(kernels: set[str], device_type: str,
                             env: Any = None) -> set[str]:
     """The kernels among ``kernels`` (named by fallback messages) that fell back only
-    because :data:`ENABLE_FALLBACK`'s flag is on: the device registers no kernel of its own
-    for them, so without the flag they would have raised "not currently implemented"."""
-    flag = ENABLE_FALLBACK.get(device_type)
+    because the device type's ``fallback_flag`` is on: the device registers no kernel of its
+    own for them, so without the flag they would have raised "not currently implemented"."""
+    kind = devices.find(device_type)
+    flag = kind.fallback_flag if kind else None
     env = os.environ if env is None else env
-    if not kernels or not flag or not flag_on(env.get(flag)):
+    if not kernels or kind is None or not flag or not flag_on(env.get(flag)):
         return set()
     import torch
 
@@ -145,7 +128,7 @@ def unimplemented_fallbacks(kernels: set[str], device_type: str,
     for kernel in kernels:
         try:
             registered = torch._C._dispatch_has_kernel_for_dispatch_key(
-                _dispatcher_name(kernel), DISPATCH_KEY[device_type])
+                _dispatcher_name(kernel), kind.dispatch_key)
         except RuntimeError:  # an op this torch does not know: cannot tell
             continue
         if not registered:
@@ -176,7 +159,8 @@ def classify_op(op: str, device_type: str, fallback: set[str], missing: set[str]
         return "missing"
     if base in {base_op(f) for f in fallback}:
         return "fallback"
-    key = DISPATCH_KEY.get(device_type)
+    kind = devices.find(device_type)
+    key = kind.dispatch_key if kind else None
     name = _dispatcher_name(op)
     try:
         if key and torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
