@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-PASSED = "passed"
-FAILED = "failed"
-ERROR = "error"
-SKIPPED = "skipped"
-XFAILED = "xfailed"
-XPASSED = "xpassed"
-TIMEOUT = "timeout"
-CRASHED = "crashed"
-NOT_RUN = "not-run"
+from typing import Final, Literal
+
+# The vocabulary as a type (records, grids: accelgrid.results.records); ALL below is the
+# same words in display order (tests/test_records.py keeps the two equal).
+Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed", "timeout",
+                  "crashed", "not-run", "flaky"]
+
+PASSED: Final = "passed"
+FAILED: Final = "failed"
+ERROR: Final = "error"
+SKIPPED: Final = "skipped"
+XFAILED: Final = "xfailed"
+XPASSED: Final = "xpassed"
+TIMEOUT: Final = "timeout"
+CRASHED: Final = "crashed"
+NOT_RUN: Final = "not-run"
 # Passed only after failing first inside the run (pytest-rerunfailures' reruns, the
 # matrix's ``reruns``): never plain "passed", never bad (docs/history.md, gate policy).
-FLAKY = "flaky"
+FLAKY: Final = "flaky"
 
-ALL = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, TIMEOUT, CRASHED, NOT_RUN, FLAKY)
+ALL: tuple[Outcome, ...] = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, TIMEOUT,
+                            CRASHED, NOT_RUN, FLAKY)
 # Outcomes that mean "something is broken" for grids and baselines.
-BAD = (FAILED, ERROR, XPASSED, TIMEOUT, CRASHED)
+BAD: tuple[Outcome, ...] = (FAILED, ERROR, XPASSED, TIMEOUT, CRASHED)
 
 NOT_RUN_PREFIX = "not-run: "
 # Shown wherever counts are: pytest prints these tests among its "skipped".

@@ -71,7 +71,8 @@ def lost_column(cell: str, reason: str) -> dict[str, Any]:
     device, series, profile = _parse_name(cell)
     return {
         "name": cell, "cell": cell, "device": device, "torch_series": series,
-        "profile": profile, "torch_version": None, "torch_build": "?", "torch_git": None,
+        "profile": profile, "torch_version": None, "torch_build": "?",
+        "torch_channel": "release", "torch_git": None,
         "device_name": None, "device_count": None, "driver": None, "host": None,
         "python": None, "commit": None, "start": None, "end": None, "packages": {},
         "env_flags": {}, "counts": {}, "total": 0, "reasons": [], "status": LOST,
