@@ -297,7 +297,8 @@ def _decode_line(raw: bytes) -> tuple[str, bool]:
         return raw.decode("utf-8", errors="replace"), False
 
 
-_SCAN = json.JSONDecoder().scan_once  # json.loads' own C scanner, without its wrappers
+# scan_once is json's C scanner, which typeshed does not declare.
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads' own C scanner, without its wrappers
 
 
 def _loads_line(line: str) -> tuple[Any, str | None]:
@@ -433,3 +434,9 @@ def json_kind(value: Any) -> str:
     return {dict: "mapping", list: "list", str: "string", bool: "boolean",
             type(None): "null"}.get(type(value), "number" if isinstance(value, (int, float))
                                     else type(value).__name__)
+
+
+def mapping(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one: a section of a file read
+    back (env.json's ``torch``, ``host``) that may be missing or of another type."""
+    return value if isinstance(value, dict) else {}

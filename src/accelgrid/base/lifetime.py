@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -151,7 +152,7 @@ def become_subreaper() -> bool:
 
 def children(pid: int) -> list[int]:
     """Processes whose parent is ``pid`` (from /proc; none where there is no /proc)."""
-    found = []
+    found: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -266,7 +267,7 @@ def end_cgroup(path: str, timeout: float = 5.0) -> list[int]:
     return found
 
 
-def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
+def stop_group(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
     """End ``proc``'s process group: SIGINT (nox and the runner close their run), after
     ``grace`` seconds SIGTERM, 5 s later SIGKILL."""
     for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
@@ -279,7 +280,7 @@ def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
 
 def run_group(cmd: list[str], *, cwd: str | os.PathLike[str] | None = None,
               env: dict[str, str] | None = None, grace: float = 15.0
-              ) -> subprocess.CompletedProcess:
+              ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` in a process group of its own, output (stdout and stderr together,
     text) captured. An exception while it runs (KeyboardInterrupt, a SIGTERM turned into
     one) stops the whole group first (:func:`stop_group`); the kernel kills ``cmd`` when

@@ -9,5 +9,5 @@ from typing import Any
 def one_line(text: Any, limit: int = 160) -> str:
     """``text`` on one line (runs of white space folded), cut to ``limit`` characters with
     an ellipsis."""
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..base import outcomes
 from ..base.errors import InvalidInput, UnknownName
-from ..base.jsonio import dumps, read_json, write_text
+from ..base.jsonio import dumps, mapping, read_json, write_text
 from ..results import shards
 from ..results.cellresults import CellResults, discover, fill_cell_name, load_cell
 from ..results.provenance import now
@@ -175,7 +175,7 @@ def load(folder: Path, cell: str) -> Baseline:
     except (OSError, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
     if isinstance(doc, dict) and "tests" in doc:
-        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        source = mapping(doc.get("source"))
         return Baseline(cell, path, tests, updated=doc.get("updated") or None, source=source)
     return Baseline(cell, path, tests)
 
@@ -203,8 +203,8 @@ def from_results(cell: CellResults) -> dict[str, Any]:
         "updated": now(),
         "source": {"torch": torch.get("version"),
                    "devices": sorted({d.get("name") or "?" for d in torch.get("devices") or []}),
-                   "host": (env.get("host") or {}).get("name"),
-                   "commit": (env.get("project") or {}).get("commit"),
+                   "host": mapping(env.get("host")).get("name"),
+                   "commit": mapping(env.get("project")).get("commit"),
                    "run_start": env.get("start")},
         "tests": {nodeid: rec["outcome"] for nodeid, rec in sorted(cell.tests.items())},
     }
@@ -283,6 +283,14 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
 
 # --- comparing a grid model with baselines ---------------------------------------------
 
+def _verdict(expected: str | None, actual: str | None) -> str:
+    """:func:`classify_change` of a test in the baseline or the results (never neither)."""
+    change = classify_change(expected, actual)
+    if change is None:  # classify_change's None is for a test in neither
+        raise ValueError("a test in neither the baseline nor the results")
+    return change
+
+
 def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
     """Compare each column of ``model`` whose cell has ``folder/<cell>.json``: every result
     that changed gets ``change`` (and ``expected``), lost tests go in their row's ``lost``
@@ -318,7 +326,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
                 continue
             was, actual = expected.get(nodeid), entry["outcome"]
             change = verdicts.get((was, actual)) or verdicts.setdefault(
-                (was, actual), classify_change(was, actual))
+                (was, actual), _verdict(was, actual))
             counts[change] += 1
             if change != UNCHANGED:
                 entry["change"] = change
@@ -337,7 +345,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
             if row is None:
                 row = rows[nodeid] = new_row(nodeid)
                 added = True
-            change = classify_change(was, None)  # lost
+            change = _verdict(was, None)  # lost
             counts[change] += 1
             row.setdefault("lost", {})[name] = was
             changes.append({"nodeid": nodeid, "cell": name, "change": change,
@@ -352,7 +360,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
         model["rows"] = sorted(rows.values(), key=row_key)
     order = {c: i for i, c in enumerate(CATEGORIES)}
     changes.sort(key=lambda c: (order[c["change"]], c["nodeid"], c["cell"]))
-    model["baseline"] = {
+    baseline: dict[str, Any] = {
         "dir": str(folder), "cells": [c["name"] for c in columns if c["baseline"]],
         "counts": {c: totals.get(c, 0) for c in CATEGORIES},
         "regressions": totals.get(REGRESSION, 0), "changes": changes,
@@ -360,10 +368,11 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
         # on them checked nothing, which must not pass for a success (GridReport.check).
         "nothing_compared": [c["name"] for c in columns if c["baseline"] and c["selection"]
                              and not c["baseline"]["compared"]]}
-    return model["baseline"]
+    model["baseline"] = baseline
+    return baseline
 
 
 def regressions(model: dict[str, Any]) -> list[dict[str, Any]]:
     """The model's changes that are regressions (none without a baseline)."""
-    return [c for c in (model.get("baseline") or {}).get("changes", [])
+    return [c for c in mapping(model.get("baseline")).get("changes", [])
             if c["change"] == REGRESSION]

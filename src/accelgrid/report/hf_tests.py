@@ -96,11 +96,16 @@ def _xpu_predictions(cells: list[CellResults]) -> dict[str, Any]:
     tests = {}
     for nodeid, by_series in risk.items():
         tests[nodeid] = {"series": by_series, "observed": {
-            name: (c.tests.get(nodeid) or {}).get("outcome") or "not in the cell"
+            name: _outcome(c, nodeid) or "not in the cell"
             for name, c in sorted(observed.items())}}
     _, _, date = xpu_prediction.data_horizon()
     return {"from": sources, "captured_tests": len(per_test), "data_date": date,
             "tests": tests}
+
+
+def _outcome(cell: CellResults, nodeid: str) -> str | None:
+    rec = cell.tests.get(nodeid)
+    return rec["outcome"] if rec is not None else None
 
 
 def summary(folders: Iterable[Path]) -> dict[str, Any]:
@@ -114,14 +119,14 @@ def summary(folders: Iterable[Path]) -> dict[str, Any]:
                                  "failures": [], "ops": {}}
         ref = reference_of(cells, cell)
         entry["reference"] = ref.name if ref else None
-        per_file: dict[str, Counter] = {}
+        per_file: dict[str, Counter[str]] = {}
         for nodeid, rec in sorted(cell.tests.items()):
             if not nodeid.startswith(PREFIX):
                 continue
             outcome = rec.get("outcome") or outcomes.ERROR
             per_file.setdefault(test_file(nodeid), Counter())[outcome] += 1
             if outcome in outcomes.BAD:
-                theirs = (ref.tests.get(nodeid) or {}).get("outcome") if ref else None
+                theirs = _outcome(ref, nodeid) if ref else None
                 entry["failures"].append({
                     "nodeid": nodeid, "outcome": outcome,
                     "message": str(rec.get("message") or "")[:300],

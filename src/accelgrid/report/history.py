@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import outcomes
+from ..base.jsonio import mapping
 from ..results.cellresults import run_of
 from ..results.history import ABSENT, BAD_CODES, CODE, FLAKY, Store, strip_flips
 
@@ -99,13 +100,13 @@ def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) 
         cell, name = col["cell"], col["name"]
         runs = win.runs.get(cell) or []
         strips = win.strips.get(cell) or {}
-        mine = bool(runs) and runs[-1]["run_id"] == upto.get(cell) == run_ids[name]
-        at = _previous(runs) if mine else None
-        col["history"] = {"runs": [_brief(r) for r in runs], "in_history": mine,
+        shown = bool(runs) and runs[-1]["run_id"] == upto.get(cell) == run_ids[name]
+        at = _previous(runs) if shown else None
+        col["history"] = {"runs": [_brief(r) for r in runs], "in_history": shown,
                           "since": _since(strips, at) if at is not None else None,
                           "previous": _brief(runs[at]) if at is not None else None,
-                          "builds": _builds(runs, at) if mine else None}
-        if not mine:
+                          "builds": _builds(runs, at) if shown else None}
+        if not shown:
             continue  # this column's run is not the latest of its window: no strips
         inputs = [r["inputs"] for r in runs]
         index = {r["run_id"]: i for i, r in enumerate(all_runs[cell])}
@@ -149,13 +150,15 @@ def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) 
                     after = all_runs[cell][index[passed["run_id"]] + 1]
                     entry["failing_since"] = _brief(after)
                 else:
-                    entry["failing_since"] = {**_brief(all_runs[cell][0]), "earliest": True}
+                    entry["failing_since"] = {**mapping(_brief(all_runs[cell][0])),
+                                              "earliest": True}
     flaky.sort(key=lambda f: (-(f["rate"] or 0), f["nodeid"], f["cell"]))
-    model["history"] = {"db": str(store.path), "window": window, "flaky": flaky,
-                        "flaky_flips": FLAKY_FLIPS,
-                        "cells": {c: len(r) for c, r in win.runs.items()}}
+    history: dict[str, Any] = {"db": str(store.path), "window": window, "flaky": flaky,
+                               "flaky_flips": FLAKY_FLIPS,
+                               "cells": {c: len(r) for c, r in win.runs.items()}}
+    model["history"] = history
     gate_flaky(model)
-    return model["history"]
+    return history
 
 
 def gate_flaky(model: dict[str, Any]) -> list[dict[str, Any]]:
@@ -193,7 +196,7 @@ def markdown_lines(model: dict[str, Any], md: Any, cap: int = 50) -> list[str]:
         return out
     out += [f"### History (last {hist['window']} runs per cell)", ""]
     since = [(c, c["history"]["since"]) for c in model["columns"]
-             if (c.get("history") or {}).get("since")]
+             if mapping(c.get("history")).get("since")]
     if since:
         out += ["| cell | previous run | new failures | fixed | appeared | vanished |",
                 "| --- | --- | --- | --- | --- | --- |"]

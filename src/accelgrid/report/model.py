@@ -22,8 +22,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from .. import ops
 from ..base import contract, outcomes
+from ..base.jsonio import mapping
 from ..base.versions import version_key
 from ..results import history, reasons, shards, suite_of
 from ..results.cellresults import CellResults, discover, read_cell
@@ -86,8 +89,8 @@ def _parse_name(name: str) -> tuple[str, str, str]:
 
 def _column(cell: CellResults, key: str) -> dict[str, Any]:
     env = cell.env or {}
-    flags = env.get("env") if isinstance(env.get("env"), dict) else {}
-    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
+    flags = mapping(env.get("env"))
+    torch = mapping(env.get("torch"))
     devices = [d for d in torch.get("devices") or [] if isinstance(d, dict)]
     version = torch.get("version")
     names = list(dict.fromkeys(str(d.get("name")) for d in devices if d.get("name")))
@@ -112,9 +115,9 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
         "device_name": ", ".join(names) or None,
         "device_count": torch.get("device_count"),
         "driver": torch.get("driver"),
-        "host": (env.get("host") or {}).get("name"),
-        "python": (env.get("python") or {}).get("version"),
-        "commit": (env.get("project") or {}).get("commit"),
+        "host": mapping(env.get("host")).get("name"),
+        "python": mapping(env.get("python")).get("version"),
+        "commit": mapping(env.get("project")).get("commit"),
         "start": env.get("start"),
         "end": env.get("end"),
         "packages": env.get("packages") or {},
@@ -137,7 +140,7 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
     }
 
 
-def _sort_key(col: dict[str, Any]) -> tuple:
+def _sort_key(col: dict[str, Any]) -> tuple[str, Version, bool, str, str]:
     series = col["torch_series"] or ""
     return (col["device"], version_key(series),
             col["profile"] != "default", col["profile"], col["name"])

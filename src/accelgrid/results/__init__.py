@@ -41,10 +41,14 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from ..base import contract, outcomes
+from ..base.outcomes import Outcome
 from .environment import redact_text, redact_value
+if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
+    from .records import Env, PassTiming, Summary, TestRecord
 from ..base.jsonio import MAX_NOTES, NOFOLLOW, json_kind, locked, naming_path, open_nofollow, read_json, read_jsonl, refuse_symlink, safe_dumps, safe_text, write_json
 
 
@@ -82,7 +86,7 @@ def _field_file(folder: Path, nodeid: str, name: str, text: str) -> str:
     return rel
 
 
-def bounded_record(record: dict[str, Any], folder: Path | None) -> dict[str, Any]:
+def bounded_record(record: Mapping[str, Any], folder: Path | None) -> dict[str, Any]:
     """``record`` with every field but its identity at most :data:`MAX_FIELD_CHARS`
     long: a longer text (a multi-MiB assertion message, captured output) is cut in the
     middle with a marker and kept whole in ``folder/full-text/`` (``full_text`` names the
@@ -121,7 +125,7 @@ def bounded_record(record: dict[str, Any], folder: Path | None) -> dict[str, Any
     return out
 
 
-def _encoded_record(record: dict[str, Any], folder: Path | None = None) -> bytes:
+def _encoded_record(record: Mapping[str, Any], folder: Path | None = None) -> bytes:
     # Every field a test can fill (message, traceback, output, properties) may hold a
     # token; the test's identity stays as collected (collected.json has it so).
     record = {k: v if k in _KEEP_WHOLE else redact_value(v) for k, v in record.items()}
@@ -152,7 +156,7 @@ def _append(path: Path, line: bytes, durable: bool) -> None:
         os.close(fd)
 
 
-def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> None:
+def append_record(path: Path, record: Mapping[str, Any], durable: bool = False) -> None:
     """Append one test record, whole, under the folder's lock (passes running at once
     append to one tests.jsonl): once this returns, killing the process (or the whole
     session) cannot lose it. ``durable`` also fsyncs, against a host crash."""
@@ -161,7 +165,7 @@ def append_record(path: Path, record: dict[str, Any], durable: bool = False) -> 
         _append(path, line, durable)
 
 
-def append_record_once(path: Path, record: dict[str, Any]) -> bool:
+def append_record_once(path: Path, record: TestRecord) -> bool:
     """Append ``record`` unless one of the same run (``run_id``) and ``nodeid`` is there
     already: two passes that collect the same module both see its import error. Returns
     whether it was appended."""
@@ -192,7 +196,8 @@ class RecordFile:
         self.fd = open_nofollow(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
 
     def _whole(self, fd: int) -> bytes:
-        chunks, offset = [], 0
+        chunks: list[bytes] = []
+        offset = 0
         while True:
             chunk = os.pread(fd, 1 << 20, offset)
             if not chunk:
@@ -237,7 +242,7 @@ class RecordFile:
         self._open()
         return True
 
-    def append(self, record: dict[str, Any], durable: bool = False, once: bool = False
+    def append(self, record: TestRecord, durable: bool = False, once: bool = False
                ) -> bool:
         """Append ``record`` whole (:func:`append_record`; ``once``:
         :func:`append_record_once`); whether it was appended."""
@@ -271,7 +276,7 @@ MAX_NODEID = 64 * 1024  # a parametrized id may run to thousands of characters
 
 
 def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | None = None
-                 ) -> tuple[dict[str, Any] | None, list[str]]:
+                 ) -> tuple[TestRecord | None, list[str]]:
     """A test record with the types reports rely on, and what was wrong with it; None
     when it cannot stand for a test (its nodeid or outcome is not text). Messages and
     tracebacks lose credentials (:func:`accelgrid.results.environment.redact_text`; ``redacted``,
@@ -313,14 +318,16 @@ def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | Non
         else:
             del rec[name]
             notes.append(f"{where}: {name} of {nodeid[:200]} is a {json_kind(value)}; dropped")
-    return rec, notes
+    # The fields a report reads now have their types (an unknown outcome word stays, for
+    # cellresults.read_cell to name); JSON's mapping is untyped, hence the cast.
+    return cast("TestRecord", rec), notes
 
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def read_records(path: Path) -> tuple[list[TestRecord], list[str]]:
     """Test records of a tests.jsonl, and a note per unusable line or field."""
     raw, problems = read_jsonl(path, ("nodeid", "outcome"))
-    records = []
+    records: list[TestRecord] = []
     redacted: dict[str, str] = {}
     name = path.name
     for i, rec in enumerate(raw, 1):
@@ -370,7 +377,8 @@ def running(results: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def crash_outcome(started: float | None, timeout: float | None, now: float | None = None) -> str:
+def crash_outcome(started: float | None, timeout: float | None, now: float | None = None
+                  ) -> Outcome:
     """A test whose worker died: ``timeout`` if it had run for (nearly) its limit."""
     if started is not None and timeout:
         elapsed = (now or time.time()) - started
@@ -396,7 +404,7 @@ RUN_FIELDS = ("run_id", "pytest_args", "selection")  # a run's identity, in env/
 
 
 def run_records(results: Path, run_id: str | None = None
-                ) -> tuple[list[dict[str, Any]], list[str]]:
+                ) -> tuple[list[TestRecord], list[str]]:
     """The test records of ``results/tests.jsonl`` that belong to run ``run_id`` (default:
     env.json's), and a note per unusable line or record of another run. Records without
     a run id (written before runs had one) belong to any run."""
@@ -412,14 +420,14 @@ def run_records(results: Path, run_id: str | None = None
     return records, problems
 
 
-def pass_times(records: list[dict[str, Any]], passes: list[dict[str, Any]],
+def pass_times(records: list[TestRecord], passes: list[dict[str, Any]],
                run_start: float) -> dict[str, Any]:
     """summary.json's timing of a run: ``wall_s`` from the run's start to the end of its
     last pass, and per pass (``passes``: name, beside, workers, start and end in epoch
     seconds, rc, as the runner measured them) its wall time and how long each of its
     workers took from the pass's start to its first test (``first_test_s``: start-up,
     read from the records' ``start`` and ``pass``)."""
-    out = []
+    out: list[PassTiming] = []
     for p in passes:
         first: dict[str, float] = {}
         count = 0
@@ -436,15 +444,17 @@ def pass_times(records: list[dict[str, Any]], passes: list[dict[str, Any]],
         # from its gate, and how long it waited is its own figure.
         gate = p.get("gate")
         since = max(p["start"], gate) if isinstance(gate, int | float) else p["start"]
-        out.append({
+        timing: PassTiming = {
             "name": p["name"], "beside": p.get("beside"), "workers": p.get("workers"),
             "start": _dt_text(p["start"]), "wall_s": round(p["end"] - p["start"], 2),
             "rc": p.get("rc"), "tests": count,
             "first_test_s": round(min(first.values()) - since, 2) if first else None,
             "workers_first_test_s": {w: round(t - since, 2)
                                      for w, t in sorted(first.items())},
-            **({"waited_s": round(since - p["start"], 2)} if "gate" in p else {}),
-        })
+        }
+        if "gate" in p:
+            timing["waited_s"] = round(since - p["start"], 2)
+        out.append(timing)
     end = max((p["end"] for p in passes), default=run_start)
     return {"wall_s": round(end - run_start, 2), "passes": out}
 
@@ -495,7 +505,7 @@ def redact_files(folder: Path) -> list[Path]:
 
 
 def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
-             timing: dict[str, Any] | None = None) -> dict[str, Any]:
+             timing: dict[str, Any] | None = None) -> Summary:
     """Close a run's results after its pytest process ended, however it ended.
 
     Tests a dead worker was in become crashed/timeout; collected tests with no record
@@ -510,25 +520,30 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
     env = env if isinstance(env, dict) else None
     run_id = run.get("run_id") or (env or {}).get("run_id")
     cell = (env or {}).get("cell")
-    extra = {k: v for k, v in (("run_id", run_id), ("cell", cell)) if v}
+
+    def stamped(rec: TestRecord) -> TestRecord:
+        if run_id:
+            rec["run_id"] = run_id
+        if cell:
+            rec["cell"] = cell
+        return rec
+
     records, _ = run_records(results, run_id)
     seen = {r["nodeid"] for r in records}
     for nodeid, info in running(results).items():
         if nodeid in seen:
             continue
         outcome = crash_outcome(info.get("start"), info.get("timeout"))
-        rec = {"nodeid": nodeid, "outcome": outcome, "worker": info.get("worker"),
-               "message": f"the test process died while running this test ({reason})",
-               "duration": time.time() - info["start"] if info.get("start") else None,
-               **extra}
-        append_record(results / contract.TESTS_FILE, rec)
+        append_record(results / contract.TESTS_FILE, stamped({
+            "nodeid": nodeid, "outcome": outcome, "worker": info.get("worker"),
+            "message": f"the test process died while running this test ({reason})",
+            "duration": time.time() - info["start"] if info.get("start") else None}))
         seen.add(nodeid)
     collected, _ = read_json(results / contract.COLLECTED_FILE)
     for nodeid in collected or []:
         if nodeid not in seen:
-            append_record(results / contract.TESTS_FILE,
-                          {"nodeid": nodeid, "outcome": outcomes.NOT_RUN, "message": reason,
-                           **extra})
+            append_record(results / contract.TESTS_FILE, stamped(
+                {"nodeid": nodeid, "outcome": outcomes.NOT_RUN, "message": reason}))
             seen.add(nodeid)
     if env is not None and (env.get("torch") or {}).get("pending"):
         env["torch"] = merged_torch(results)  # the run died before it merged them
@@ -545,24 +560,26 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
     summary = run_summary(results, run_id)
     if timing is not None:
         records, _ = run_records(results, run_id)
-        summary.update(pass_times(records, timing["passes"], timing["run_start"]))
+        times = pass_times(records, timing["passes"], timing["run_start"])
+        summary["wall_s"], summary["passes"] = times["wall_s"], times["passes"]
     for key in RUN_FIELDS:
         if key in run or key in (env or {}):
-            summary[key] = run[key] if key in run else env[key]  # type: ignore[index]
+            # RUN_FIELDS are Summary's keys, named through a tuple mypy cannot follow.
+            summary[key] = run[key] if key in run else (env or {})[key]  # type: ignore[literal-required]
     summary["partial"] = bool(summary.get("selection"))
     write_json(results / contract.SUMMARY_FILE, summary)
     return summary
 
 
-def last_outcomes(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def last_outcomes(records: list[TestRecord]) -> dict[str, TestRecord]:
     """One record per test id; a later record of the same test replaces an earlier one."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, TestRecord] = {}
     for rec in records:
         out[rec["nodeid"]] = rec
     return out
 
 
-def run_summary(results: Path, run_id: str | None = None) -> dict[str, Any]:
+def run_summary(results: Path, run_id: str | None = None) -> Summary:
     records, problems = run_records(results, run_id)
     tests = last_outcomes(records)
     counts = Counter(r["outcome"] for r in tests.values())

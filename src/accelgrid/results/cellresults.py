@@ -14,12 +14,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import contract, outcomes
 from .environment import redact
 from ..base.jsonio import json_kind, read_json
 from . import RUN_FIELDS, last_outcomes, run_records
+
+if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
+    from .records import TestRecord
 
 # Folders never searched for cells: tool state, and a cell's own per-worker folder.
 SKIP_DIRS = {".git", ".nox", ".venv", "venv", "node_modules", "__pycache__", contract.RUNNING_DIR}
@@ -86,8 +89,10 @@ class CellResults:
 
     name: str
     path: Path
+    # env.json as read back: any field may be missing (an old or damaged file), those
+    # present have the types clean_env checks (records.Env is the file as written).
     env: dict[str, Any] = field(default_factory=dict)
-    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tests: dict[str, TestRecord] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     error: str | None = None
 

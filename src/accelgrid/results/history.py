@@ -26,9 +26,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import contract, outcomes
+
+if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
+    from .records import TestRecord
+from ..base.jsonio import mapping
 from .cellresults import CellResults, discover, read_cell, run_of
 from ..base.errors import AccelgridError
 from .provenance import now
@@ -145,12 +149,12 @@ def inputs_digest(env: dict[str, Any]) -> str:
     packages, the env flags, the devices and driver. Not the project's commit: a nightly
     run has a new one every night, and a test flipping under one commit per night is
     exactly what flaky detection has to see."""
-    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
+    torch = mapping(env.get("torch"))
     devices = sorted(str(d.get("name")) for d in torch.get("devices") or [] if isinstance(d, dict))
     key = {"torch": [torch.get("version"), torch.get("git_version"), torch.get("cuda_runtime"),
                      torch.get("xpu_runtime"), torch.get("driver")],
            "devices": devices, "packages": env.get("packages") or {},
-           "env": env.get("env") or {}, "python": (env.get("python") or {}).get("version")}
+           "env": env.get("env") or {}, "python": mapping(env.get("python")).get("version")}
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -158,8 +162,8 @@ def torch_build(env: dict[str, Any]) -> str:
     """A run's torch build as the grid and the history show it, from its env.json: the
     exact version with the runtime it is for, and the channel when not a release
     (``2.16.0.dev20261201+cpu (nightly)``: which nightly is known only from the run)."""
-    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
-    flags = env.get("env") if isinstance(env.get("env"), dict) else {}
+    torch = mapping(env.get("torch"))
+    flags = mapping(env.get("env"))
     runtime = (torch.get("cuda_runtime") and f"CUDA {torch['cuda_runtime']}") or (
         torch.get("xpu_runtime") and f"XPU {torch['xpu_runtime']}")
     channel = flags.get(contract.TORCH_CHANNEL)
@@ -172,7 +176,7 @@ def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
     (no run id and no start)."""
     env = cell.env or {}
     run = run_of(cell.path, env)
-    torch = env.get("torch") if isinstance(env.get("torch"), dict) else {}
+    torch = mapping(env.get("torch"))
     run_id = run.get("run_id")
     if not run_id:
         if not env.get("start"):
@@ -188,19 +192,19 @@ def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
     return {
         "run_id": str(run_id), "cell": cell.name, "start": env.get("start"),
         "end": env.get("end"), "status": env.get("status"), "end_reason": env.get("end_reason"),
-        "commit_sha": (env.get("project") or {}).get("commit"),
+        "commit_sha": mapping(env.get("project")).get("commit"),
         "torch_version": version,
         "torch_build": torch_build(env),
-        "torch_git": torch.get("git_version"), "runner": (env.get("host") or {}).get("name"),
+        "torch_git": torch.get("git_version"), "runner": mapping(env.get("host")).get("name"),
         "device_name": ", ".join(names) or None, "device_count": torch.get("device_count"),
-        "driver": torch.get("driver"), "python": (env.get("python") or {}).get("version"),
+        "driver": torch.get("driver"), "python": mapping(env.get("python")).get("version"),
         "selection": json.dumps([str(a) for a in run.get("selection") or []]),
         "inputs": inputs_digest(env), "total": len(cell.tests),
         "counts": json.dumps(counts, sort_keys=True), "source": str(source), "added": now(),
     }
 
 
-def _code(rec: dict[str, Any]) -> str:
+def _code(rec: TestRecord) -> str:
     outcome = rec["outcome"]
     reruns = rec.get("reruns")
     if outcome == outcomes.PASSED and isinstance(reruns, int) and reruns > 0:
@@ -456,8 +460,8 @@ class Store:
                         found[want.pop(test)] = run_id
                 if not want:
                     break
-        runs = {r: self.run(r) for r in set(found.values())}
-        return {n: runs[r] for n, r in found.items() if runs.get(r)}
+        runs = {r: run for r in set(found.values()) if (run := self.run(r))}
+        return {n: runs[r] for n, r in found.items() if r in runs}
 
     def size_bytes(self) -> int:
         """The database's size on disk (with its WAL)."""

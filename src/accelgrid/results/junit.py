@@ -26,10 +26,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cellresults
 from ..base import contract, jsonio, outcomes
+
+if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
+    from .records import TestRecord
 
 MERGED = "junit.xml"      # results/junit.xml: every cell of the run (the grid job's upload)
 # testsuite property -> the variable the runner sets in the cell (contract)
@@ -65,11 +68,11 @@ def suite_properties(env: Mapping[str, str] | None = None, torch: str | None = N
 
 
 def _torch_build(env_json: Mapping[str, Any]) -> str | None:
-    torch = env_json.get("torch")
-    if isinstance(torch, dict) and isinstance(torch.get("version"), str):
-        return torch["version"]
-    packages = env_json.get("packages")
-    return packages.get("torch") if isinstance(packages, dict) else None
+    version = jsonio.mapping(env_json.get("torch")).get("version")
+    if isinstance(version, str):
+        return version
+    torch = jsonio.mapping(env_json.get("packages")).get("torch")
+    return torch if isinstance(torch, str) else None
 
 
 def cell_properties(cell: cellresults.CellResults, pass_name: str) -> list[tuple[str, str]]:
@@ -77,7 +80,7 @@ def cell_properties(cell: cellresults.CellResults, pass_name: str) -> list[tuple
     variables, its torch build)."""
     env = dict(cell.env.get("env") or {}) if isinstance(cell.env.get("env"), dict) else {}
     env.setdefault(contract.CELL, cell.name)
-    project = cell.env.get("project") if isinstance(cell.env.get("project"), dict) else {}
+    project = jsonio.mapping(cell.env.get("project"))
     if project.get("commit"):
         env[contract.COMMIT] = str(project["commit"])
         env[contract.DIRTY] = "1" if project.get("dirty") else ""
@@ -150,7 +153,7 @@ def _time(value: Any) -> str:
             else "0.000")
 
 
-def testcase(rec: Mapping[str, Any], indent: str = "") -> str:
+def testcase(rec: TestRecord, indent: str = "") -> str:
     """One record as a ``<testcase>`` element's lines (classname and name as pytest's
     JUnit has them), each line starting with ``indent``."""
     nodeid = str(rec.get("nodeid", ""))
@@ -160,7 +163,8 @@ def testcase(rec: Mapping[str, Any], indent: str = "") -> str:
         klass, _, name = name.rpartition("::")
         classname += "." + klass.replace("::", ".")
     outcome = str(rec.get("outcome") or outcomes.ERROR)
-    issue = rec.get("issue") if isinstance(rec.get("issue"), dict) else None
+    given = rec.get("issue")
+    issue = given if isinstance(given, dict) else None
     inner = indent + "  "
     prop = inner + "  "
     lines = [f'{indent}<testcase classname="{_clean_attr(classname)}" '
@@ -197,7 +201,7 @@ def cell_suites(cell: cellresults.CellResults, prefix: str = "", indent: str = "
     time attribute, the element's lines); tests that never ran (in collected.json, no
     record) are not-run in the first pass's suite; a cell whose results cannot be read
     is one suite with one error saying why."""
-    by_pass: dict[str, list[dict[str, Any]]] = {}
+    by_pass: dict[str, list[TestRecord]] = {}
     for rec in cell.tests.values():
         by_pass.setdefault(str(rec.get("pass") or contract.PASS_SINGLE), []).append(rec)
     if not by_pass:
