@@ -257,9 +257,21 @@ def test_readme_commands_write_only_under_results() -> None:
     commands = [shlex.split(ln)[1:] for ln in lines if ln.startswith("accelgrid ")]
     outs = {" ".join(argv): _written_under(argv) for argv in commands}
     assert sum(out is not None for out in outs.values()) >= 3, outs   # grid, ops grid, predict
-    assert "results/" in (ROOT / ".gitignore").read_text().splitlines()
+    assert "/results/" in (ROOT / ".gitignore").read_text().splitlines()
     wrong = {c: str(out) for c, out in outs.items()
              if out is not None and out.parts[0] != "results"}
     assert not wrong, wrong
     # The planted fault: the predict command without its --out writes into docs/cuda/.
     assert _written_under(["ops", "predict", "docs/cuda/ops-cuda-2.11.json"]) == Path("docs/cuda")
+
+
+def test_no_package_file_is_ignored_by_git() -> None:
+    """A new module in a package named like an output folder (src/accelgrid/results/) is
+    committed, not silently ignored: .gitignore anchors its output folders at the root."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    probes = [str(p.relative_to(ROOT) / "new_module.py")
+              for p in SRC.rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.stdout == "", f"ignored by .gitignore: {proc.stdout.split()}"
