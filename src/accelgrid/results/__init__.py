@@ -17,7 +17,8 @@ Files of a run's folder:
   ``multi_device.json`` multi-device tests deselected by the pinned pass (run next)
   ``.update.lock``    flock held around every shared write (:func:`locked`)
 
-Reading them back is :mod:`accelgrid.results.cellresults`; JSON in and out :mod:`accelgrid.base.jsonio`.
+Reading them back is :mod:`accelgrid.results.cellresults`; JSON in and out
+:mod:`accelgrid.base.jsonio`.
 
 Passes of a run may write the folder at the same time (the all-devices pass runs beside
 the pinned one): records are appended, and env.json, collected.json and the lists left for
@@ -40,16 +41,30 @@ import stat
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..base import contract, outcomes
+from ..base.jsonio import (
+    MAX_NOTES,
+    NOFOLLOW,
+    json_kind,
+    locked,
+    naming_path,
+    open_nofollow,
+    read_json,
+    read_jsonl,
+    refuse_symlink,
+    safe_dumps,
+    safe_text,
+    write_json,
+)
 from ..base.outcomes import Outcome
 from .environment import redact_text, redact_value
+
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
-    from .records import Env, PassTiming, Summary, TestRecord
-from ..base.jsonio import MAX_NOTES, NOFOLLOW, json_kind, locked, naming_path, open_nofollow, read_json, read_jsonl, refuse_symlink, safe_dumps, safe_text, write_json
+    from .records import PassTiming, Summary, TestRecord
 
 
 def results_root(project_root: Path) -> Path:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base import contract, outcomes
-from .environment import redact
 from ..base.jsonio import json_kind, read_json
 from . import RUN_FIELDS, last_outcomes, run_records
+from .environment import redact
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import TestRecord

@@ -13,8 +13,8 @@ import sys
 import urllib.parse
 from collections.abc import Mapping
 
-from ..base import contract
 from .. import devices
+from ..base import contract
 
 # Flags torch / the Intel graphics compiler parse as integers when torch loads.
 INTEGER_FLAGS = frozenset(

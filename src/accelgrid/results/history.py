@@ -32,9 +32,9 @@ from ..base import contract, outcomes
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import TestRecord
+from ..base.errors import AccelgridError
 from ..base.jsonio import mapping
 from .cellresults import CellResults, discover, read_cell, run_of
-from ..base.errors import AccelgridError
 from .provenance import now
 
 DEFAULT_DB = "results/history.sqlite"
@@ -252,10 +252,10 @@ class Store:
     # --- writing ---------------------------------------------------------------------
 
     def add(self, folders: Iterable[Path]) -> tuple[list[Added], list[str]]:
-        """Add the cell folders found in ``folders`` (:func:`accelgrid.results.cellresults.discover`),
-        all in one transaction. A run already stored (same run id, same end) is left as
-        it is; one stored before it ended is replaced. Errored cells (nothing recorded)
-        are skipped with the reason. Returns what happened per folder, and notes."""
+        """Add the cell folders found in ``folders``
+        (:func:`accelgrid.results.cellresults.discover`), all in one transaction. A run
+        already stored (same run id, same end) is left as it is; one stored before it
+        ended is replaced. Errored cells (nothing recorded) are skipped with the reason. Returns what happened per folder, and notes."""
         paths, notes = discover([Path(p) for p in folders])
         return self.add_cells([(p, read_cell(p)) for p in paths]), notes
 

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import cellresults
 from ..base import contract, jsonio, outcomes
+from . import cellresults
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import TestRecord

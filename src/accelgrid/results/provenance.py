@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..base import contract
 from .. import devices
+from ..base import contract
 from . import environment
 
 PACKAGES = (

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import cellresults
-from ..base import contract, jsonio
 from .. import results
+from ..base import contract, jsonio
+from . import cellresults
 
 _SPEC = re.compile(r"^\s*(\d{1,3})\s*/\s*(\d{1,3})\s*$")
 MAX_SHARDS = 64   # as matrix.yaml's shards
