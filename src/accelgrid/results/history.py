@@ -255,7 +255,8 @@ class Store:
         """Add the cell folders found in ``folders``
         (:func:`accelgrid.results.cellresults.discover`), all in one transaction. A run
         already stored (same run id, same end) is left as it is; one stored before it
-        ended is replaced. Errored cells (nothing recorded) are skipped with the reason. Returns what happened per folder, and notes."""
+        ended is replaced. Errored cells (nothing recorded) are skipped with the reason.
+        Returns what happened per folder, and notes."""
         paths, notes = discover([Path(p) for p in folders])
         return self.add_cells([(p, read_cell(p)) for p in paths]), notes
 
