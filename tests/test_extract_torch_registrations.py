@@ -64,14 +64,14 @@ def test_codes_changes_and_provenance(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     s24, s26 = data["series"]["2.4"], data["series"]["2.6"]
     assert s24["ops"] == {"_foreach_mul_.Scalar": "EB", "add.Tensor": ">add.out",
-                          "add.out": "B", "dropout": "I", "pixel_shuffle": "FB",
+                          "add.out": "BC", "dropout": "I", "pixel_shuffle": "FBC",
                           "silu_backward": "I>silu_backward.grad_input"}
-    assert s26["set"] == {"add.out": "XB"} and s26["drop"] == ["dropout"]
+    assert s26["set"] == {"add.out": "XBC"} and s26["drop"] == ["dropout"]
     assert s24["source"]["wheel"] == a.name and s24["source"]["torch"] == "2.4.1"
     import hashlib
     assert s24["source"]["sha256"] == hashlib.sha256(a.read_bytes()).hexdigest()
     from accelgrid.ops import xpu_prediction as xp
-    assert xp.torch_ops(data, "2.6")["add.out"] == "XB"
+    assert xp.torch_ops(data, "2.6")["add.out"] == "XBC"
     assert "dropout" not in xp.torch_ops(data, "2.6")
     assert xp.torch_ops(data, "2.5") is None
     # --check: same wheels, same file; a changed wheel differs (exit 1).

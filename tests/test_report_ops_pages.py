@@ -280,7 +280,8 @@ def test_predicted_pages_of_the_h200_capture(tmp_path: Path) -> None:
     assert "## torch 2.5 for XPU (release/2.5 @ 7e3d00acea9f)" in md
     c = doc["counts"]["2.13"]
     assert (f"## torch 2.13 for XPU (release/2.13 @ 21172da81103)\n\n{c['native']} native, "
-            f"{c['decomposed']} decomposed, {c['fallback']} fallback, {c['missing']} missing, "
+            f"{c['decomposed']} decomposed, {c['fallback']} fallback, "
+            f"{c['fallback -> error']} fallback -> error, {c['missing']} missing, "
             f"{c['routed: cpu']} routed: cpu, {c['routed: cuda']} routed: cuda, "
             f"{c['unknown']} unknown: the ops that would fall back, be missing or cannot be "
             "predicted") in md

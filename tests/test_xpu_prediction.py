@@ -5,6 +5,7 @@ REFERENCE.md §1 (fixed in 2.5; `_foreach_mul_.Tensor` and `linspace.out` in 2.6
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -215,10 +216,12 @@ def test_routed_ops_get_their_own_class(capture: dict) -> None:
     for s in xp.series_names(xp.load_upstream()):
         assert "missing" not in {v["status"] for op, v in xp.predict_detail(
             capture["ops"], s).items() if v["status"].startswith("routed")}
-    # Called directly on XPU (an upstream test), the op is judged as itself.
+    # Called directly on XPU (an upstream test), the op is judged as itself: listed, and
+    # no CPU kernel in 2.5's yaml (intel/torch-xpu-ops#811: "fallbacked but CPU does not
+    # support it").
     assert xp.predict_detail(["aten::_scaled_dot_product_efficient_attention.default"], "2.5",
                              routing=False)[
-        "aten::_scaled_dot_product_efficient_attention.default"]["status"] == "fallback"
+        "aten::_scaled_dot_product_efficient_attention.default"]["status"] == xp.FALLBACK_ERROR
 
 
 def test_the_capturing_device_does_not_matter(capture: dict) -> None:
@@ -736,3 +739,65 @@ def test_predicted_view_uses_the_data_given_and_names_the_workloads(capture: dic
     view = xp.predicted_view(captured, ["2.5"], {"series": {"2.5": night}})
     assert (view["releases"]["2.5"]["branch"], view["releases"]["2.5"]["commit"]) == (
         "main", night["commit"])
+
+
+# --- fallback -> error: a listed op the CPU cannot run --------------------------------------
+
+def test_listed_ops_without_a_cpu_kernel_fail_on_the_cpu() -> None:
+    """On the real release data: ops on torch-xpu-ops' fallback list whose torch yaml has no
+    CPU kernel (intel/torch-xpu-ops#2270 _flash_attention_forward, #258
+    _thnn_fused_gru_cell, #811 the efficient attention) are `fallback -> error` while
+    listed; `_scaled_mm` stays listed through 2.9 and gets a CPU kernel in 2.8's yaml."""
+    def status(op: str, series: str) -> str:
+        return xp.predict_detail([op], series, routing=False)[op]["status"]
+
+    flash = "aten::_flash_attention_forward.default"
+    assert [status(flash, s) for s in ("2.4", "2.8", "2.12")] == [xp.FALLBACK_ERROR] * 3
+    assert status(flash, "2.13") != xp.FALLBACK_ERROR  # off the list (torch-xpu-ops#3404)
+    gru = "aten::_thnn_fused_gru_cell.default"
+    assert [status(gru, s) for s in ("2.4", "2.5", "2.6")] == [
+        xp.FALLBACK_ERROR, xp.FALLBACK_ERROR, "native"]  # XPU kernels in 2.6 (#1233)
+    scaled = "aten::_scaled_mm.default"
+    assert {s: status(scaled, s) for s in ("2.7", "2.8", "2.9", "2.10")} == {
+        "2.7": xp.FALLBACK_ERROR, "2.8": "fallback", "2.9": "fallback", "2.10": "native"}
+    # The rule's reason says which fact decided.
+    assert "no CPU kernel" in xp.predict_detail([gru], "2.4", routing=False)[gru]["rule"]
+
+
+def test_cpu_kernel_facts_come_from_the_yaml_codes() -> None:
+    """has_cpu_kernel reads the C letter, the composites and a delegate's CPU kernel; it
+    cannot tell for an op or a series the data lacks."""
+    ops = {"a": "BC", "b": "B", "c": ">a", "d": ">b", "e": "EB", "f": "I>b"}
+    assert [xp.has_cpu_kernel(n, ops) for n in "abcdef"] == [True, False, True, False,
+                                                             True, True]
+    assert xp.has_cpu_kernel("zzz", ops) is None and xp.has_cpu_kernel("a", None) is None
+    # Real 2.13 yaml: mm has a CPU key; CUDA's flash attention none.
+    ops_213 = xp.torch_ops(xp.load_torch(), "2.13")
+    assert xp.has_cpu_kernel("aten::mm.default", ops_213) is True
+    assert xp.has_cpu_kernel("aten::_flash_attention_forward", ops_213) is False
+
+
+def test_a_planted_cpu_kernel_turns_fallback_error_into_fallback() -> None:
+    """The class follows the yaml: the same listed op with a CPU key is a plain fallback."""
+    torch_data = copy.deepcopy(xp.load_torch())
+    torch_data["series"]["2.5"].setdefault("set", {})["_thnn_fused_gru_cell"] = "BC"
+    op = "aten::_thnn_fused_gru_cell.default"
+    assert xp.predict([op], "2.5", torch_data=torch_data)[op] == "fallback"
+    assert xp.predict([op], "2.5")[op] == xp.FALLBACK_ERROR
+
+
+def test_the_new_suites_gemms_per_series() -> None:
+    """The FP8, grouped and int4 GEMMs of suites/lowbit, per XPU series, from the real data
+    (the issue's observations: _grouped_mm / _scaled_grouped_mm(_v2) missing through 2.13,
+    torch-xpu-ops#1574, #3060, #5077)."""
+    ops = ["aten::_scaled_mm.default", "aten::_grouped_mm.default",
+           "aten::_scaled_grouped_mm.default", "aten::_weight_int4pack_mm.default"]
+    p = {s: xp.predict(ops, s) for s in ("2.6", "2.8", "2.11", "2.13")}
+    assert [p[s]["aten::_scaled_grouped_mm.default"] for s in ("2.8", "2.11", "2.13")] == [
+        "missing"] * 3
+    assert p["2.8"]["aten::_grouped_mm.default"] == "missing"
+    # From 2.9 PyTorch's yaml gives _grouped_mm a CompositeExplicitAutograd kernel.
+    assert p["2.13"]["aten::_grouped_mm.default"] == "decomposed"
+    assert p["2.13"]["aten::_scaled_mm.default"] == "native"
+    # torch-xpu-ops' own int4 kernel (the one intel/torch-xpu-ops#4765 is about).
+    assert p["2.8"]["aten::_weight_int4pack_mm.default"] == "native"

@@ -16,6 +16,8 @@ it keeps a code of letters, the facts :mod:`accelgrid.xpu_registrations` reads:
   I  ``CompositeImplicitAutograd``, or no ``dispatch:`` and no ``structured_delegate``
      (codegen's default): decomposes into other ops
   B  backend keys only (CPU, CUDA, MPS, Meta, Sparse*, Quantized*, NestedTensor*)
+  C  among them a dense ``CPU`` key: the op has a CPU kernel of its own, so torch-xpu-ops'
+     CPU fallback of it has something to run (with E, F, I or a delegate that has one)
 
 and ``>NAME`` after the letters for a ``structured_delegate``. The first series is stored
 whole, each later one as its changes against the one before (``set``/``drop``), so the
@@ -57,6 +59,8 @@ def op_code(entry: dict[str, Any]) -> str:
         letters += "I"  # no dispatch entry: CompositeImplicitAutograd by default
     if keys - {"XPU", *COMPOSITE}:
         letters += "B"
+    if "CPU" in keys:
+        letters += "C"
     return letters + (f">{delegate}" if delegate else "")
 
 

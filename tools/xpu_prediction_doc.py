@@ -130,7 +130,7 @@ package. Per branch head:
 `tools/extract_torch_registrations.py` reads the `native_functions.yaml` that every torch
 wheel ships (`torchgen/packaged/ATen/native/`; the small macOS arm64 wheels on PyPI are
 enough) and writes `src/accelgrid/data/torch_registrations.json`: per op and series its
-`XPU:` key, `CompositeExplicitAutograd`, `CompositeExplicitAutogradNonFunctional`,
+`XPU:` key, `CPU` key, `CompositeExplicitAutograd`, `CompositeExplicitAutogradNonFunctional`,
 `CompositeImplicitAutograd` (or no `dispatch:` at all) and `structured_delegate`; the yaml
 itself is not committed. Provenance per series:
 
@@ -158,7 +158,13 @@ decided):
    the same base op also has XPU kernels (2.4's `random_`: `random_.to` listed,
    `random_` and `random_.from` native) the called overload decides; an unlisted backend
    kernel of a listed base op (`norm.dtype_out` beside a listed `norm.out`) is not
-   registered to fall back.
+   registered to fall back. A listed op that the release's yaml gives no CPU kernel (no
+   `CPU` key, no composite, no `structured_delegate` with one) is `fallback -> error`:
+   the fallback hands the call to a CPU that cannot run it ("Could not run
+   'aten::_flash_attention_forward' with arguments from the 'CPU' backend",
+   intel/torch-xpu-ops#2270, #2442; `_thnn_fused_gru_cell` #258;
+   `_scaled_dot_product_efficient_attention` #811; `_scaled_mm` listed 2.4 to 2.9, with
+   a CPU kernel from 2.8). `PYTORCH_ENABLE_XPU_FALLBACK=1` does not help these.
 2. O has an XPU kernel: in torch-xpu-ops' list, in PyTorch's `XPU:` keys or in a core
    registration (the series' entry of `xpu_core_ops.json`; a series it lacks takes the
    nearest earlier one's; the rule text says which source stands in): `native`.
@@ -224,7 +230,8 @@ there, see the figures above):
 Single ops observed on real XPU builds in upstream issues, other than the seed's own
 (`src/accelgrid/data/xpu_observations.json`; tests/test_xpu_prediction.py predicts each).
 `fallback`: ran through the CPU fallback (listed, or seen with `PYTORCH_DEBUG_XPU_FALLBACK=1`
-while `PYTORCH_ENABLE_XPU_FALLBACK` was not needed); `missing`: `NotImplementedError`;
+while `PYTORCH_ENABLE_XPU_FALLBACK` was not needed); `fallback -> error`: listed, and the
+CPU has no kernel for it; `missing`: `NotImplementedError`;
 `native`: reported working. A nightly is modelled by torch-xpu-ops' `main` on its date (or
 the commit it names) with PyTorch's yaml of the release it led to (the first whose
 torch-xpu-ops release branch ends on or after that date), without the foreach composites

@@ -20,7 +20,13 @@ op O and series X.Y (:func:`classify`):
 1. O's base op is on release/X.Y's fallback list: ``fallback``. Except where the same base
    op also has XPU kernels (2.4's ``random_``: ``random_`` and ``random_.from`` native,
    ``random_.to`` listed): then the called overload's family
-   (:func:`accelgrid.testing.opcapture.overload_family`) decides.
+   (:func:`accelgrid.testing.opcapture.overload_family`) decides. And where the release's
+   yaml gives O no CPU kernel (no ``CPU`` key, no composite, no delegate with one):
+   ``fallback -> error``, the fallback sends the call to a CPU that cannot run it
+   ("Could not run 'aten::_flash_attention_forward' with arguments from the 'CPU'
+   backend", intel/torch-xpu-ops#2270, #2442; ``_thnn_fused_gru_cell`` #258;
+   ``_scaled_dot_product_efficient_attention`` #811). CPU kernels registered by hand
+   outside the yaml are not in the data: none is known for a listed op.
 2. O has an XPU kernel, in torch-xpu-ops (a kernel of the called family, or of the base
    op's default/out overload: ``_foreach_mul.Scalar`` had one in 2.5, ``.Tensor`` not),
    in PyTorch's ``XPU:`` keys or in a core registration: ``native``.
@@ -57,26 +63,30 @@ from ..base.errors import InvalidInput
 from ..testing.opcapture import base_op, overload_family
 
 __all__ = [
-    "COMPARED", "FOREACH_COMPOSITES", "NIGHTLY_BEFORE_127412", "ROUTED", "SEED_SERIES",
-    "STATUSES", "agreement_line", "base_op", "choose_series", "compare_with_seed",
-    "core_for", "counts_table", "data_horizon", "extraction_table", "load_core", "load_nightlies",
-    "load_observations", "load_seed", "load_torch", "load_upstream", "matrix_series",
-    "nightly_series", "observation_agreement", "observed_vs_predicted", "overload_family",
-    "predict", "predict_all", "predict_detail", "predict_observation", "predicted_view",
+    "COMPARED", "FALLBACK_ERROR", "FOREACH_COMPOSITES", "NIGHTLY_BEFORE_127412", "ROUTED",
+    "SEED_SERIES", "STATUSES", "agreement_line", "base_op", "choose_series",
+    "compare_with_seed", "core_for", "counts_table", "data_horizon", "extraction_table",
+    "has_cpu_kernel", "load_core", "load_nightlies", "load_observations", "load_seed",
+    "load_torch", "load_upstream", "matrix_series", "nightly_series",
+    "observation_agreement", "observed_vs_predicted", "overload_family", "predict",
+    "predict_all", "predict_detail", "predict_observation", "predicted_view",
     "prediction_table", "seed_figures", "seed_rows", "seed_series_agreement", "seed_table",
     "series_counts", "series_names", "series_of", "stopped_falling_back", "torch_ops",
 ]
 
 DEVICE = "xpu"   # the device type these predictions are for (accelgrid.devices.xpu)
-STATUSES = ("native", "decomposed", "fallback", "missing", "routed: cpu", "routed: cuda",
-            "unknown")
+FALLBACK_ERROR = "fallback -> error"
+STATUSES = ("native", "decomposed", "fallback", FALLBACK_ERROR, "missing", "routed: cpu",
+            "routed: cuda", "unknown")
 # Statuses an observed xpu cell and a prediction can be compared on; "unknown" and the
 # routed classes say the prediction (or the observation) cannot tell.
-COMPARED = ("native", "decomposed", "fallback", "missing")
-BAD = ("fallback", "missing")
+COMPARED = ("native", "decomposed", "fallback", FALLBACK_ERROR, "missing")
+BAD = ("fallback", FALLBACK_ERROR, "missing")
 # Worst first, for a seed row exercised by several captured overloads.
-SEVERITY = {"missing": 6, "fallback": 5, "unknown": 4, "routed: cuda": 3, "routed: cpu": 2,
-            "decomposed": 1, "native": 0}
+# A listed op without a CPU kernel fails even with PYTORCH_ENABLE_XPU_FALLBACK=1, where a
+# missing op would run on the CPU: the worst.
+SEVERITY = {FALLBACK_ERROR: 7, "missing": 6, "fallback": 5, "unknown": 4, "routed: cuda": 3,
+            "routed: cpu": 2, "decomposed": 1, "native": 0}
 SEED_EXPECTS = {"explicit": "fallback", "manual": "missing"}
 # The seed ran pytorch/pytorch@21144ce (June 2024, before 2.4). torch-xpu-ops' release/2.4
 # branched from its main on 2024-05-18 and ends 2024-06-04 (head 97d692e, "Add CPU fallback
@@ -217,8 +227,8 @@ def _release(upstream: Mapping[str, Any], series: str, core: Mapping[str, Any],
         raise KeyError(f"no upstream data for series {series!r}; have {', '.join(have)}")
     torch = torch_ops(torch_data, series)
     if torch is not None and without_foreach_composites:
-        # Before #127412 the foreach ops had backend kernels only.
-        torch = {k: (v.replace("E", "") or "B") if k.startswith("_foreach_") else v
+        # Before #127412 the foreach ops had backend kernels only (a CPU one among them).
+        torch = {k: _without_composite(v) if k.startswith("_foreach_") else v
                  for k, v in torch.items()}
     native = list(entry["native"])
     core_ops, core_note = core_for(core, series)
@@ -232,6 +242,36 @@ def _release(upstream: Mapping[str, Any], series: str, core: Mapping[str, Any],
                     frozenset(_exact(n) for n in entry["native"]),
                     frozenset(_exact(n) for n in entry["fallback"]), frozenset(core_names),
                     complete, core_note=core_note)
+
+
+def _without_composite(code: str) -> str:
+    """A foreach op's code before #127412: its CompositeExplicitAutograd slow path was then
+    its CPU kernel (``CPU: foreach_tensor_..._slow``)."""
+    letters, sep, delegate = code.partition(">")
+    if "E" not in letters:
+        return code
+    letters = letters.replace("E", "")
+    letters += "" if "B" in letters else "B"
+    letters += "" if "C" in letters else "C"
+    return letters + sep + delegate
+
+
+def has_cpu_kernel(name: str, torch_ops_of_series: Mapping[str, str] | None,
+                   depth: int = 0) -> bool | None:
+    """Whether torch's yaml gives op ``name`` something to run on the CPU: a ``CPU`` key
+    (code letter C), a composite kernel (E, F, I) or a ``structured_delegate`` that has
+    one. None where the yaml of the series is not in the data or lacks the op."""
+    if torch_ops_of_series is None:
+        return None
+    code = torch_ops_of_series.get(_exact(name))
+    if code is None:
+        return None
+    letters, _, delegate = code.partition(">")
+    if set(letters) & set("CEFI"):
+        return True
+    if delegate and depth < 3:
+        return bool(has_cpu_kernel(delegate, torch_ops_of_series, depth + 1))
+    return False
 
 
 def core_for(core: Mapping[str, Any], series: str) -> tuple[dict[str, str], str]:
@@ -294,8 +334,11 @@ def _classify(name: str, rel: _Release, depth: int = 0) -> tuple[str, str]:
             return "native", "torch-xpu-ops kernel of a partly listed op"
         # The list registers exact names (m.impl(name)): a backend kernel of its own that
         # is not listed (norm.dtype_out beside a listed norm.out) does not reach it.
-        own_kernel = letters == "B" and not delegate
+        own_kernel = letters.replace("C", "") == "B" and not delegate
         if not own_kernel or exact in rel.fallback_names:
+            if has_cpu_kernel(exact, rel.torch) is False:
+                return FALLBACK_ERROR, ("torch-xpu-ops fallback list, no CPU kernel in "
+                                        "PyTorch's yaml")
             return "fallback", "torch-xpu-ops fallback list"
     if exact in rel.native_names or (rel.torch is None and (
             family in native or "default" in native)):
