@@ -220,9 +220,9 @@ def test_ops_predict_on_the_h200_capture(tmp_path: Path, capsys) -> None:
         head, _, tail = line.partition(": ")
         assert head == f"xpu {s} (release/{s})"
         counts = {status: int(n) for n, status in
-                  re.findall(r"(\d+) ([a-z-]+(?:: [a-z]+)?)", tail)}
-        assert list(counts) == ["native", "decomposed", "fallback", "missing", "routed: cpu",
-                                "routed: cuda", "unknown"]
+                  re.findall(r"(\d+) ([a-z-]+(?:: [a-z]+| -> [a-z]+)?)", tail)}
+        assert list(counts) == ["native", "decomposed", "fallback", "fallback -> error",
+                                "missing", "routed: cpu", "routed: cuda", "unknown"]
         assert sum(counts.values()) == len(captured)
         # A CUDA capture routes nothing to the CPU's own kernels; its cuDNN calls are routed.
         assert counts["routed: cpu"] == 0 and counts["routed: cuda"] >= cuda_only
@@ -272,7 +272,8 @@ def test_ops_predict_from_a_results_folder_and_merged(tmp_path: Path, capsys) ->
     shutil.copy(CUDA_CAPTURE, b)
     assert main(["ops", "predict", str(a), "--series", "2.5"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == (
-        "xpu 2.5 (release/2.5): 1 native, 0 decomposed, 1 fallback, 0 missing, "
+        "xpu 2.5 (release/2.5): 1 native, 0 decomposed, 1 fallback, 0 fallback -> error, "
+        "0 missing, "
         "0 routed: cpu, 0 routed: cuda, 0 unknown")
     assert (a / "ops-predicted.md").is_file()  # in the cell's folder
     assert main(["ops", "predict", str(a), str(b), "--series", "2.5", "--out",

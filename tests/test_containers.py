@@ -198,7 +198,8 @@ def project(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "matrix.yaml", proj / "matrix.yaml")
     shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
     shutil.copytree(ROOT / "containers", proj / "containers")
-    for suite in ("smoke", "offload", "hf_examples", "repro", "distributed", "hf_tests"):
+    for suite in ("smoke", "offload", "hf_examples", "repro", "distributed", "hf_tests",
+                  "lowbit"):
         (proj / "suites" / suite).mkdir(parents=True)
         (proj / "suites" / suite / "test_x.py").write_text("def test_x():\n    pass\n")
     (proj / "src" / "accelgrid").mkdir(parents=True)
