@@ -33,7 +33,8 @@ EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
 REFERENCE_ISSUES = {"pytorch/pytorch#127929", "pytorch/pytorch#127931", "pytorch/pytorch#127937",
                     "pytorch/pytorch#127941", "pytorch/pytorch#128478", "pytorch/ao#958",
                     "pytorch/ao#584", "pytorch/ao#1720", "huggingface/transformers#41250",
-                    "intel/torch-xpu-ops#1571", "intel/torch-xpu-ops#4765"}
+                    "intel/torch-xpu-ops#1571", "intel/torch-xpu-ops#4765",
+                    "intel/torch-xpu-ops#1574"}
 
 
 # --- the repo's registry -----------------------------------------------------------------

@@ -60,7 +60,7 @@ for issue in REGISTRY.issues.values():
 
 def test_the_op_level_repros_declare_their_calls() -> None:
     assert [i for i, _ in ENTRIES] == ["pytorch/pytorch#127931", "pytorch/pytorch#127937",
-                                       "pytorch/pytorch#127941"]
+                                       "pytorch/pytorch#127941", "intel/torch-xpu-ops#1574"]
     assert [xp.series_of(c.torch) for c in CELLS] == ["2.4", "2.5", "2.6", "2.8", "2.11",
                                                       "2.13", "2.14"]
 
