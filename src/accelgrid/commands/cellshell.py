@@ -135,7 +135,7 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     jsonio.refuse_symlink(folder, results.results_root(root))
     results.clear_for_run(folder)
     with contextlib.redirect_stdout(note):
-        env = cellenv.cell_env(cell, root, folder, base)
+        env = cellenv.cell_env(cell, root, folder, base, python=python)
     first = _first_pass(cell, env, str(python))
     env.update({**dict(first.env), contract.PASS: first.name})
     return CellEnv(

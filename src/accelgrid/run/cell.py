@@ -74,7 +74,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             results.clear_for_run(cell_folder)
         results.write_last_run(cell_folder, run_id, folder, chosen)
         run = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
-        env = cell_env(cell, root, folder, checked=checked)
+        env = cell_env(cell, root, folder, checked=checked, python=python)
         env.update({contract.RUN_ID: run_id,
                     contract.PYTEST_ARGS: json.dumps(jsonio.safe(run["pytest_args"])),
                     contract.SELECTION: json.dumps(jsonio.safe(chosen))})

@@ -18,11 +18,14 @@ RUN_PLUGINS = ("xdist.plugin", "pytest_timeout")
 
 
 def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None,
-             checked: preflight.Preflight | None = None) -> dict[str, str]:
+             checked: preflight.Preflight | None = None,
+             python: str | Path | None = None) -> dict[str, str]:
     """The environment the cell's pytest starts with: the host's, the cell's (device and
     profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
     and how they were known), and accelgrid's own variables. ``checked``: the run's
-    preflight (else made here, against ``base``)."""
+    preflight (else made here, against ``base``). ``python``: the interpreter the run
+    starts; inside a virtual environment, the compilers' caches go there
+    (:func:`compile_caches`)."""
     env = dict(os.environ if base is None else base)
     checked = checked or preflight.check(cell, root, env)
     hardware = checked.hardware
@@ -53,6 +56,8 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
             [*RUN_PLUGINS, *(p.strip() for p in env.get("PYTEST_PLUGINS", "").split(",")
                              if p.strip())])),
     })
+    for key, value in compile_caches(python).items():
+        env.setdefault(key, value)  # the host's or the cell's own setting wins
     # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
     env.pop(contract.KNOWN_ISSUES, None)
     env.pop(contract.RECORDER_PID, None)  # a run started from inside a cell's test records
@@ -68,3 +73,23 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
             "note": hardware.note, "env": hardware.env(cell),
             **cell.device_type.host_inventory()})
     return env
+
+
+# torch.compile's on-disk caches: inductor's (FX graphs, compiled C++ and Triton kernels)
+# and Triton's own kernel cache. Torch's defaults are /tmp/torchinductor_<user> and
+# ~/.triton/cache, shared by every torch on the host and gone with /tmp.
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+CACHE_DIR = "accelgrid-compile-cache"
+
+
+def compile_caches(python: str | Path | None) -> dict[str, str]:
+    """The compile caches' variables for a run on ``python``: folders of
+    :data:`CACHE_DIR` in its virtual environment (the cell's env: its torch, its cache, so
+    a warm re-run does not compile again and a rebuilt env starts clean); none for an
+    interpreter outside one (``--no-venv`` on a system python: torch's defaults)."""
+    if python is None:
+        return {}
+    env = Path(python).parent.parent  # not resolved: a venv's python links outside it
+    if not (env / "pyvenv.cfg").is_file():
+        return {}
+    return {key: str(env / CACHE_DIR / sub) for key, sub in COMPILE_CACHES.items()}
