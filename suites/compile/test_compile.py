@@ -21,7 +21,7 @@ import compile_models as cm
 import pytest
 import torch
 
-from accelgrid.testing import claims, device_type, dispatch, dtypes, not_run, only_on
+from accelgrid.testing import claims, dispatch, dtypes, not_run, only_on
 
 LR = 0.1          # SGD: the update is -LR x the gradient, so it carries the gradient's bound
 WARM_STEPS = 3    # after the first: timing, and no recompile
