@@ -78,6 +78,7 @@ XPU_RECORDS = {
                       "capture and PYTORCH_DEBUG_XPU_FALLBACK=1)"]),
     "fallback-survey": ("xpu-2.13-fallback-survey", [CAPTURE, DEBUG, FELL_BACK]),
     "op-capture": (None, [CAPTURE]),  # no xpu cell in the matrix: checked on its env
+    "compile": ("xpu-2.13-compile", []),  # the compile suite alone, no flags
 }
 
 

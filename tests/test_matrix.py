@@ -150,7 +150,7 @@ def test_select_filters(matrix) -> None:
     picked = select(matrix.cells, device=["xpu"], torch=["2.13"])
     assert {c.name for c in picked} == {"xpu-2.13", "xpu-2.13-fallback-debug",
                                         "xpu-2.13-cpu-fallback", "xpu-2.13-fallback-survey",
-                                        "xpu-2.13-fp64-no-emulation"}
+                                        "xpu-2.13-fp64-no-emulation", "xpu-2.13-compile"}
     assert select(matrix.cells, profile=["mps-fallback"])[0].name == "mps-2.13-mps-fallback"
     assert select(matrix.cells) == list(matrix.cells)
 
