@@ -1,25 +1,32 @@
-"""``accelgrid bench``: the command tree and its options (the benchmarks have their own
-test files)."""
+"""``accelgrid bench`` and ``python -m tools.selfbench``: the command trees and their
+options (the benchmarks have their own test files)."""
 
 from __future__ import annotations
 
 import pytest
 
 from accelgrid.cli import main
+from tools.selfbench import __main__ as selfbench
 
 OPTIONS = {
-    "overhead": ["--matrix", "--cell", "--partial", "--partial-repeat", "--repeat", "--suites",
-                 "--env-creation", "--out"],
     "offload": ["--matrix", "--device", "--sizes", "--dtypes", "--modes", "--steps",
                 "--warmup", "--width", "--tokens", "--copy-mib", "--out", "--no-plot"],
+    "devices": ["--matrix", "--cell", "--counts", "--repeat", "--workers-per-device",
+                "--no-venv", "--out"],
+}
+# accelgrid's benchmarks of itself: the checkout's tools, not the package's commands.
+SELF = {
+    "overhead": ["--matrix", "--cell", "--partial", "--partial-repeat", "--repeat", "--suites",
+                 "--env-creation", "--out"],
     "grid": ["--matrix", "--cells", "--tests", "--repeat", "--budget", "--out", "--profile"],
+    "history": ["--matrix", "--nights", "--cells", "--tests", "--window", "--repeat", "--out"],
     "ops": ["--matrix", "--cell", "--suites", "--repeat", "--out"],
 }
 
 
-def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+def _help(capsys: pytest.CaptureFixture[str], *argv: str, entry=main) -> str:
     with pytest.raises(SystemExit) as exit_:
-        main([*argv, "--help"])
+        entry([*argv, "--help"])
     assert exit_.value.code == 0
     return capsys.readouterr().out
 
@@ -29,6 +36,28 @@ def test_bench_help_lists_the_benchmarks(capsys: pytest.CaptureFixture[str]) -> 
     assert "usage: accelgrid bench" in out
     for what in OPTIONS:
         assert what in out
+    for what in SELF:   # gone from the package's command
+        assert what not in out.split("BENCHMARK", 1)[1]
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "overhead"])
+    assert exit_.value.code == 2
+    capsys.readouterr()
+
+
+def test_selfbench_help_lists_the_self_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _help(capsys, entry=selfbench.main)
+    assert "usage: python -m tools.selfbench" in out
+    for what in SELF:
+        assert what in out
+
+
+@pytest.mark.parametrize("what", sorted(SELF))
+def test_each_self_benchmark_help_lists_its_options(capsys: pytest.CaptureFixture[str],
+                                                    what: str) -> None:
+    out = _help(capsys, what, entry=selfbench.main)
+    assert f"usage: python -m tools.selfbench {what}" in out
+    for option in SELF[what]:
+        assert option in out, option
 
 
 @pytest.mark.parametrize("what", sorted(OPTIONS))
@@ -64,10 +93,11 @@ def test_bench_module_has_no_argparse() -> None:
         assert "argparse" not in path.read_text(), path
 
 
-@pytest.mark.parametrize("what", ["overhead", "offload", "grid", "ops"])
+@pytest.mark.parametrize("what", ["offload", "overhead", "grid", "history", "ops"])
 def test_benches_write_under_results_by_default(what: str) -> None:
     # A plain bench run never dirties the checkout: docs/ only with --out docs/measured.
     from accelgrid import cli
 
-    out = str(cli.parse(["bench", what]).out)
-    assert out == f"results/bench-{what}", out
+    args = (cli.parse(["bench", what]) if what in OPTIONS
+            else selfbench.build_parser().parse_args([what]))
+    assert str(args.out) == f"results/bench-{what}", args.out

@@ -448,7 +448,7 @@ def test_since_skips_a_selected_run_in_between(tmp_path: Path) -> None:
 
 
 def test_bench_history_small(tmp_path: Path) -> None:
-    from accelgrid.bench import history as history_bench
+    from tools.selfbench import history as history_bench
 
     rep = history_bench.run(nights=3, cells=2, tests=30, window=2, repeat=1, out=tmp_path)
     assert rep["db_runs"] == 6 and rep["db_bytes_per_cell_run"] > 0

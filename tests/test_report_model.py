@@ -10,8 +10,8 @@ from report_cases import artifacts, broken_cells, demo, pinned_cell, write_cell
 
 from accelgrid import report
 from accelgrid.base import contract
-from accelgrid.bench import grid as bench_grid
 from accelgrid.report import model as grid_model
+from tools.selfbench import grid as bench_grid
 
 
 def test_grid_rows_columns_counts(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ from report_cases import ISSUE, baseline_case, broken_cells, demo, pinned_cell, 
 
 from accelgrid import report
 from accelgrid.base import jsonio
-from accelgrid.bench import grid as bench_grid
 from accelgrid.report import render_html, render_json, render_markdown
 from accelgrid.report.model import SCHEMA_VERSION
+from tools.selfbench import grid as bench_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,9 @@
-"""``accelgrid bench overhead|devices|offload|grid|history|ops``: the benchmarks' options.
+"""``accelgrid bench devices|offload``: the user-facing benchmarks' options.
 
 The benchmarks are :mod:`accelgrid.bench`'s modules, imported here for their descriptions
 and defaults (the command line imports this group only for ``accelgrid bench``).
+accelgrid's benchmarks of itself (overhead, grid, history, ops) live in the checkout's
+tools/selfbench (``python -m tools.selfbench --help``), not in the package.
 """
 
 from __future__ import annotations
@@ -10,12 +12,9 @@ import argparse
 from pathlib import Path
 
 from ..base.errors import InvalidInput
-from ..bench import Stopped, overhead
+from ..bench import Stopped
 from ..bench import devices as devices_bench
-from ..bench import grid as grid_bench
-from ..bench import history as history_bench
 from ..bench import offload as offload_bench
-from ..bench import ops as ops_bench
 from ._common import matrix_of
 
 OFFLOAD = (
@@ -33,39 +32,14 @@ OFFLOAD = (
 )
 
 
-
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     group = sub.add_parser(
         "bench", parents=[common],
-        help="benchmarks: overhead (runner vs bare pytest), devices (multi-GPU scaling), "
-             "offload, grid, ops (capture cost)",
-        description="Benchmarks: overhead (a cell run vs bare pytest, env creation), offload "
-                    "(torchao's CPUOffloadOptimizer on a CUDA/XPU device), devices (a whole "
-                    "cell on 1, 2, 4, ... of the host's GPUs), grid (grids for a large "
-                    "synthetic matrix), ops (the cost of op capture).")
+        help="benchmarks: devices (multi-GPU scaling), offload (torchao's CPU offload)",
+        description="Benchmarks: offload (torchao's CPUOffloadOptimizer on a CUDA/XPU "
+                    "device), devices (a whole cell on 1, 2, 4, ... of the host's GPUs).")
     what = group.add_subparsers(dest="what", required=True, metavar="BENCHMARK")
     raw = argparse.RawDescriptionHelpFormatter
-
-    p = what.add_parser("overhead", parents=[common], formatter_class=raw,
-                        description=overhead.__doc__,
-                        help="warm cell runs (selected and whole) vs bare pytest, pair by pair")
-    p.add_argument("--cell", default=overhead.DEFAULT_CELL)
-    p.add_argument("--partial", default=overhead.DEFAULT_PARTIAL,
-                   help="pytest arguments of the partial pairs (default: %(default)s; '' for "
-                        "none)")
-    p.add_argument("--partial-repeat", type=int, default=overhead.DEFAULT_PARTIAL_REPEAT,
-                   help="partial pairs (default: %(default)s)")
-    p.add_argument("--repeat", type=int, default=overhead.DEFAULT_REPEAT,
-                   help="pairs of the whole cell (default: %(default)s)")
-    p.add_argument("--suites", default=None,
-                   help="comma-separated test paths for the whole-cell pairs (default: the "
-                        "cell's suites)")
-    p.add_argument("--env-creation", action="store_true",
-                   help="also time creating the cell's env with uv and virtualenv (minutes)")
-    p.add_argument("--out", default=overhead.DEFAULT_OUT,
-                   help="folder for bench-overhead.{json,md} (default: %(default)s; "
-                        "docs/measured to update the committed figures)")
-    p.set_defaults(func=_overhead)
 
     p = what.add_parser("offload", parents=[common], description=OFFLOAD,
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -102,39 +76,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "flushing side by side (no GPU needed; --steps, --warmup, --out)")
     p.set_defaults(func=_offload)
 
-    p = what.add_parser("grid", parents=[common], formatter_class=raw,
-                        description=grid_bench.__doc__.rstrip() + "\nExits 1 when the median "
-                        "run is over ``--budget``. (--matrix is ignored.)\n",
-                        help="grid build + write time for a large synthetic matrix")
-    p.add_argument("--cells", type=int, default=grid_bench.DEFAULT_CELLS)
-    p.add_argument("--tests", type=int, default=grid_bench.DEFAULT_TESTS)
-    p.add_argument("--repeat", type=int, default=grid_bench.DEFAULT_REPEAT,
-                   help="timed runs (default %(default)s)")
-    p.add_argument("--budget", type=float, default=grid_bench.DEFAULT_BUDGET,
-                   help="seconds the median run may take (default %(default)g)")
-    p.add_argument("--out", default=grid_bench.DEFAULT_OUT,
-                   help="folder for bench-grid.json and .md (default: %(default)s; '' for "
-                        "none; docs/measured to update the committed figures)")
-    p.add_argument("--profile", type=int, default=0, metavar="N",
-                   help="after the timed runs, profile one more and list its N costliest "
-                        "functions (default 0: none)")
-    p.set_defaults(func=_grid)
-
-    p = what.add_parser("history", parents=[common], formatter_class=raw,
-                        description=history_bench.__doc__.rstrip() + "\nExits 1 when a "
-                        "median is over its aim. (--matrix is ignored.)\n",
-                        help="history add, grid with history and publish on synthetic nights")
-    p.add_argument("--nights", type=int, default=history_bench.DEFAULT_NIGHTS)
-    p.add_argument("--cells", type=int, default=history_bench.DEFAULT_CELLS)
-    p.add_argument("--tests", type=int, default=history_bench.DEFAULT_TESTS)
-    p.add_argument("--window", type=int, default=history_bench.DEFAULT_WINDOW)
-    p.add_argument("--repeat", type=int, default=history_bench.DEFAULT_REPEAT,
-                   help="timed runs of each step (default %(default)s)")
-    p.add_argument("--out", default=history_bench.DEFAULT_OUT,
-                   help="folder for bench-history.json and .md (default: %(default)s; '' "
-                        "for none; docs/measured to update the committed figures)")
-    p.set_defaults(func=_history)
-
     p = what.add_parser("devices", parents=[common], formatter_class=raw,
                         description=devices_bench.__doc__,
                         help="a whole cell on 1, 2, 4, ... of this host's GPUs: the scaling")
@@ -154,27 +95,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="folder for bench-devices.{json,md} (default: %(default)s; "
                         "docs/measured for committed figures)")
     p.set_defaults(func=_devices, passthrough="pytest_args")
-
-    p = what.add_parser("ops", parents=[common], formatter_class=raw,
-                        description=ops_bench.__doc__,
-                        help="runner wall time with and without op capture")
-    p.add_argument("--cell", default=ops_bench.DEFAULT_CELL)
-    p.add_argument("--suites", default=",".join(ops_bench.DEFAULT_SUITES),
-                   help="comma-separated test paths (default: %(default)s)")
-    p.add_argument("--repeat", type=int, default=ops_bench.DEFAULT_REPEAT)
-    p.add_argument("--out", default=ops_bench.DEFAULT_OUT, help="folder for bench-ops.{json,md}")
-    p.set_defaults(func=_ops)
-
-
-def _overhead(args: argparse.Namespace) -> int:
-    try:
-        overhead.run(matrix_of(args), args.cell,
-                     suites=args.suites.split(",") if args.suites else None,
-                     partial=args.partial, partial_repeat=args.partial_repeat,
-                     repeat=args.repeat, env_creation=args.env_creation, out=args.out)
-    except Stopped as exc:   # SIGTERM / SIGINT: the shell's code for it
-        return 128 + exc.signum
-    return 0
 
 
 def _devices(args: argparse.Namespace) -> int:
@@ -212,21 +132,3 @@ def _offload(args: argparse.Namespace) -> int:
         tokens=args.tokens, copy_mib=args.copy_mib, out=args.out, plot_png=not args.no_plot,
         models=models, flush=args.flush_denormals)
     return 1 if offload_bench.failed(report) else 0
-
-
-def _grid(args: argparse.Namespace) -> int:
-    report = grid_bench.run(args.cells, args.tests, repeat=args.repeat, budget=args.budget,
-                      out=args.out, profile=args.profile)
-    return 0 if report["ok"] else 1
-
-
-def _history(args: argparse.Namespace) -> int:
-    report = history_bench.run(args.nights, args.cells, args.tests, window=args.window,
-                               repeat=args.repeat, out=args.out)
-    return 0 if all(report["ok"].values()) else 1
-
-
-def _ops(args: argparse.Namespace) -> int:
-    ops_bench.run(matrix_of(args), args.cell, suites=[p for p in args.suites.split(",") if p],
-            repeat=args.repeat, out=args.out)
-    return 0

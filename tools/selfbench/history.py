@@ -1,8 +1,8 @@
-"""``accelgrid bench history``: the history store and what reads it, on synthetic data
+"""``python -m tools.selfbench history``: the history store and what reads it, on synthetic data
 (default 90 nightly runs x 40 cells x 2,000 tests; aims on a 2-core machine: adding one
 40-cell run <= 2 s, a grid with a 30-run history <= 3 s, the published site <= 10 s).
 
-Tonight's 40 cells are written as results folders (:func:`accelgrid.bench.grid.synthesize`,
+Tonight's 40 cells are written as results folders (:func:`tools.selfbench.grid.synthesize`,
 each with its own run id); the 89 nights before are added from memory (the same tests,
 a few flaky ones flipping, some tests breaking for good on a night), then timed, each
 ``--repeat`` times on a fresh copy of the database: ``history add`` of tonight's folders,
@@ -23,14 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import report
-from ..base import contract, jsonio, outcomes
-from ..base.errors import InvalidInput
-from ..report import site
-from ..results.cellresults import read_cell
-from ..results.history import open_store
-from ..results.provenance import now, project_commit
-from . import load_average, machine, write_outputs
+from accelgrid import report
+from accelgrid.base import contract, jsonio, outcomes
+from accelgrid.base.errors import InvalidInput
+from accelgrid.bench import load_average, machine, write_outputs
+from accelgrid.report import site
+from accelgrid.results.cellresults import read_cell
+from accelgrid.results.history import open_store
+from accelgrid.results.provenance import now, project_commit
+
 from .grid import synthesize
 
 DEFAULT_NIGHTS = 90
@@ -101,7 +102,7 @@ def run(nights: int = DEFAULT_NIGHTS, cells: int = DEFAULT_CELLS, tests: int = D
     commit, dirty = project_commit(Path(__file__).resolve().parent)
     rep: dict[str, Any] = {
         "nights": nights, "cells": cells, "tests": tests, "window": window, "aims": AIMS,
-        "command": (f"accelgrid bench history --nights {nights} --cells {cells} --tests "
+        "command": (f"python -m tools.selfbench history --nights {nights} --cells {cells} --tests "
                     f"{tests} --window {window} --repeat {repeat} --out {out or chr(39) * 2}"),
         "date": now(), "commit": commit, "dirty": dirty, "machine": machine(),
         "load_before": load_average()}
@@ -175,7 +176,7 @@ def run(nights: int = DEFAULT_NIGHTS, cells: int = DEFAULT_CELLS, tests: int = D
 def render_markdown(rep: dict[str, Any]) -> str:
     m = rep["machine"]
     lines = [
-        "# accelgrid bench history", "",
+        "# History benchmark (python -m tools.selfbench history)", "",
         f"{rep['nights']} nightly runs x {rep['cells']} cells x {rep['tests']} tests, "
         f"window {rep['window']}; {rep['date']}, accelgrid {rep['commit']}"
         + (" (dirty)" if rep["dirty"] else "") + ".", "",

@@ -1,4 +1,5 @@
-"""``accelgrid bench grid``: small real runs (a few synthetic cells, a tmp output folder)."""
+"""``python -m tools.selfbench grid``: small real runs (a few synthetic cells, a tmp output
+folder)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 
 from accelgrid.base import contract
 from accelgrid.base.errors import InvalidInput
-from accelgrid.bench import grid as bench_grid
-from accelgrid.cli import main
+from tools.selfbench import grid as bench_grid
+from tools.selfbench.__main__ import main
 
 
 @pytest.mark.slow  # end to end: a whole bench or cell run
@@ -30,7 +31,7 @@ def test_tiny_run_reports_and_writes_bench_grid_json_and_md(
     assert set(report["sizes"]) == {"json", "md", "html"}
     assert all(size > 0 for size in report["sizes"].values())
     assert report["machine"]["cpus"] >= 1 and report["machine"]["python"]
-    assert report["command"] == ("accelgrid bench grid --cells 3 --tests 40 --repeat 2 "
+    assert report["command"] == ("python -m tools.selfbench grid --cells 3 --tests 40 --repeat 2 "
                                  f"--budget 60 --out {tmp_path / 'docs'}")
     # The JSON is the report, the Markdown is rendered from it.
     data = json.loads((tmp_path / "docs" / "bench-grid.json").read_text(encoding="utf-8"))
@@ -68,7 +69,7 @@ def test_over_budget_exits_1_and_empty_out_writes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    rc = main(["bench", "grid", "--cells", "2", "--tests", "10", "--repeat", "1",
+    rc = main(["grid", "--cells", "2", "--tests", "10", "--repeat", "1",
                "--budget", "0", "--out", ""])
     assert rc == 1
     assert "OVER the 0 s budget" in capsys.readouterr().out
@@ -83,7 +84,7 @@ def test_markdown_from_a_given_report() -> None:
         "cells": 50, "tests": 2000, "budget": 2.0, "runs": runs,
         "median": {"build": 2.0, "write": 1.0, "total": 3.0, "cpu": 2.0}, "worst": 4.0,
         "ok": False, "sizes": {"json": 2_000_000, "md": 100_000, "html": 3_500_000},
-        "command": "accelgrid bench grid --out docs", "commit": "0123456789abcdef",
+        "command": "python -m tools.selfbench grid --out docs", "commit": "0123456789abcdef",
         "dirty": True, "date": "2026-12-01T10:00:00+00:00", "load_after": 2.5,
         "machine": {"host": "vm", "cpus": 2, "cpus_usable": 1, "cpu_model": "AMD EPYC",
                     "memory_gib": 23.5, "os": "Linux-6", "python": "CPython 3.11.7"}})
@@ -92,7 +93,7 @@ def test_markdown_from_a_given_report() -> None:
     assert "| median | 2.00 | 1.00 | 3.00 | 2.00 | |" in md
     assert "Median run 3.00 s (worst 4.00 s) against a 2 s budget: NOT met." in md
     assert "grid.json 2.00 MB, grid.md 0.10 MB, grid.html 3.50 MB" in md
-    assert ("Command: `accelgrid bench grid --out docs`, on accelgrid 0123456789ab with "
+    assert ("Command: `python -m tools.selfbench grid --out docs`, on accelgrid 0123456789ab with "
             "uncommitted changes, 2026-12-01T10:00:00+00:00.") in md
     assert "Machine: vm, 2 CPUs (1 usable), AMD EPYC, 23.5 GiB, Linux-6, CPython 3.11.7." in md
     assert "before each run: 0.5 to 3.25; after: 2.5." in md
@@ -103,8 +104,8 @@ def test_markdown_from_a_given_report() -> None:
                                   ["--repeat", "0"], ["--profile", "-1"]])
 def test_counts_out_of_range_exit_2(argv: list[str],
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "grid", *argv, "--out", ""]) == 2
-    assert "accelgrid bench: --" in capsys.readouterr().err
+    assert main(["grid", *argv, "--out", ""]) == 2
+    assert "python -m tools.selfbench grid: --" in capsys.readouterr().err
 
 
 def test_library_raises_invalid_input() -> None:

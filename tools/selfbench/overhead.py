@@ -1,4 +1,4 @@
-"""``accelgrid bench overhead``: what a warm cell run costs over bare pytest.
+"""``python -m tools.selfbench overhead``: what a warm cell run costs over bare pytest.
 
 Pairs, each a warm cell run (``accelgrid run CELL -- ARGS``: its env reused, nothing
 installed while its stamp matches) and bare ``python -m pytest`` on the same tests in the
@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from .. import results
-from ..base import contract, jsonio, lifetime
-from ..base.errors import AccelgridError, InvalidInput
-from ..config.matrix import Matrix
-from ..results.provenance import now
-from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
+from accelgrid import results
+from accelgrid.base import contract, jsonio, lifetime
+from accelgrid.base.errors import AccelgridError, InvalidInput
+from accelgrid.bench import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
+from accelgrid.config.matrix import Matrix
+from accelgrid.results.provenance import now
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_PARTIAL = "-k smoke"
@@ -134,14 +134,14 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
         partial_repeat = 0
     if repeat + partial_repeat == 0 and not env_creation:
         raise InvalidInput("nothing to time: --repeat and --partial-repeat are both 0")
-    from ..commands import sessions
-    from ..results import provenance
+    from accelgrid.commands import sessions
+    from accelgrid.results import provenance
 
     the_cell = matrix.cell(cell)
     root = matrix.root
     paths = list(suites) if suites else list(the_cell.suite_paths)
     commit, dirty = provenance.project_commit(root)
-    command = ["accelgrid", "bench", "overhead", "--cell", the_cell.name,
+    command = ["python", "-m", "tools.selfbench", "overhead", "--cell", the_cell.name,
                "--partial", partial, "--partial-repeat", str(partial_repeat),
                "--repeat", str(repeat), *(["--suites", ",".join(suites)] if suites else []),
                *(["--env-creation"] if env_creation else [])]

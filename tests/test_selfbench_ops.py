@@ -1,4 +1,4 @@
-"""``accelgrid bench ops``: a small real run (one payload test, run by the runner on this
+"""``python -m tools.selfbench ops``: a small real run (one payload test, run by the runner on this
 interpreter with and without op capture) and the argument checks."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from accelgrid.base.errors import InvalidInput
-from accelgrid.bench import ops as bench_ops
-from accelgrid.cli import main
 from accelgrid.commands import sessions
 from accelgrid.config.matrix import load_matrix
+from tools.selfbench import ops as bench_ops
+from tools.selfbench.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = str(ROOT / "matrix.yaml")
@@ -76,7 +76,7 @@ def test_bad_options_exit_2(argv: list[str], message: str, monkeypatch: pytest.M
         raise AssertionError("no env is prepared for bad options")
 
     monkeypatch.setattr(sessions, "prepared_python", must_not_run)
-    assert main(["bench", "ops", "--matrix", MATRIX, *argv]) == 2
+    assert main(["ops", "--matrix", MATRIX, *argv]) == 2
     assert message in capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""``accelgrid bench overhead``: real runs on a one-cell project (its env built with uv:
+"""``python -m tools.selfbench overhead``: real runs on a one-cell project (its env built with uv:
 seconds, torch comes from the local wheels), pairs printed as they finish, and a stop by
 SIGINT or SIGTERM that removes the temporary folder and leaves no process behind."""
 
@@ -17,9 +17,9 @@ import pytest
 from mini_projects import make_project
 
 from accelgrid.base.errors import InvalidInput
-from accelgrid.bench import overhead
-from accelgrid.cli import main
 from accelgrid.config.matrix import load_matrix
+from tools.selfbench import overhead
+from tools.selfbench.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = str(ROOT / "matrix.yaml")
@@ -55,10 +55,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def bench(proj: Path, tmp: Path, *args: str, **popen: object) -> subprocess.Popen:
     tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT / "src"),
+    # The bench is the checkout's tools/selfbench: its root on the path, beside src/.
+    env = {**os.environ, "TMPDIR": str(tmp),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
            **popen.pop("env", {})}  # type: ignore[dict-item]
-    return subprocess.Popen([sys.executable, "-m", "accelgrid", "--matrix",
-                             str(proj / "matrix.yaml"), "bench", "overhead", "--cell",
+    return subprocess.Popen([sys.executable, "-m", "tools.selfbench", "--matrix",
+                             str(proj / "matrix.yaml"), "overhead", "--cell",
                              "cpu-2.13", *args], cwd=proj, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
@@ -92,7 +94,7 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
                                                 entry["bare"], strict=True):
             assert 0 < cell <= cell_s and 0 < bare <= bare_s
     assert full["ratio_median"] == full["cell"][0] / full["bare"][0]
-    assert report["command"] == ("accelgrid bench overhead --cell cpu-2.13 --partial "
+    assert report["command"] == ("python -m tools.selfbench overhead --cell cpu-2.13 --partial "
                                  "'-k fast' --partial-repeat 2 --repeat 1")
     assert report["machine"]["cpus"] == os.cpu_count() and "load_start" in report
     assert report["python_env"] == {k: os.environ[k] for k in overhead.BYTECODE_VARS
@@ -173,7 +175,7 @@ def test_bad_options_exit_2_before_anything_runs(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    assert main(["bench", "overhead", "--matrix", MATRIX, *argv]) == 2
+    assert main(["overhead", "--matrix", MATRIX, *argv]) == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 

@@ -1,4 +1,4 @@
-"""``accelgrid bench grid``: how long grids take for a large matrix (aim: 50 cells x 2,000
+"""``python -m tools.selfbench grid``: how long grids take for a large matrix (aim: 50 cells x 2,000
 tests aggregated and rendered in a median of at most 3 s on a 2-core machine).
 
 Synthesizes results folders (realistic mix: mostly passes, failures with messages and
@@ -27,15 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import devices
-from .. import report as grid
-from ..base import contract, jsonio, outcomes
-from ..base.errors import InvalidInput
-from ..base.jsonio import dumps
-from ..report import compare as baseline
-from ..results import cellresults
-from ..results.provenance import now, project_commit
-from . import load_average, machine, write_outputs
+from accelgrid import devices
+from accelgrid import report as grid
+from accelgrid.base import contract, jsonio, outcomes
+from accelgrid.base.errors import InvalidInput
+from accelgrid.base.jsonio import dumps
+from accelgrid.bench import load_average, machine, write_outputs
+from accelgrid.report import compare as baseline
+from accelgrid.results import cellresults
+from accelgrid.results.provenance import now, project_commit
 
 DEVICES = tuple(d.name for d in devices.BUILTIN)
 SERIES = ("2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13")
@@ -207,9 +207,11 @@ def _profile(artifacts: Path, baselines: Path, out: Path, top: int) -> list[dict
 
 def command(cells: int, tests: int, repeat: int, budget: float, out: str | Path | None,
             profile: int) -> str:
-    """The ``accelgrid bench grid`` command line that runs what :func:`run` was asked."""
-    words = ["accelgrid", "bench", "grid", "--cells", str(cells), "--tests", str(tests),
-             "--repeat", str(repeat), "--budget", f"{budget:g}", "--out", str(out or "''")]
+    """The ``python -m tools.selfbench grid`` command line that runs what :func:`run` was
+    asked."""
+    words = ["python", "-m", "tools.selfbench", "grid", "--cells", str(cells),
+             "--tests", str(tests), "--repeat", str(repeat), "--budget", f"{budget:g}",
+             "--out", str(out or "''")]
     return " ".join(words + (["--profile", str(profile)] if profile else []))
 
 
@@ -283,7 +285,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     loads = [r["load"] for r in runs if r["load"] is not None]
     lines = [
         "# Grid benchmark", "",
-        "`accelgrid bench grid` (src/accelgrid/bench/grid.py): synthetic results of "
+        "`python -m tools.selfbench grid` (tools/selfbench/grid.py): synthetic results of "
         f"{report['cells']} cells × {report['tests']} tests (≈3% failed with tracebacks, 5% "
         "skipped, 2% known-issue xfails, a crash and a timeout in most cells, one errored "
         "cell), a baseline per cell; timed: `grid.build_model` over the artifacts folder "

@@ -1,4 +1,4 @@
-"""``accelgrid bench ops``: what op capture costs, measured side by side.
+"""``python -m tools.selfbench ops``: what op capture costs, measured side by side.
 
 Runs the same suites in the same cell env through the runner with and without
 ``ACCELGRID_CAPTURE_OPS=1``, alternating, ``--repeat`` times, and reports the median
@@ -19,10 +19,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..base import contract
-from ..base.errors import InvalidInput
-from ..config.matrix import Matrix
-from . import write_outputs
+from accelgrid.base import contract
+from accelgrid.base.errors import InvalidInput
+from accelgrid.bench import write_outputs
+from accelgrid.config.matrix import Matrix
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_SUITES = ("suites/hf_examples/test_workloads.py",)
@@ -58,9 +58,9 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
     paths = list(suites)
     if not paths:
         raise InvalidInput("--suites names no test paths")
-    from .. import results
-    from ..commands import sessions  # imports nox: only when a benchmark runs
-    from ..run.cell import run_cell
+    from accelgrid import results
+    from accelgrid.commands import sessions  # imports nox: only when a benchmark runs
+    from accelgrid.run.cell import run_cell
 
     the_cell = matrix.cell(cell)
     print(f"[1/2] preparing {the_cell.name}'s env", flush=True)
