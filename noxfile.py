@@ -86,17 +86,3 @@ def grid(session: nox.Session) -> None:
         made.check()
     except AccelgridError as exc:
         session.error(str(exc))
-
-
-@nox.session(python=False, default=False, tags=["repro"])
-def repro(session: nox.Session) -> None:
-    """Reproduce a known upstream issue in its cells: nox -s repro -- pytorch/ao#958"""
-    if not session.posargs:
-        session.error("name the issue after --, e.g. nox -s repro -- pytorch/ao#958 "
-                      "(--list shows the registry)")
-    from accelgrid import cli
-
-    # posargs are `accelgrid repro`'s own command line (issue id and options).
-    code = cli.main(["--matrix", str(MATRIX.path), "repro", *session.posargs])
-    if code:
-        session.error(f"accelgrid repro exited with {code}")

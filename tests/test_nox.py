@@ -38,7 +38,7 @@ def test_list_has_a_session_per_cell() -> None:
             name, _, desc = line[2:].partition(" -> ")
             listed[name.split(" [")[0].strip()] = (line[0] == "*", desc)
     containers = {f"container-{c.name}" for c in cells if c.container_family}
-    assert set(listed) == {c.name for c in cells} | {"grid", "repro"} | containers
+    assert set(listed) == {c.name for c in cells} | {"grid"} | containers
     # A plain `nox` here: the cpu cell at the default torch, then the grid.
     assert {n for n, (selected, _) in listed.items() if selected} == {"cpu-2.13", "grid"}
     assert listed["xpu-2.5"][1].startswith("xpu / torch 2.5.1 / profile default")

@@ -162,12 +162,9 @@ def test_repro_in_every_cell_of_the_scope(repro_project: Path) -> None:
 
 
 @pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
-def test_repro_fixed_through_the_nox_session(repro_project: Path) -> None:
-    env = {**os.environ, "ACCELGRID_RESULTS_DIR": str(repro_project / "results")}
-    proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(repro_project / "noxfile.py"),
-                           "-s", "repro", "--", "acme/widgets#2", "--cell", "cpu-2.13",
-                           "--no-venv", "--expect", "fixed"], cwd=repro_project,
-                          capture_output=True, text=True, timeout=600, env=env)
+def test_repro_fixed_with_expect(repro_project: Path) -> None:
+    proc = _cli(repro_project, "repro", "acme/widgets#2", "--cell", "cpu-2.13", "--no-venv",
+                "--expect", "fixed")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("cpu-2.13 → "))
     # In scope but passing: the registry turns it into a strict xpass, i.e. "fixed".

@@ -1,15 +1,14 @@
 """Benchmarks behind ``accelgrid bench``: library functions, no option parsing.
 
-- :mod:`.overhead`: a warm cell run against bare pytest, and env creation (uv, virtualenv)
 - :mod:`.devices`: a whole cell on 1, 2, 4, ... of the host's devices (multi-GPU scaling)
 - :mod:`.offload`: torchao's CPUOffloadOptimizer on a CUDA/XPU device (memory, step time)
-- :mod:`.grid`: building and writing grids for a large synthetic matrix
-- :mod:`.ops`: what op capture (``ACCELGRID_CAPTURE_OPS=1``) costs
 
 Each ``run(...)`` prints its progress, writes its JSON/Markdown outputs and returns the
 report; invalid arguments raise :class:`~accelgrid.base.errors.InvalidInput`. The options live
 in :mod:`accelgrid.cli.bench`. Submodules are imported on use (``from accelgrid.bench
-import grid``), so importing this package costs nothing.
+import devices``), so importing this package costs nothing. The helpers here (stopping on a
+signal, the machine's description, writing the outputs) also serve the checkout's
+benchmarks of accelgrid itself (tools/selfbench).
 """
 
 from __future__ import annotations

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
-
-import accelgrid
 
 from ..base import contract
 from ..base.errors import EXIT_INVALID
@@ -70,33 +67,7 @@ def exit_code(nox_code: int) -> int:
 
 
 def nox(argv: list[str], root: Path, env: dict[str, str] | None = None) -> int:
-    """``python -m nox ARGV`` in ``root`` with ``env`` added to the environment; nox's exit
-    code. In this process when the project's noxfile would import the accelgrid already
-    loaded here (its own src/): a second interpreter would load it all again, a third of a
-    second before the cell's pytest starts. Another checkout's noxfile gets a process of
-    its own, so it imports that checkout's accelgrid."""
-    env = env or {}
-    own = Path(accelgrid.__file__).resolve().parent == (root / "src" / "accelgrid").resolve()
-    if not own:
-        return subprocess.call([sys.executable, "-m", "nox", *argv], cwd=root,
-                               env={**os.environ, **env})
-    saved_argv, saved_cwd = sys.argv, os.getcwd()
-    saved_env = {k: os.environ.get(k) for k in env}
-    sys.argv = ["nox", *argv]
-    try:
-        os.chdir(root)
-        os.environ.update(env)
-        runpy.run_module("nox", run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):   # sys.exit(message), as the noxfile may do
-            print(exc.code, file=sys.stderr)
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = saved_argv
-        os.chdir(saved_cwd)
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return 0
+    """``python -m nox ARGV`` in ``root``, in a process of its own, with ``env`` added to
+    the environment; nox's exit code."""
+    return subprocess.call([sys.executable, "-m", "nox", *argv], cwd=root,
+                           env={**os.environ, **(env or {})})

@@ -3,7 +3,6 @@
     accelgrid repro pytorch/ao#958                  # every cell in scope whose device is here
     accelgrid repro pytorch/ao#958 --cell cpu-2.13  # just this cell (in scope or not)
     accelgrid repro --list                          # the registry, with the cells in scope
-    nox -s repro -- pytorch/pytorch#127929          # the same through nox
 
 Each cell runs through its nox session with pytest selecting the reproduction
 (``suites/repro/test_<owner>_<repo>_<N>.py --upstream=ID``), so it gets the cell's
