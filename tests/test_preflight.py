@@ -61,11 +61,11 @@ def test_a_direct_run_checks_once_before_its_passes(mini_project, monkeypatch) -
     calls = _count_checks(monkeypatch)
     seen: dict[str, dict[str, str]] = {}
 
-    def no_passes(cell, python, root, folder, env, *args, **kwargs) -> int:
-        seen["env"] = env
+    def no_passes(run: run_cell_module.CellRun) -> int:
+        seen["env"] = run.env
         return 0
 
-    monkeypatch.setattr(run_cell_module, "_run_passes", no_passes)
+    monkeypatch.setattr(run_cell_module, "run_steps", no_passes)
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     assert run_cell_module.run_cell(cell, sys.executable, proj, proj / "results") == 0
     assert calls == {("hardware", "cpu-2.13"): 1, "registry": 1}

@@ -262,3 +262,37 @@ def test_env_build_prints_each_step_with_what_and_how_long(tmp_path: Path) -> No
                                            (3599.9, "60 min")])
 def test_elapsed_reads_as_minutes_and_seconds(seconds: float, text: str) -> None:
     assert console.elapsed(seconds) == text
+
+
+# --- one way to the console ----------------------------------------------------------------
+def test_say_prefixes_the_cell_and_picks_the_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    console.say("cpu-2.13", "running the cell's tests")
+    console.say("cpu-2.13", "pytest exited with 4 (usage error); the end of its output:"
+                "\n    ERROR: bad", err=True)
+    console.say(None, "no guard for pytest's process group", err=True)
+    out, err = capsys.readouterr()
+    assert out == "accelgrid: cpu-2.13: running the cell's tests\n"
+    assert err == ("accelgrid: cpu-2.13: pytest exited with 4 (usage error); the end of its "
+                   "output:\n    ERROR: bad\naccelgrid: no guard for pytest's process group\n")
+
+
+def test_every_line_of_a_run_goes_through_say() -> None:
+    """No print() in the run's modules (nor the session step after it) but say's own:
+    a line printed beside it would skip its prefix, stream choice and flush."""
+    import ast
+
+    files = [*sorted((SRC / "accelgrid" / "run").glob("*.py")),
+             SRC / "accelgrid" / "commands" / "sessions.py"]
+    printing = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "print"
+                        and (path.name, fn.name) != ("console.py", "say")):
+                    printing.append(f"{path.name}:{node.lineno} in {fn.name}")
+    assert printing == []
+    assert len(files) > 5

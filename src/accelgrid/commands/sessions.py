@@ -83,7 +83,7 @@ def write_op_pages(cell: Cell, folder: Path) -> None:
         from ..report import ops_pages  # only then: the report package brings jinja2
 
         ops_pages.write_cell(folder, captured)
-        print(f"accelgrid: {cell.name}: op coverage in {folder / 'ops.md'}", flush=True)
+        console.say(cell.name, f"op coverage in {folder / 'ops.md'}")
 
 
 def _shard_results(out: Path, cell: Cell) -> Path:

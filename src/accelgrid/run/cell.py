@@ -22,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import results
 from ..base import contract, jsonio, lifetime
@@ -34,13 +35,55 @@ from ..base.errors import AccelgridError
 from ..config.matrix import Cell
 from . import console, preflight, suite_scope
 from .cellenv import cell_env
-from .console import PYTEST_TROUBLE, beside_note, print_timing
+from .console import PYTEST_TROUBLE, beside_note, print_timing, say
 from .lock import cell_lock
-from .passes import Pass, pass_args, plan_run, pytest_command, stages
+from .passes import Pass, RunPlan, pass_args, plan_run, pytest_command, stages
 from .selection import selection
 from .supervise import append_logs, run_pytests
 
 RUNS_KEPT = 20  # runs with a selection kept in results/<cell>/runs/ (the newest)
+
+
+@dataclass
+class CellRun:
+    """One run of a cell as its steps (:data:`STEPS`) hand it along: what the run was
+    asked, then what each step adds. Each step takes it and returns it."""
+
+    cell: Cell
+    python: str
+    root: Path
+    folder: Path                   # where this run's results go
+    env: dict[str, str]            # the env every pass starts with
+    pytest_args: tuple[str, ...]
+    workers: int | None
+    limit_s: float                 # the cell's time limit, all passes together
+    record: dict[str, object]      # run_id, pytest_args, selection: finalize records them
+    keep_fds: tuple[int, ...] = ()  # the cell lock's: held by pytest too
+    run_start: float = field(default_factory=time.time)
+    finalized: Callable[[Cell, Path], None] | None = None
+    # What the steps add:
+    plan: RunPlan | None = None
+    deadline: float = 0.0          # time.monotonic() when the limit is reached
+    keep_children: set[int] | None = None   # not the tests' (None: not a subreaper)
+    watch: console.Progress | None = None
+    stop_reason: list[str] = field(default_factory=list)
+    left_behind: list[int] = field(default_factory=list)   # pids the tests left, ended
+    timed: list[dict[str, object]] = field(default_factory=list)   # per pass, as run
+    rc: int = 0
+    summary: dict[str, Any] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.folder / contract.PYTEST_LOG_FILE
+
+    def say(self, text: str, *, err: bool = False) -> None:
+        say(self.cell.name, text, err=err)
+
+    def exit_code(self) -> int:
+        """pytest's exit code; a run stopped early never reads as 0 (128 + the signal)."""
+        if self.stop_reason:
+            return self.rc if self.rc > 0 else 128 + (-self.rc if self.rc < 0 else 15)
+        return self.rc
 
 
 def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
@@ -73,131 +116,171 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
         else:
             results.clear_for_run(cell_folder)
         results.write_last_run(cell_folder, run_id, folder, chosen)
-        run = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
+        record = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
         env = cell_env(cell, root, folder, checked=checked, python=python)
         env.update({contract.RUN_ID: run_id,
-                    contract.PYTEST_ARGS: json.dumps(jsonio.safe(run["pytest_args"])),
+                    contract.PYTEST_ARGS: json.dumps(jsonio.safe(record["pytest_args"])),
                     contract.SELECTION: json.dumps(jsonio.safe(chosen))})
         if chosen:
-            print(f"accelgrid: {cell.name}: a selected run (pytest "
-                  f"{jsonio.safe_text(' '.join(chosen))}): results in {folder}; "
-                  f"the cell's full run stays in {cell_folder}", flush=True)
+            say(cell.name, f"a selected run (pytest {jsonio.safe_text(' '.join(chosen))}): "
+                f"results in {folder}; the cell's full run stays in {cell_folder}")
             scope = suite_scope.suite_paths(cell.suite_paths, pytest_args, root)
             if scope and len(scope) < len(cell.suite_paths):
-                print(f"accelgrid: {cell.name}: collecting {', '.join(scope)} only (the "
-                      "selection can take no test from the other suites)", flush=True)
-        return _run_passes(cell, python, root, folder, env, pytest_args, workers, limit_s,
-                           run, lock_fds, run_start, finalized)
+                say(cell.name, f"collecting {', '.join(scope)} only (the selection can take "
+                    "no test from the other suites)")
+        return run_steps(CellRun(
+            cell, python, root, folder, env, tuple(pytest_args), workers,
+            limit_s if limit_s is not None else cell.cell_minutes * 60, record,
+            keep_fds=lock_fds, run_start=run_start, finalized=finalized))
 
 
+def plan(run: CellRun) -> CellRun:
+    """How the run spreads its tests (:func:`~accelgrid.run.passes.plan_run`), said."""
+    run.deadline = time.monotonic() + run.limit_s
+    cell = run.cell
+    run.plan = planned = plan_run(cell, run.python, run.folder, run.root, run.pytest_args,
+                                  run.workers, run.env)
+    ids = planned.device_ids
+    if cell.device_type.visibility_var and planned.how:
+        run.say(f"{len(ids)} {cell.device} devices: {planned.how}")
+    first = planned.passes[0]
+    if first.name == contract.PASS_PINNED:
+        beside = any(p.beside and not p.gated for p in planned.passes)
+        each = first.workers // len(ids)
+        run.say(f"{len(ids)} {cell.device} devices ({', '.join(ids)}): "
+                + ("one pinned worker each, " if each == 1 else f"{each} pinned workers each, ")
+                + ("multi-device tests beside them" if beside else "then multi-device tests"
+                   + (f" ({planned.serial})" if planned.serial else "")))
+    return run
 
-def _run_passes(cell: Cell, python: str, root: Path, folder: Path, env: dict[str, str],
-                pytest_args: Sequence[str], workers: int | None, limit_s: float | None,
-                run: dict[str, object], keep_fds: tuple[int, ...],
-                run_start: float | None = None,
-                finalized: Callable[[Cell, Path], None] | None = None) -> int:
-    run_start = time.time() if run_start is None else run_start
-    limit = limit_s if limit_s is not None else cell.cell_minutes * 60
-    deadline = time.monotonic() + limit
-    planned = plan_run(cell, python, folder, root, pytest_args, workers, env)
-    ids, how, serial, plan = planned.device_ids, planned.how, planned.serial, planned.passes
-    if cell.device_type.visibility_var and how:
-        print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices: {how}", flush=True)
-    # Children this process had before the cell (none, from the CLI): not the tests'.
-    keep_children = set(lifetime.children(os.getpid())) if lifetime.become_subreaper() \
-        else None
-    if plan[0].name == contract.PASS_PINNED:
-        beside = any(p.beside and not p.gated for p in plan)
-        each = plan[0].workers // len(ids)
-        print(f"accelgrid: {cell.name}: {len(ids)} {cell.device} devices ({', '.join(ids)}): "
-              + ("one pinned worker each, " if each == 1 else f"{each} pinned workers each, ")
-              + ("multi-device tests beside them" if beside else
-                 "then multi-device tests" + (f" ({serial})" if serial else "")), flush=True)
-    stop_reason: list[str] = []
-    left_behind: list[int] = []   # pids of what the tests left running, ended
-    rc = 0
-    watch = console.Progress(cell.name, folder)
-    log = folder / contract.PYTEST_LOG_FILE
-    timed: list[dict[str, object]] = []
-    for stage in stages(plan):
-        jobs: list[tuple[Pass, list[str]]] = []
-        for run_pass in stage:
-            args = pass_args(run_pass, folder, root, pytest_args)
-            if args is None:
-                continue
-            # The planned command, unless the pass got the tests an earlier one left.
-            jobs.append((run_pass, planned.commands[plan.index(run_pass)]
-                         if args == list(pytest_args) else
-                         pytest_command(cell, python, folder, args, workers, root, run_pass)))
-        if not jobs:
+
+def adopt(run: CellRun) -> CellRun:
+    """This process adopts what the tests leave running (a subreaper), to end it at the
+    run's end; the children it had before the cell (none, from the CLI) are not theirs."""
+    if lifetime.become_subreaper():
+        run.keep_children = set(lifetime.children(os.getpid()))
+    run.watch = console.Progress(run.cell.name, run.folder)
+    return run
+
+
+def run_passes(run: CellRun) -> CellRun:
+    """The plan's stages one after another, each stage's passes at once, until one is
+    stopped (a signal, the time limit)."""
+    assert run.plan is not None
+    for stage in stages(run.plan.passes):
+        _run_stage(run, stage)
+        if run.stop_reason:
+            break
+    return run
+
+
+def _run_stage(run: CellRun, stage: list[Pass]) -> None:
+    cell, folder, planned = run.cell, run.folder, run.plan
+    assert planned is not None and run.watch is not None
+    jobs: list[tuple[Pass, list[str]]] = []
+    for run_pass in stage:
+        args = pass_args(run_pass, folder, run.root, run.pytest_args)
+        if args is None:
             continue
-        left = deadline - time.monotonic()
-        logs = [log if i == 0 else folder / f"pytest-{run_pass.name}.log"
-                for i, (run_pass, _) in enumerate(jobs)]
-        for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True):
-            n = run_pass.workers
-            print(f"accelgrid: {cell.name}: running {run_pass.title} ({n} worker"
-                  f"{'s' if n > 1 else ''}, time limit {console.elapsed(left)})"
-                  + beside_note(run_pass, jobs[0][0]) + "; pytest's output goes to "
-                  f"{console.shown_path(log)}", flush=True)
-            with open(pass_log, "a", encoding="utf-8") as fh:
-                fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
-                         f"{jsonio.safe_text(' '.join(cmd))}\n")
-        gates = [folder / f".gate-{run_pass.name}" if run_pass.gated else None
-                 for run_pass, _ in jobs]
-        ended = run_pytests(
-            [(cmd, {**env, **dict(run_pass.env), contract.PASS: run_pass.name,
-                    **({contract.GATE: str(gate)} if gate else {})}, pass_log)
-             for (run_pass, cmd), pass_log, gate in zip(jobs, logs, gates, strict=True)],
-            root, left, stop_reason, keep_fds, tick=watch.poll, ended=left_behind)
-        for gate in gates:
-            if gate is not None:
-                gate.unlink(missing_ok=True)
-        append_logs(log, logs[1:])
-        # (a pass the run was stopped before starting has no entry)
-        for (run_pass, _), (pass_rc, start, end, opened) in zip(jobs, ended, strict=False):
-            if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
-                pass_rc = 0
-            if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, none
-                which = f" in {run_pass.title}" if len(jobs) > 1 else ""
-                print(f"accelgrid: {cell.name}: pytest exited with {pass_rc} "
-                      f"({PYTEST_TROUBLE[pass_rc]}){which}; the end of its output:",
-                      file=sys.stderr, flush=True)
-                for line in console.log_tail(log):
-                    print(f"    {line}", file=sys.stderr, flush=True)
-            rc = rc or pass_rc
-            timed.append({"name": run_pass.name, "workers": run_pass.workers, "rc": pass_rc,
+        # The planned command, unless the pass got the tests an earlier one left.
+        jobs.append((run_pass, planned.commands[planned.passes.index(run_pass)]
+                     if args == list(run.pytest_args) else
+                     pytest_command(cell, run.python, folder, args, run.workers, run.root,
+                                    run_pass)))
+    if not jobs:
+        return
+    left = run.deadline - time.monotonic()
+    logs = [run.log if i == 0 else folder / f"pytest-{run_pass.name}.log"
+            for i, (run_pass, _) in enumerate(jobs)]
+    for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True):
+        n = run_pass.workers
+        run.say(f"running {run_pass.title} ({n} worker{'s' if n > 1 else ''}, time limit "
+                f"{console.elapsed(left)})" + beside_note(run_pass, jobs[0][0])
+                + f"; pytest's output goes to {console.shown_path(run.log)}")
+        with open(pass_log, "a", encoding="utf-8") as fh:
+            fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
+                     f"{jsonio.safe_text(' '.join(cmd))}\n")
+    gates = [folder / f".gate-{run_pass.name}" if run_pass.gated else None
+             for run_pass, _ in jobs]
+    seen = run_pytests(
+        [(cmd, {**run.env, **dict(run_pass.env), contract.PASS: run_pass.name,
+                **({contract.GATE: str(gate)} if gate else {})}, pass_log)
+         for (run_pass, cmd), pass_log, gate in zip(jobs, logs, gates, strict=True)],
+        run.root, left, run.keep_fds, tick=run.watch.poll)
+    run.stop_reason += seen.stop_reason
+    run.left_behind += seen.left_behind
+    for gate in gates:
+        if gate is not None:
+            gate.unlink(missing_ok=True)
+    append_logs(run.log, logs[1:])
+    # (a pass the run was stopped before starting has no entry)
+    for (run_pass, _), (pass_rc, start, end, opened) in zip(jobs, seen.ended, strict=False):
+        if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
+            pass_rc = 0
+        if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, none
+            which = f" in {run_pass.title}" if len(jobs) > 1 else ""
+            run.say(f"pytest exited with {pass_rc} ({PYTEST_TROUBLE[pass_rc]}){which}; the "
+                    "end of its output:" + "".join(f"\n    {line}"
+                                                   for line in console.log_tail(run.log)),
+                    err=True)
+        run.rc = run.rc or pass_rc
+        run.timed.append({"name": run_pass.name, "workers": run_pass.workers, "rc": pass_rc,
                           "beside": jobs[0][0].name if run_pass.beside else None,
                           "start": start, "end": end,
                           **({"gate": opened} if run_pass.gated else {})})
-        if stop_reason:
-            break
-    # Daemons the tests left (double fork + setsid, out of every process group): ended
-    # with their pass's cgroup where there is one, else now, at the cell's end, never after
-    # it (this process adopted them: subreaper).
-    if keep_children is not None:
-        left_behind += lifetime.end_adopted(keep=keep_children)
-    if left_behind:
-        print(f"accelgrid: {cell.name}: ended {len(left_behind)} process(es) the tests left "
-              f"running (pid {', '.join(map(str, left_behind[:5]))})", flush=True)
-    reason = "; ".join(stop_reason) or f"pytest exited with {rc} before running it"
-    full = jsonio.storage_failure(folder) if rc and not stop_reason else None
+
+
+def end_left_behind(run: CellRun) -> CellRun:
+    """Daemons the tests left (double fork + setsid, out of every process group): ended
+    with their pass's cgroup where there is one, else now, at the cell's end, never after
+    it (this process adopted them: subreaper)."""
+    if run.keep_children is not None:
+        run.left_behind += lifetime.end_adopted(keep=run.keep_children)
+    if run.left_behind:
+        run.say(f"ended {len(run.left_behind)} process(es) the tests left running (pid "
+                f"{', '.join(map(str, run.left_behind[:5]))})")
+    return run
+
+
+def finalize(run: CellRun) -> CellRun:
+    """The results folder closed (summary.json); a disk that filled under pytest is
+    raised as what it is."""
+    reason = "; ".join(run.stop_reason) or f"pytest exited with {run.rc} before running it"
+    timing = {"passes": run.timed, "run_start": run.run_start}
+    full = jsonio.storage_failure(run.folder) if run.rc and not run.stop_reason else None
     if full is not None:  # the disk filled (or went read-only) under pytest: say that
         with contextlib.suppress(OSError):
-            results.finalize(folder, str(jsonio.storage_problem(full)), run,
-                             timing={"passes": timed, "run_start": run_start})
+            results.finalize(run.folder, str(jsonio.storage_problem(full)), run.record,
+                             timing=timing)
         raise full
-    summary = results.finalize(folder, reason, run,
-                               timing={"passes": timed, "run_start": run_start})
-    if finalized is not None:
-        finalized(cell, folder)
-    watch.poll(final=True)   # suites whose last tests finalize marked
-    records = results.last_outcomes(results.run_records(folder, str(run["run_id"]))[0])
-    for line in console.summary_lines(summary, records, folder, log):
-        print(f"accelgrid: {cell.name}: {line}", flush=True)
-    print_timing(cell.name, summary)
-    if stop_reason:
-        print(f"accelgrid: {cell.name}: {reason}", file=sys.stderr, flush=True)
-        return rc if rc > 0 else 128 + (-rc if rc < 0 else 15)
-    return rc
+    run.summary = results.finalize(run.folder, reason, run.record, timing=timing)
+    if run.finalized is not None:
+        run.finalized(run.cell, run.folder)
+    return run
 
+
+def tell(run: CellRun) -> CellRun:
+    """The end of the run on the console: counts, why tests did not run, what failed, the
+    timing, and why the run stopped early."""
+    assert run.summary is not None and run.watch is not None
+    run.watch.poll(final=True)   # suites whose last tests finalize marked
+    records = results.last_outcomes(results.run_records(run.folder,
+                                                        str(run.record["run_id"]))[0])
+    for line in console.summary_lines(run.summary, records, run.folder, run.log):
+        run.say(line)
+    print_timing(run.cell.name, run.summary)
+    if run.stop_reason:
+        run.say("; ".join(run.stop_reason), err=True)
+    return run
+
+
+# A cell run, step by step: each takes the run and hands it on (nox's own style).
+STEPS: tuple[Callable[[CellRun], CellRun], ...] = (
+    plan, adopt, run_passes, end_left_behind, finalize, tell)
+
+
+def run_steps(run: CellRun) -> int:
+    """Run ``run`` through :data:`STEPS`; its exit code."""
+    for step in STEPS:
+        run = step(run)
+    return run.exit_code()

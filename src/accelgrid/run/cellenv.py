@@ -12,6 +12,7 @@ from ..config import known_issues
 from ..config.matrix import Cell
 from ..results.provenance import project_commit
 from . import preflight
+from .console import say
 
 # The pytest plugins of every run (the matrix's tools): crash isolation and time limits.
 RUN_PLUGINS = ("xdist.plugin", "pytest_timeout")
@@ -66,8 +67,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     if cell.hardware_env or cell.driver_env:
         extra = " ".join(f"{k}={v}" for k, v in hardware.env(cell).items()
                          if not k.startswith(contract.PREFIX))
-        print(f"accelgrid: {cell.name}: {hardware.describe()}"
-              + (f": {extra}" if extra else ""), flush=True)
+        say(cell.name, hardware.describe() + (f": {extra}" if extra else ""))
         jsonio.write_json(folder / contract.HARDWARE_FILE, {
             "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
             "note": hardware.note, "env": hardware.env(cell),

@@ -1,6 +1,7 @@
 """What a cell run tells the user on the console, while it runs and when it ends.
 
-pytest's own output (with ``-rA``: every test's captured output) goes to the run's
+Every line of the run's own goes through :func:`say` (``accelgrid: CELL: ...``, flushed at
+once). pytest's own output (with ``-rA``: every test's captured output) goes to the run's
 ``pytest.log``; the console gets :class:`Progress`: one line per suite as it advances
 (done/total, outcomes so far, time since the run started), read from the records the
 plugin appends to ``tests.jsonl`` and the ids in ``collected.json``. :func:`summary_lines`
@@ -30,6 +31,16 @@ HEARTBEAT_S = 60.0   # a suite still running gets a line this often (if it advan
 MAX_FAILURES = 20    # failed tests listed at the end; the rest are counted
 BAD_LABEL = {outcomes.FAILED: "FAILED", outcomes.ERROR: "ERROR", outcomes.XPASSED: "XPASSED",
              outcomes.TIMEOUT: "TIMEOUT", outcomes.CRASHED: "CRASHED"}
+
+
+def say(cell: str | None, text: str, *, err: bool = False, out: TextIO | None = None) -> None:
+    """Tell the user one thing about a run: ``accelgrid: CELL: TEXT`` (``accelgrid: TEXT``
+    without a cell; further lines of ``text`` as they are) on stdout, on stderr with
+    ``err`` (what went wrong), or on ``out``; flushed, so it keeps its place among the
+    output of the processes the run starts."""
+    stream = out or (sys.stderr if err else sys.stdout)
+    print(f"accelgrid: {cell}: {text}" if cell else f"accelgrid: {text}", file=stream,
+          flush=True)
 
 
 def shown_path(path: Path) -> str:
@@ -77,7 +88,7 @@ class Progress:
         self.shown_at: dict[str, float] = {}
 
     def _say(self, text: str) -> None:
-        print(f"accelgrid: {self.cell}: {text}", file=self.out, flush=True)
+        say(self.cell, text, out=self.out)
 
     def _read_collected(self) -> list[str]:
         path = self.folder / contract.COLLECTED_FILE
@@ -219,8 +230,7 @@ def print_timing(cell: str, summary: dict[str, object]) -> None:
                      + (f", its tests after {waited:.1f} s" if waited is not None else "")
                      + f" ({p['workers']} worker{'s' if p['workers'] != 1 else ''}{start_up})")
     if parts:
-        print(f"accelgrid: {cell}: wall {summary['wall_s']:.1f} s: " + "; ".join(parts),
-              flush=True)
+        say(cell, f"wall {summary['wall_s']:.1f} s: " + "; ".join(parts))
 
 
 

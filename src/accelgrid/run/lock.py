@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..base import contract, jsonio
 from ..base.errors import AccelgridError
+from .console import say
 
 
 class CellBusy(AccelgridError):
@@ -76,8 +77,7 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, 
                 raise CellBusy(_busy(cell, cell_folder)) from None
             except OSError as exc:  # e.g. a file system without locks: say so, run anyway
                 if held is None:
-                    print(f"accelgrid: {cell}: cannot lock {path} ({exc}); running unguarded",
-                          file=sys.stderr, flush=True)
+                    say(cell, f"cannot lock {path} ({exc}); running unguarded", err=True)
             from ..results.provenance import now
 
             holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),

@@ -12,9 +12,11 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import contract, lifetime
+from .console import say
 
 EXIT_CELL_TIMEOUT = 124
 
@@ -26,23 +28,34 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
 TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 
+@dataclass
+class Supervised:
+    """What :func:`run_pytests` saw."""
+
+    # (exit code, start, end, gate opened or None) per started job, epoch seconds
+    ended: list[tuple[int, float, float, float | None]] = field(default_factory=list)
+    stop_reason: list[str] = field(default_factory=list)   # empty: nothing stopped them
+    left_behind: list[int] = field(default_factory=list)   # pids ended with their cgroup
+
+
 def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
-                 limit: float, stop_reason: list[str], keep_fds: tuple[int, ...] = (),
-                 tick: Callable[[], None] | None = None, ended: list[int] | None = None
-                 ) -> list[tuple[int, float, float, float | None]]:
+                 limit: float, keep_fds: tuple[int, ...] = (),
+                 tick: Callable[[], None] | None = None) -> Supervised:
     """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
     output goes to its log file (a file, not a pipe: kept even when this process dies
     first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
     cgroup of its own where one can be made (:func:`accelgrid.base.lifetime.cell_cgroup`),
-    ended with it; the pids ended that way (what its tests left) go to ``ended``. A job
+    ended with it (the pids ended that way, what its tests left: ``left_behind``). A job
     whose env names a gate file (contract.GATE: its pytest waits for it) gets it once
-    every job without one has ended.
-    Returns (exit code, start, end, gate opened or None) per started job, epoch seconds."""
+    every job without one has ended. A signal or the time limit that stops them is in
+    ``stop_reason``."""
     # Each in its own process group (the cell limit and signals reach every xdist worker
     # and what the tests start), no terminal input (a background group reading it would
     # be stopped), killed by the kernel if this process dies, and a guard in that group
     # (lifetime).
     posix = os.name == "posix"
+    seen = Supervised()
+    stop_reason = seen.stop_reason
     procs: list[subprocess.Popen] = []
     guards: list[subprocess.Popen | None] = []
     cgroups: list[str] = []
@@ -82,20 +95,17 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
         for s, handler in old.items():
             signal.signal(s, handler)
         for cgroup in cgroups:  # what the tests left, daemons included
-            gone = lifetime.end_cgroup(cgroup)
-            if ended is not None:
-                ended.extend(gone)
+            seen.left_behind += lifetime.end_cgroup(cgroup)
         for guard in guards:
             _end_guard(guard)  # whatever a pass left in its group goes with it
-    out = []
     for proc, start, end, gate in zip(procs, starts, ends, opened, strict=True):
         rc = EXIT_CELL_TIMEOUT if proc.returncode is None else proc.returncode
         if end[1]:
             rc = EXIT_CELL_TIMEOUT
         elif rc < 0:
             stop_reason.append(f"pytest killed by {signal.Signals(-rc).name}")
-        out.append((rc, start, end[0], gate))
-    return out
+        seen.ended.append((rc, start, end[0], gate))
+    return seen
 
 
 def _wait_all(procs: list[subprocess.Popen], deadline: float, limit: float,
@@ -168,8 +178,8 @@ def _start_guard(pgid: int, cgroup: str | None = None) -> subprocess.Popen | Non
             raise OSError(f"it exited with {guard.returncode}")
         return guard
     except (OSError, subprocess.SubprocessError) as exc:  # pytest already gone, or no python
-        print(f"accelgrid: no guard for pytest's process group ({exc}); it relies on "
-              "the parent-death signal alone", file=sys.stderr, flush=True)
+        say(None, f"no guard for pytest's process group ({exc}); it relies on the "
+            "parent-death signal alone", err=True)
         return None
 
 
