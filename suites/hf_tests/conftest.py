@@ -52,12 +52,6 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
            "RUN_SLOW": "0"}
 
 
-# Its hooks add options, markers and env defaults, and plugins that act only on this suite's
-# records (Offline, hf_ops.Collector check the node id): a run selected by -k may leave
-# this suite out (accelgrid.run.suite_scope).
-ACCELGRID_SUITE_LOCAL = True
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("accelgrid hf_tests")
     for project, var in SELECTION_VAR.items():

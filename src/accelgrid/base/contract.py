@@ -126,9 +126,6 @@ SOURCE_DIRTY = "ACCELGRID_SOURCE_DIRTY"
 IMAGE = "ACCELGRID_IMAGE"                  # inside an image: its tag
 HISTORY = "ACCELGRID_HISTORY"              # the history database (else results/history.sqlite)
 EXPECT = "ACCELGRID_EXPECT"                # cells a grid must have results of (--expect)
-# Not a variable: a suite's conftest.py that sets this name to True keeps its tests local
-# to the suite (accelgrid.run.suite_scope).
-SUITE_LOCAL = "ACCELGRID_SUITE_LOCAL"
 
 # --- the files of a run's results folder (written in the cell, read back outside) --------
 TESTS_FILE = "tests.jsonl"

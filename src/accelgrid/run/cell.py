@@ -33,7 +33,7 @@ from .. import results
 from ..base import contract, jsonio, lifetime
 from ..base.errors import AccelgridError
 from ..config.matrix import Cell
-from . import console, preflight, suite_scope
+from . import console, preflight
 from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing, say
 from .lock import cell_lock
@@ -124,10 +124,6 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
         if chosen:
             say(cell.name, f"a selected run (pytest {jsonio.safe_text(' '.join(chosen))}): "
                 f"results in {folder}; the cell's full run stays in {cell_folder}")
-            scope = suite_scope.suite_paths(cell.suite_paths, pytest_args, root)
-            if scope and len(scope) < len(cell.suite_paths):
-                say(cell.name, f"collecting {', '.join(scope)} only (the selection can take "
-                    "no test from the other suites)")
         return run_steps(CellRun(
             cell, python, root, folder, env, tuple(pytest_args), workers,
             limit_s if limit_s is not None else cell.cell_minutes * 60, record,
