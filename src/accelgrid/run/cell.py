@@ -15,6 +15,10 @@ pytest arguments (:func:`selection`) writes ``results/<cell>/runs/<run-id>/`` an
 the cell's full run in ``results/<cell>/``. Nothing the run starts outlives it
 (:mod:`accelgrid.base.lifetime`): pytest gets a parent-death signal and a guard in its process
 group kills the group when the runner ends the pass or dies, even by SIGKILL.
+
+Once the lock is held and the folder ready, the run is one value, :class:`CellRun`, handed
+from step to step (:data:`STEPS`: plan, adopt, run_passes, end_left_behind, finalize,
+tell); each step takes it, adds what it found and returns it.
 """
 
 from __future__ import annotations
