@@ -37,6 +37,7 @@ from .. import results
 from ..base import contract, jsonio, lifetime
 from ..base.errors import AccelgridError
 from ..config.matrix import Cell
+from ..results.records import Summary
 from . import console, preflight
 from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing, say
@@ -61,7 +62,7 @@ class CellRun:
     pytest_args: tuple[str, ...]
     workers: int | None
     limit_s: float                 # the cell's time limit, all passes together
-    record: dict[str, object]      # run_id, pytest_args, selection: finalize records them
+    record: dict[str, Any]         # run_id, pytest_args, selection: finalize records them
     keep_fds: tuple[int, ...] = ()  # the cell lock's: held by pytest too
     run_start: float = field(default_factory=time.time)
     finalized: Callable[[Cell, Path], None] | None = None
@@ -74,7 +75,7 @@ class CellRun:
     left_behind: list[int] = field(default_factory=list)   # pids the tests left, ended
     timed: list[dict[str, object]] = field(default_factory=list)   # per pass, as run
     rc: int = 0
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
 
     @property
     def log(self) -> Path:

@@ -216,11 +216,11 @@ def beside_note(run_pass: Pass, front: Pass) -> str:
     return (f", at the same time as {front.title}" if run_pass.beside else "")
 
 
-def print_timing(cell: str, summary: dict[str, object]) -> None:
+def print_timing(cell: str, summary: Mapping[str, Any]) -> None:
     """One line: the run's wall time and each pass's, with its workers' start-up (pass
     start to their first test), as summary.json records them."""
     parts = []
-    for p in summary.get("passes") or []:  # type: ignore[union-attr]
+    for p in summary.get("passes") or []:
         first = sorted((p.get("workers_first_test_s") or {}).values())
         start_up = (f", first test at {first[0]:.1f} s" if len(first) == 1 else
                     f", first tests at {first[0]:.1f}-{first[-1]:.1f} s" if first else "")
