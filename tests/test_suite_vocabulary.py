@@ -114,3 +114,30 @@ def test_marks_read_a_spec_devices_facts(tmp_path) -> None:
 def test_a_wrong_use_fails_at_once(make, message) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_import_first_across_a_packages_paths(tmp_path, monkeypatch) -> None:
+    """import_first takes the first path that has the name, says what it tried when none
+    has it, and lets a broken install's own import error through."""
+    from accelgrid.testing import Unavailable, import_first
+
+    pkg = tmp_path / "fakeao"
+    (pkg / "prototype").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '0.9'\n")
+    (pkg / "prototype" / "__init__.py").write_text("")
+    (pkg / "prototype" / "optim.py").write_text("class AdamW8bit: pass\n")
+    (pkg / "broken.py").write_text("import fakeao_dependency_that_is_missing\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paths = ("fakeao.optim", "fakeao.prototype.optim")
+    assert import_first("AdamW8bit", paths).__name__ == "AdamW8bit"
+
+    class Mine(Unavailable):
+        pass
+
+    with pytest.raises(Mine, match=r"fakeao 0\.9 has no AdamW4bit \(fakeao\.optim: no such "
+                                   r"module; fakeao\.prototype\.optim: no AdamW4bit\)"):
+        import_first("AdamW4bit", paths, Mine)
+    with pytest.raises(Unavailable, match="notthere is not installed"):
+        import_first("X", ("notthere.optim",))
+    with pytest.raises(ModuleNotFoundError, match="fakeao_dependency_that_is_missing"):
+        import_first("X", ("fakeao.broken",))

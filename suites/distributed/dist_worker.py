@@ -17,6 +17,20 @@ import torch.distributed as dist
 from accelgrid.base import lifetime
 
 
+def join_group(device_type: str, backend: str) -> tuple[torch.device, int, int, int]:
+    """This rank's device (torchrun's LOCAL_RANK of ``device_type``, made current), rank,
+    world size and local rank, once it has joined the process group over ``backend``."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
+    if device_type == "cpu":
+        device = torch.device("cpu")
+    else:
+        device = torch.device(device_type, local)
+        getattr(torch, device_type).set_device(device)
+    dist.init_process_group(backend=backend)
+    return device, rank, world, local
+
+
 def write_report(out: Path, rank: int, report: dict) -> None:
     """``out/rank-<rank>.json``, complete or absent: written aside, then renamed."""
     tmp = out / f".rank-{rank}.json.tmp"
@@ -28,14 +42,7 @@ def main() -> None:
     # torch starts each rank in a session of its own: die with torchrun, not after it.
     lifetime.die_with_parent()
     device_type, backend, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ["LOCAL_RANK"])
-    if device_type == "cpu":
-        device = torch.device("cpu")
-    else:
-        device = torch.device(device_type, local)
-        getattr(torch, device_type).set_device(device)
-    dist.init_process_group(backend=backend)
+    device, rank, world, local = join_group(device_type, backend)
 
     x = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(x)  # sum of 1..world

@@ -13,13 +13,12 @@ torch 2.13).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from dist_worker import _exit_now, write_report
+from dist_worker import _exit_now, join_group, write_report
 
 from accelgrid.base import lifetime
 
@@ -50,14 +49,7 @@ def main() -> None:
     lifetime.die_with_parent()
     device_type, backend, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     divide = float(sys.argv[4]) if len(sys.argv) > 4 else None
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ["LOCAL_RANK"])
-    if device_type == "cpu":
-        device = torch.device("cpu")
-    else:
-        device = torch.device(device_type, local)
-        getattr(torch, device_type).set_device(device)
-    dist.init_process_group(backend=backend)
+    device, rank, world, _ = join_group(device_type, backend)
 
     fully_shard, policy = fsdp_api()
     model = build(device)

@@ -8,13 +8,13 @@ cross-process test can use it as-is.
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.util
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from accelgrid.testing import Unavailable, import_first
 
 # Where torchao's low-bit optimizers live: torchao.optim from 0.10 on, the prototype path
 # in 0.5-0.9 (/work/shared/REFERENCE.md section 3; the matrix pins 0.8 on torch 2.4).
@@ -23,30 +23,14 @@ OPTIMIZERS = ("AdamW8bit", "AdamW4bit", "AdamWFp8")
 STEPS, LR, BATCH, SIZES = 5, 1e-3, 64, (256, 512, 256)
 
 
-class LowBitUnavailable(ImportError):
+class LowBitUnavailable(Unavailable):
     """torchao is absent, or has the optimizer in none of IMPORT_PATHS."""
 
 
 def import_optimizer(name: str) -> type:
-    """torchao's ``name`` optimizer class; only a missing module counts as unavailable (a
-    torchao built for another torch raises on, so a broken install is not hidden)."""
-    if importlib.util.find_spec("torchao") is None:
-        raise LowBitUnavailable("torchao is not installed")
-    tried = []
-    for path in IMPORT_PATHS:
-        try:
-            module = importlib.import_module(path)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not (path == exc.name or path.startswith(exc.name + ".")):
-                raise
-            tried.append(f"{path}: no such module")
-            continue
-        cls = getattr(module, name, None)
-        if cls is not None:
-            return cls
-        tried.append(f"{path}: no {name}")
-    version = getattr(importlib.import_module("torchao"), "__version__", "?")
-    raise LowBitUnavailable(f"torchao {version} has no {name} ({'; '.join(tried)})")
+    """torchao's ``name`` optimizer class (a broken install raises on:
+    :func:`accelgrid.testing.import_first`)."""
+    return import_first(name, IMPORT_PATHS, LowBitUnavailable)
 
 
 def model(device: str) -> nn.Sequential:

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from accelgrid.testing import Unavailable, import_first
+
 # Which devices CPUOffloadOptimizer accepts is the device types' ``offload``
 # (accelgrid.devices): torchao picks cuda, else xpu, and asserts one of them is present
 # ("CPU Offload currently only supports CUDA & XPU").
@@ -39,33 +41,14 @@ def skip_reason(device_type: str) -> str:
     return f"optim CPU offload requires CUDA or XPU, not {device_type} ({AO_958})"
 
 
-class OffloadUnavailable(ImportError):
+class OffloadUnavailable(Unavailable):
     """torchao is absent, or provides CPUOffloadOptimizer in none of IMPORT_PATHS."""
 
 
 def import_cpu_offload() -> type:
-    """The installed torchao's CPUOffloadOptimizer class.
-
-    Only a missing module is treated as "unavailable"; any other import error (e.g. a
-    torchao built for another torch) propagates, so a broken install is not hidden.
-    """
-    if importlib.util.find_spec("torchao") is None:
-        raise OffloadUnavailable("torchao is not installed")
-    tried = []
-    for name in IMPORT_PATHS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
-                raise
-            tried.append(f"{name}: no such module")
-            continue
-        cls = getattr(module, "CPUOffloadOptimizer", None)
-        if cls is not None:
-            return cls
-        tried.append(f"{name}: no CPUOffloadOptimizer")
-    version = getattr(importlib.import_module("torchao"), "__version__", "?")
-    raise OffloadUnavailable(f"torchao {version} has no CPUOffloadOptimizer ({'; '.join(tried)})")
+    """The installed torchao's CPUOffloadOptimizer class (a broken install raises on:
+    :func:`accelgrid.testing.import_first`)."""
+    return import_first("CPUOffloadOptimizer", IMPORT_PATHS, OffloadUnavailable)
 
 
 def has_minimal_size(cls: type) -> bool:

@@ -18,7 +18,10 @@ kernels (``TORCH_DEVICE``), by that type too. Runs inside the cell: torch and py
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -143,3 +146,35 @@ def skip_reason(node: Any, cell_type: str, device: str) -> str | None:
         if count < mark.args[0]:
             return f"needs {mark.args[0]} {cell_type} devices, this process sees {count}"
     return None
+
+
+class Unavailable(ImportError):
+    """A package is absent, or has the name asked for in none of the modules tried."""
+
+
+def import_first(name: str, modules: Sequence[str],
+                 unavailable: type[Unavailable] = Unavailable) -> Any:
+    """``name`` from the first of ``modules`` (one package's paths across its versions,
+    e.g. ``("torchao.optim", "torchao.prototype.low_bit_optim")``) that has it.
+
+    Only a missing module counts as unavailable (``unavailable`` is raised, saying what was
+    tried); any other import error (a package built for another torch) propagates, so a
+    broken install is not hidden."""
+    package = modules[0].split(".")[0]
+    if importlib.util.find_spec(package) is None:
+        raise unavailable(f"{package} is not installed")
+    tried = []
+    for path in modules:
+        try:
+            module = importlib.import_module(path)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (path == exc.name or path.startswith(exc.name + ".")):
+                raise
+            tried.append(f"{path}: no such module")
+            continue
+        found = getattr(module, name, None)
+        if found is not None:
+            return found
+        tried.append(f"{path}: no {name}")
+    version = getattr(importlib.import_module(package), "__version__", "?")
+    raise unavailable(f"{package} {version} has no {name} ({'; '.join(tried)})")
