@@ -204,7 +204,10 @@ def test_schema_1_history_gets_each_runs_letters_and_reads_the_same(tmp_path: Pa
 
 def test_strips_since_previous_first_failure_and_last_pass(tmp_path: Path) -> None:
     folders = series(tmp_path, {"steady": "PPPPP", "breaks": "PPPFF", "fixed": "FFFFP",
-                                "new": "....P", "gone": "PPPP.", "absent_gap": "PP.PF"})
+                                "new": "....P", "gone": "PPPP.", "absent_gap": "PP.PF",
+                                # a failing test that now skips is not fixed: it stopped
+                                "skips_now": "PPPPS", "failed_skips_now": "FFFFS",
+                                "skip_fails_now": "SSSSF"})
     db = tmp_path / "h.sqlite"
     with open_store(db) as store:
         store.add(folders[:-1])
@@ -217,11 +220,13 @@ def test_strips_since_previous_first_failure_and_last_pass(tmp_path: Path) -> No
     assert rows["breaks"]["last_passed"]["run_id"] == "cpu-2.13-n2"
     assert rows["absent_gap"]["failing_since"]["run_id"] == "cpu-2.13-n4"
     since = made.model["columns"][0]["history"]["since"]
-    assert since == {"new_failures": [T + "absent_gap"], "fixed": [T + "fixed"],
+    assert since == {"new_failures": [T + "absent_gap", T + "skip_fails_now"],
+                     "fixed": [T + "fixed"],
+                     "stopped": [T + "failed_skips_now", T + "skips_now"],
                      "appeared": [T + "new"], "vanished": [T + "gone"]}
     md = made.paths["md"].read_text()
     assert "### History (last 30 runs per cell)" in md and "Failing tests: since when" in md
-    assert any("1 new failures, 1 fixed, 1 appeared, 1 vanished" in line
+    assert any("2 new failures, 1 fixed, 2 stopped, 1 appeared, 1 vanished" in line
                for line in made.lines())
 
 
@@ -442,8 +447,8 @@ def test_since_skips_a_selected_run_in_between(tmp_path: Path) -> None:
     made = report.grid([again], tmp_path / "out", history_db=db)
     col = made.model["columns"][0]["history"]
     assert col["previous"]["run_id"] == "cpu-2.13-n0"
-    assert col["since"] == {"new_failures": [T + "b"], "fixed": [], "appeared": [],
-                            "vanished": []}
+    assert col["since"] == {"new_failures": [T + "b"], "fixed": [], "stopped": [],
+                            "appeared": [], "vanished": []}
     assert made.model["rows"][1]["cells"]["cpu-2.13"]["history"] == "P.F"
 
 

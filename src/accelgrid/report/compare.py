@@ -25,7 +25,7 @@ from typing import Any
 from ..base import outcomes
 from ..base.errors import InvalidInput, UnknownName
 from ..base.jsonio import dumps, mapping, read_json, write_text
-from ..results import shards
+from ..results import shards, verdict
 from ..results.cellresults import CellResults, discover, fill_cell_name, load_cell
 from ..results.provenance import now
 from .model import new_row, row_key
@@ -33,18 +33,11 @@ from .model import new_row, row_key
 SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VERSION)
 DEFAULT_DIR = "baselines"
 
-# What a test's outcome now is, relative to its baseline.
-REGRESSION = "regression"  # expected good (passed/xfailed/skipped/not-run), now bad;
-# or passed, now skipped/not-run (coverage lost on the cell's own device)
-NEW_PASS = "new-pass"  # passes now, expected something else
-EXPECTED_FAILURE = "expected-failure"  # bad, and the baseline says bad
-CHANGED = "changed"  # another change that is not bad, e.g. failed -> xfailed
-# A test that passed and now skips no longer checks anything: the gate counts it.
-LOST_COVERAGE = (outcomes.SKIPPED, outcomes.NOT_RUN)
-LOST = "lost"  # in the baseline, absent from the results
-NEW = "new"  # in the results, absent from the baseline
-UNCHANGED = "unchanged"
-CATEGORIES = (REGRESSION, NEW_PASS, EXPECTED_FAILURE, CHANGED, LOST, NEW, UNCHANGED)
+# What a test's outcome now is, relative to its baseline: one table, results.verdict.
+REGRESSION, NEW_PASS = verdict.REGRESSION, verdict.NEW_PASS
+EXPECTED_FAILURE = verdict.EXPECTED_FAILURE
+CHANGED, LOST, NEW, UNCHANGED = verdict.CHANGED, verdict.LOST, verdict.NEW, verdict.UNCHANGED
+CATEGORIES = verdict.CHANGES
 # How reports name the changes (every category but UNCHANGED), in display order.
 CHANGE_LABEL = {
     REGRESSION: "regression", NEW_PASS: "new pass", EXPECTED_FAILURE: "expected failure",
@@ -57,24 +50,9 @@ CHANGE_PLURAL = {
 
 
 def classify_change(expected: str | None, actual: str | None) -> str | None:
-    """The category of one test in one cell; None when it is in neither."""
-    if expected is None:
-        return None if actual is None else NEW
-    if actual is None:
-        return LOST
-    if actual in outcomes.BAD:
-        return EXPECTED_FAILURE if expected in outcomes.BAD else REGRESSION
-    if actual == expected:
-        return UNCHANGED
-    if actual == outcomes.FLAKY:
-        # Passed on a rerun: no regression (the gate's flaky policy, docs/history.md),
-        # yet no plain pass either: shown as a change unless the baseline says flaky.
-        return CHANGED
-    if actual == outcomes.PASSED:
-        return NEW_PASS
-    if expected == outcomes.PASSED and actual in LOST_COVERAGE:
-        return REGRESSION
-    return CHANGED
+    """The category of one test in one cell; None when it is in neither
+    (:func:`accelgrid.results.verdict.change`)."""
+    return verdict.change(expected, actual)
 
 
 # --- baseline files --------------------------------------------------------------------

@@ -15,7 +15,7 @@ it started failing in and the last run it passed, and flaky tests.
   (:func:`accelgrid.results.history.inputs_digest`), or when it passed only on a rerun in the
   latest run. One change is not flakiness: it is a new failure or a fix;
 - each column's ``history``: its window (runs) and ``since`` its previous run (new
-  failures, fixed, appeared, vanished);
+  failures, fixed, stopped, appeared, vanished: results.verdict's transition table);
 - the model's ``history``: the database, the window, the flaky tests.
 
 The regression gate's flaky policy (:func:`gate_flaky`): a regression against the
@@ -30,8 +30,9 @@ from typing import Any
 
 from ..base import outcomes
 from ..base.jsonio import mapping
+from ..results import verdict
 from ..results.cellresults import run_of
-from ..results.history import ABSENT, BAD_CODES, CODE, FLAKY, Store, strip_flips
+from ..results.history import BAD_CODES, CODE, FLAKY, OUTCOME, Store, strip_flips
 
 DEFAULT_WINDOW = 30
 FLAKY_FLIPS = 2
@@ -55,18 +56,13 @@ def _previous(runs: list[dict[str, Any]]) -> int | None:
 
 
 def _since(strips: dict[str, str], at: int) -> dict[str, list[str]]:
-    """What changed between the run at ``at`` and the last, from a cell's strips."""
-    out: dict[str, list[str]] = {"new_failures": [], "fixed": [], "appeared": [], "vanished": []}
+    """What changed between the run at ``at`` and the last, from a cell's strips
+    (:func:`accelgrid.results.verdict.transition`)."""
+    out: dict[str, list[str]] = {key: [] for key in verdict.TRANSITIONS}
     for nodeid, strip in strips.items():
-        prev, last = strip[at], strip[-1]
-        if prev == ABSENT and last != ABSENT:
-            out["appeared"].append(nodeid)
-        elif last == ABSENT and prev != ABSENT:
-            out["vanished"].append(nodeid)
-        elif last in BAD_CODES and prev not in BAD_CODES:
-            out["new_failures"].append(nodeid)
-        elif prev in BAD_CODES and last in (PASS, CODE[FLAKY]):
-            out["fixed"].append(nodeid)
+        key = verdict.transition(OUTCOME.get(strip[at]), OUTCOME.get(strip[-1]))
+        if key is not None:
+            out[key].append(nodeid)
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -198,8 +194,8 @@ def markdown_lines(model: dict[str, Any], md: Any, cap: int = 50) -> list[str]:
     since = [(c, c["history"]["since"]) for c in model["columns"]
              if mapping(c.get("history")).get("since")]
     if since:
-        out += ["| cell | previous run | new failures | fixed | appeared | vanished |",
-                "| --- | --- | --- | --- | --- | --- |"]
+        out += ["| cell | previous run | new failures | fixed | stopped | appeared | vanished |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
         for col, s in since:
             prev = col["history"]["previous"] or {}
             builds = col["history"].get("builds")
@@ -208,7 +204,8 @@ def markdown_lines(model: dict[str, Any], md: Any, cap: int = 50) -> list[str]:
             out.append(f"| {md(col['name'])} | {md(prev.get('start'))} "
                        f"({md(str(prev.get('commit_sha'))[:12])}{torch}) | "
                        f"{len(s['new_failures'])} | "
-                       f"{len(s['fixed'])} | {len(s['appeared'])} | {len(s['vanished'])} |")
+                       f"{len(s['fixed'])} | {len(s.get('stopped', ()))} | "
+                       f"{len(s['appeared'])} | {len(s['vanished'])} |")
         out.append("")
         new = [(col["name"], n) for col, s in since for n in s["new_failures"]]
         if new:

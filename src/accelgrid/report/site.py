@@ -120,8 +120,9 @@ def _cell_page(col: dict[str, Any], model: dict[str, Any], nav: str, ops_cells: 
             parts.append(f"<p>torch {_e(hist['builds']['previous'])} → "
                          f"{_e(hist['builds']['this'])}</p>")
         for key, label in (("new_failures", "new failures"), ("fixed", "fixed"),
-                           ("appeared", "appeared"), ("vanished", "vanished")):
-            items = since[key]
+                           ("stopped", "stopped running"), ("appeared", "appeared"),
+                           ("vanished", "vanished")):
+            items = since.get(key, [])
             parts.append(f"<h3>{label} ({len(items)})</h3>")
             if items:
                 parts.append("<ul>" + "".join(f"<li><code>{_e(n)}</code></li>"
