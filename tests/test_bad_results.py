@@ -287,14 +287,20 @@ def test_symlink_loops_and_odd_paths_in_an_artifacts_folder(tmp_path, capsys) ->
     (art / "fifo").mkdir()
     os.mkfifo(art / "fifo" / "env.json")
     out = tmp_path / "grid"
-    code = cli.main(["grid", str(art), str(tmp_path / "self-arg"), "--out", str(out)])
-    (tmp_path / "self-arg").symlink_to("self-arg")
-    code2 = cli.main(["grid", str(art), str(tmp_path / "self-arg"), "--out", str(out)])
-    assert code == code2 == 0
-    model = _strict_json((out / "grid.json").read_text())
+    assert cli.main(["grid", str(art), "--out", str(out)]) == 0
+    written = (out / "grid.json").read_bytes()
+    model = _strict_json(written.decode())
     cols = {c["name"]: c for c in model["columns"]}
     assert cols["cpu-2.13"]["status"] == "ok"
-    assert cols["self-arg"]["status"] == "errored"
+    # An argument that is no folder (absent, then a symlink to itself) is bad input: one
+    # line, exit 2, the grid written before left as it was.
+    capsys.readouterr()
+    assert cli.main(["grid", str(art), str(tmp_path / "self-arg"), "--out", str(out)]) == 2
+    (tmp_path / "self-arg").symlink_to("self-arg")
+    assert cli.main(["grid", str(art), str(tmp_path / "self-arg"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"accelgrid grid: {tmp_path / 'self-arg'}: no such file or folder"] * 2
+    assert (out / "grid.json").read_bytes() == written
     assert str(good) in {c["path"] for c in model["columns"]}
 
 

@@ -28,7 +28,7 @@ def test_grid_of_an_artifacts_download(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr()
     assert "cuda-2.11: 1 failed (partial: env.json missing)" in out.out
     assert "not a results folder; ignored" in out.err
-    assert main(["grid", str(tmp_path / "grid.html"), "--out", str(tmp_path / "o")]) == 1
+    assert main(["grid", str(tmp_path / "grid.html"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert f"accelgrid grid: no results folders found in {tmp_path / 'grid.html'}\n" in err
 
@@ -139,19 +139,20 @@ def test_baseline_update_and_show(tmp_path: Path, capsys) -> None:
 def test_baseline_exit_codes(tmp_path: Path, capsys) -> None:
     cell = write_cell(tmp_path / "r", "cpu-2.13", {"suites/s/t.py::a": "passed"})
     base = tmp_path / "b"
-    # Nothing to update from: 1.
+    # Nothing to update from: bad input, 2.
     (tmp_path / "nothing").mkdir()
     (tmp_path / "nothing" / "notes.txt").write_text("")
     assert main(["baseline", "update", str(tmp_path / "nothing" / "notes.txt"),
-                 "--dir", str(base)]) == 1
+                 "--dir", str(base)]) == 2
     assert "no results folders found" in capsys.readouterr().err
     # A cell that has no results: 1.
     assert main(["baseline", "update", str(cell), "--dir", str(base), "--cell", "cpu-2.4"]) == 1
     assert "no results for cpu-2.4" in capsys.readouterr().err
     assert not base.exists()
-    # An errored cell (a folder that does not exist): 1.
-    assert main(["baseline", "update", str(tmp_path / "gone"), "--dir", str(base)]) == 1
-    assert "gone: not updated (" in capsys.readouterr().err
+    # A folder that does not exist: bad input, 2, nothing written.
+    assert main(["baseline", "update", str(tmp_path / "gone"), "--dir", str(base)]) == 2
+    assert "gone: no such file or folder" in capsys.readouterr().err
+    assert not base.exists()
     # Show: no baselines at all, then an unreadable one: 2.
     assert main(["baseline", "show", "cpu-2.13", "--dir", str(base)]) == 2
     assert f"no baseline for cpu-2.13 in {base}/" in capsys.readouterr().err

@@ -15,14 +15,34 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
-from .. import __version__
-from ..base.errors import EXIT_INVALID, AccelgridError
-from ..base.jsonio import storage_problem
-from ..results.environment import redact_text
-from ..run.console import tolerant_console
-from ._common import DEFAULT_MATRIX, common_parser
+INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C while the accelgrid command starts (its imports, the parse): one line, exit
+    130, no traceback; nothing has been written yet. :func:`main` hands SIGINT back to
+    KeyboardInterrupt before the command runs, which the command handles itself."""
+    print("accelgrid: interrupted", file=sys.stderr)
+    raise SystemExit(INTERRUPTED)
+
+
+# Only when this process is the command (the console script, python -m accelgrid): a
+# program importing accelgrid.cli (pytest) keeps its own Ctrl-C.
+if (os.path.basename(sys.argv[0] if sys.argv else "") in ("accelgrid", "__main__.py", "-m")
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+# Imported after the handler above: a Ctrl-C while they load is one line too.
+from .. import __version__  # noqa: E402
+from ..base.errors import EXIT_INVALID, AccelgridError  # noqa: E402
+from ..base.jsonio import storage_problem  # noqa: E402
+from ..results.environment import redact_text  # noqa: E402
+from ..run.console import tolerant_console  # noqa: E402
+from ._common import DEFAULT_MATRIX, common_parser  # noqa: E402
 
 # Command groups, in the order `accelgrid --help` lists them, with the commands each adds.
 # Parsing a known command imports only its group (as pip's command table does): `accelgrid
@@ -113,7 +133,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (see ``accelgrid --help``)."""
     tolerant_console()
-    args = parse(list(sys.argv[1:] if argv is None else argv))
+    # Signal handlers belong to the main thread (a caller's thread keeps Python's default).
+    own = threading.current_thread() is threading.main_thread()
+    if own:
+        signal.signal(signal.SIGINT, _interrupted_while_starting)  # the parse, a group's import
+    try:
+        args = parse(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return int(args.func(args) or 0)
     except AccelgridError as exc:
@@ -136,4 +164,4 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         print(f"accelgrid {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..base import contract
 from ..base.errors import AccelgridError
+from ..results.cellresults import require_runs
 
 HISTORY_DESCRIPTION = f"""\
 The history: every cell run's results in one SQLite database (default
@@ -58,8 +59,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def _add(args: argparse.Namespace) -> int:
     from ..results.history import open_store
 
+    given = require_runs([Path(p) for p in args.results])  # a mistyped path adds nothing
     with open_store(args.db) as store:
-        done, notes = store.add([Path(p) for p in args.results])
+        done, notes = store.add(given)
         total = len(store.cells())
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -103,8 +105,8 @@ def _publish(args: argparse.Namespace) -> int:
 
     if args.window < 1:
         raise InvalidInput("--window must be at least 1")
-
-    made = site.publish([Path(p) for p in args.results], Path(args.out),
+    given = require_runs([Path(p) for p in args.results])  # before anything is written
+    made = site.publish(given, Path(args.out),
                         history_db=Path(args.history) if args.history else None,
                         baseline_dir=Path(args.baseline) if args.baseline else None,
                         expect=expected_cells(args), window=args.window)

@@ -14,6 +14,7 @@ from ..base import contract, outcomes
 from ..base.errors import AccelgridError, InvalidInput
 from ..base.jsonio import dumps
 from ..report import compare, ops_pages
+from ..results.cellresults import require_runs
 from ._common import matrix_of
 
 BASELINE_DESCRIPTION = """\
@@ -185,7 +186,8 @@ def expected_cells(args: argparse.Namespace) -> list[str] | None:
 def _grid(args: argparse.Namespace) -> int:
     if args.window < 1:
         raise InvalidInput("--window must be at least 1")
-    made = report.grid([Path(p) for p in args.results], Path(args.out),
+    given = require_runs([Path(p) for p in args.results])  # before anything is written
+    made = report.grid(given, Path(args.out),
                        baseline_dir=Path(args.baseline) if args.baseline else None,
                        step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
                        history_db=Path(args.history) if args.history else None,
@@ -226,7 +228,8 @@ def _baseline_dir(args: argparse.Namespace) -> Path:
 
 
 def _baseline_update(args: argparse.Namespace) -> int:
-    done, notes = compare.update([Path(p) for p in args.results], _baseline_dir(args),
+    given = require_runs([Path(p) for p in args.results])  # a mistyped path writes nothing
+    done, notes = compare.update(given, _baseline_dir(args),
                                  cells=args.cell, keep_missing=args.keep_missing,
                                  allow_partial=args.allow_partial)
     for note in notes:

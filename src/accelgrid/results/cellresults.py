@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..base import contract, outcomes
+from ..base import contract, outcomes, text
+from ..base.errors import InvalidInput
 from ..base.jsonio import json_kind, read_json
 from . import RUN_FIELDS, last_outcomes, run_records
 from .environment import redact
@@ -211,6 +212,52 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
             key = Path(os.path.abspath(folder))
         unique.setdefault(key, folder)
     return list(unique.values()), notes
+
+
+def require_runs(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` less any folder of accelgrid's own pages (:data:`REPORT_FILES`: an ``ops
+    predict --out`` among the results), when each path exists and every
+    folder among them holds at least one cell run; else :class:`InvalidInput`, one line
+    naming the first path that does not (absent, unreadable, too long a name, a folder with
+    no cell under it), or all of them when they hold no cell at all. A plain file that is
+    not a cell's (``results/*`` matches the grids too) is passed over, as :func:`discover`
+    does. A command that writes from results calls this first, so a mistyped path
+    overwrites nothing and never reads as "all as expected"."""
+    paths = [Path(p) for p in paths]
+    found: list[Path] = []
+    usable: list[Path] = []
+    for path in paths:
+        shown = text.one_line(str(path), 200)
+        try:
+            exists = path.exists()
+            plain_file = exists and path.is_file() and path.name not in contract.CELL_FILES
+            folders = [f for f in discover([path])[0] if f.is_dir() and is_cell(f)] \
+                if exists and not plain_file else []
+        except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES: said, not a traceback
+            raise InvalidInput(f"{shown}: cannot be read ({exc.strerror or exc})") from None
+        if not exists:
+            raise InvalidInput(f"{shown}: no such file or folder")
+        if not folders and not plain_file and _outputs(path):
+            continue  # accelgrid's own pages (grid, ops predict): not a cell, not a typo
+        usable.append(path)
+        if not folders and not plain_file:
+            raise InvalidInput(f"{shown}: holds no cell run (no {contract.TESTS_FILE}, "
+                               f"{contract.ENV_FILE} or {contract.SUMMARY_FILE} under it)")
+        found += folders
+    if not found:
+        names = text.one_line(" ".join(map(str, paths)), 200)
+        raise InvalidInput(f"no results folders found in {names}")
+    return usable
+
+
+# Files accelgrid's reports write into a folder of their own (``ops predict --out DIR``,
+# ``grid --out DIR``): such a folder among the results is passed over, not taken for a
+# mistyped path.
+REPORT_FILES = ("grid.json", "ops-grid.json", "ops-predicted.json", "hf-tests.json")
+
+
+def _outputs(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / name).is_file() for name in REPORT_FILES)
 
 
 def _search(top: Path) -> list[Path]:
