@@ -96,6 +96,15 @@ CASES: list[tuple[str, Damage, str, str]] = [
      "packages is a string"),
     ("env-start-number", lambda c: _env(c, start=5, status=["x"]), "partial",
      "env.json: start is a number"),
+    # the fields cellresults.ReadEnv types that readers take as they are (selection: the
+    # grid's column; run_id: JUnit's and the history's run)
+    ("env-selection-string", lambda c: _env(c, selection="t.py"), "partial",
+     "env.json: selection is a string"),
+    ("env-run-id-number", lambda c: _env(c, run_id=7), "partial", "env.json: run_id is a number"),
+    ("env-exitstatus-bool", lambda c: _env(c, exitstatus=True), "partial",
+     "env.json: exitstatus is a boolean"),
+    ("env-passes-mapping", lambda c: _env(c, passes={"name": "single"}), "partial",
+     "env.json: passes is a mapping"),
     ("env-is-list", lambda c: (c / contract.ENV_FILE).write_text("[1, 2]"), "partial",
      "env.json holds a list, not a mapping"),
     ("env-is-string", lambda c: (c / contract.ENV_FILE).write_text('"x"'), "partial",

@@ -274,3 +274,38 @@ def test_the_strict_override_is_every_per_module_flag_of_strict() -> None:
     assert flags == want
     assert config.get("warn_redundant_casts") is True
     assert {"accelgrid.base.*", "accelgrid.report.*"} <= set(strict[0]["module"])
+
+
+def test_a_bare_mypy_checks_the_whole_package() -> None:
+    """.ci/run runs ``mypy`` without arguments: ``files`` is the package, every layer."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["files"] == ["src/accelgrid"]
+
+
+# --- env.json read back ------------------------------------------------------------------
+
+def test_env_read_back_has_every_field_optional_and_checked() -> None:
+    """cellresults.ReadEnv: every field of records.Env (and a merged cell's shards), none
+    required (an old or damaged env.json may lack any); clean_env checks the type of each
+    one it reads from the file."""
+    from accelgrid.results import cellresults
+
+    read = cellresults.ReadEnv
+    assert read.__required_keys__ == frozenset()
+    assert set(read.__optional_keys__) == set(records.Env.__annotations__) | {"shards"}
+    assert set(cellresults._ENV_TYPES) == set(records.Env.__annotations__)
+
+
+def test_clean_env_keeps_a_good_env_and_drops_each_field_of_another_type() -> None:
+    from accelgrid.results.cellresults import _ENV_TYPES, clean_env
+
+    good = {"cell": "cpu-2.13", "device_type": "cpu", "start": "s", "end": None,
+            "status": "finished", "end_reason": "r", "exitstatus": 0, "torch": {},
+            "python": {}, "packages": {}, "env": {}, "host": {}, "project": {},
+            "run_id": "r1", "pytest_args": [], "selection": [], "passes": []}
+    assert set(good) == set(_ENV_TYPES)
+    assert clean_env(good) == (good, [])
+    for name, value in good.items():
+        wrong = 1.5 if not isinstance(value, float) else "x"
+        out, notes = clean_env({**good, name: wrong})
+        assert name not in out and notes == [f"env.json: {name} is a number; ignored"], name

@@ -37,6 +37,7 @@ from ..config.matrix import Matrix
 from ..host import detect
 from ..results import provenance
 from ..results.provenance import now
+from ..results.records import TestRecord
 from ..run import console
 from ..run import passes as pass_plan
 from . import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
@@ -148,7 +149,7 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
                     summary, _ = jsonio.read_json(folder / contract.SUMMARY_FILE)
                     env_json, _ = jsonio.read_json(folder / contract.ENV_FILE)
                     records, _ = results.read_records(folder / contract.TESTS_FILE)
-                    entry = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
+                    entry: dict[str, Any] = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
                              "test_seconds": own_time_per_suite(records),
                              "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
                              "passes": _pass_facts(summary or {}),
@@ -188,7 +189,7 @@ def _summed(report: dict[str, Any], per_device: Sequence[str] | None) -> dict[st
     return report
 
 
-def _went_wrong(records: Sequence[dict[str, Any]]) -> list[str]:
+def _went_wrong(records: Sequence[TestRecord]) -> list[str]:
     """The node ids of a run's tests whose last outcome went wrong (failed, error,
     crashed, xpassed): which tests cannot share a device shows here."""
     return sorted(nid for nid, r in results.last_outcomes(list(records)).items()
@@ -204,7 +205,7 @@ def _run_folder(cell_results: Path, proc: Any) -> Path:
     return folder
 
 
-def own_time_per_suite(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+def own_time_per_suite(records: Sequence[TestRecord]) -> dict[str, float]:
     """The tests' own durations summed per suite: what grows with the device count is
     contention between the workers (the same tests, slower side by side), not start-up."""
     sums: dict[str, float] = {}

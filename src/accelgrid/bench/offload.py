@@ -197,7 +197,7 @@ def _free(torch: Any, device: str) -> None:
 def _offloaded_numel(model: Any, offload_cls: type) -> int:
     """Elements CPUOffloadOptimizer moves each way per step: trainable params of at least
     ``minimal_size`` elements (all trainable params in torchao versions without it)."""
-    param = inspect.signature(offload_cls.__init__).parameters.get("minimal_size")
+    param = inspect.signature(offload_cls).parameters.get("minimal_size")  # its __init__
     minimal = param.default if param is not None else 0
     return sum(p.numel() for p in model.parameters() if p.requires_grad and p.numel() >= minimal)
 

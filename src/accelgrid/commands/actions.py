@@ -7,8 +7,7 @@ with no workflow commands. Text from tests goes through :func:`escape_data` /
 :func:`escape_property`, so a message cannot start a workflow command of its own.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: its name would be this module's annotations().
 import contextlib
 import os
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..base import outcomes
+from ..base.jsonio import mapping
 from ..results import cellresults, reasons, shards
 
 MAX_ANNOTATIONS = 10        # GitHub shows at most 10 error annotations per step
@@ -98,7 +98,7 @@ def summary(cell: cellresults.CellResults) -> str:
     shard = shards.shard_of(cell)
     if shard:
         title += f" (shard {shard[0]}/{shard[1]})"
-    torch = cell.env.get("torch") if isinstance(cell.env.get("torch"), dict) else {}
+    torch = mapping(cell.env.get("torch"))
     lines = [title, ""]
     if torch.get("version"):
         lines += [f"torch {torch['version']}", ""]

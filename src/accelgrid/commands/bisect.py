@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from ..base.versions import version_key
 from ..config import known_issues
 from ..config.matrix import Cell, Matrix
 from ..host import detect
+from ..results.records import TestRecord
 from .repro import ARROW, run_in_nox
 
 
@@ -42,7 +43,7 @@ class Outcome:
     seconds: float | None = None
 
 
-def recorded_outcome(records: dict[str, dict], nodeid: str) -> tuple[str, str]:
+def recorded_outcome(records: Mapping[str, TestRecord], nodeid: str) -> tuple[str, str]:
     """The outcome of ``nodeid`` (a test, or a file/parametrized set) from a run's records."""
     if nodeid in records:
         rec = records[nodeid]

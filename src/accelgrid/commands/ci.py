@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import jinja2
 
@@ -172,7 +173,18 @@ def _plan_cells(groups: Sequence[JobGroup]) -> list[str]:
     ]
 
 
-def _environment(**delimiters: str) -> jinja2.Environment:
+class _Delimiters(TypedDict, total=False):
+    """jinja2.Environment's delimiter arguments (a workflow template's own)."""
+
+    variable_start_string: str
+    variable_end_string: str
+    block_start_string: str
+    block_end_string: str
+    comment_start_string: str
+    comment_end_string: str
+
+
+def _environment(**delimiters: Unpack[_Delimiters]) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("accelgrid", "templates"),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True,

@@ -20,10 +20,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .. import results
 from ..base import contract, outcomes
@@ -32,6 +31,7 @@ from ..base.text import one_line
 from ..config import known_issues
 from ..config.matrix import Cell, Matrix
 from ..host import detect, install
+from ..results.records import TestRecord
 from ..run import preflight
 
 REPRODUCES = "reproduces"
@@ -55,7 +55,7 @@ class CellRun:
     seconds: float
     folder: Path
     log: Path | None = None
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, TestRecord] = field(default_factory=dict)
     error: str | None = None   # why no test ran (device absent, env failed, ...)
 
 
@@ -125,7 +125,7 @@ def run_in_nox(matrix: Matrix, cell: Cell, pytest_args: list[str], out: Path, *,
     return run
 
 
-def verdict(records: dict[str, dict[str, Any]]) -> tuple[str, str]:
+def verdict(records: Mapping[str, TestRecord]) -> tuple[str, str]:
     """(reproduces | fixed | not run | inconclusive, detail) from a reproduction's records."""
     if not records:
         return NOT_RUN, "no test ran"

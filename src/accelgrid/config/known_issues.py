@@ -193,9 +193,9 @@ def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Prob
                      for n in getattr(matrix.devices[dev], table)]
             what = "hardware family" if key == "hardware" else "driver stack"
             if key in scope and not known:
-                devices = ", ".join(scope.get("devices") or []) or "no device"
+                listed = ", ".join(scope.get("devices") or []) or "no device"
                 problems.append(smap.problem((*base, "scope", key), (
-                    f"scope.devices ({devices}) has no {what} in {matrix.path.name} "
+                    f"scope.devices ({listed}) has no {what} in {matrix.path.name} "
                     f"(devices.<d>.{table})")))
                 continue
             for i, name in enumerate(scope.get(key) or []):

@@ -355,12 +355,13 @@ def _flag_problems(env: dict, owner_devices: list[str] | None, smap: SourceMap,
         device = environment.flag_device(var)
         if device is None:
             continue
-        others = [d for d in owner_devices if d != device] if owner_devices is not None else None
-        if others is None:
+        if owner_devices is None:
             problems.append(smap.problem(
                 (*base, var), f"{var} is read by {device} only, but {what} applies to every "
                               f"device: add devices: [{device}]"))
-        elif others:
+            continue
+        others = [d for d in owner_devices if d != device]
+        if others:
             problems.append(smap.problem(
                 (*base, var), f"{var} is read by {device} only, not by {', '.join(others)} "
                               f"({what} lists {', '.join(owner_devices)})"))
@@ -862,11 +863,12 @@ def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
         combo = {"device": rule["device"], "torch": rule["torch"],
                  "profile": rule.get("profile", matrix.default_profile), **extras,
                  "_origin": origin}
-        profile = matrix.profiles[combo["profile"]]
-        if not profile.applies_to(combo["device"]):
+        rule_profile = matrix.profiles[combo["profile"]]
+        if not rule_profile.applies_to(combo["device"]):
             problems.append(smap.problem(
                 (*origin, "profile"),
-                f"profile '{profile.name}' applies to {', '.join(profile.devices or ())} only, "
+                f"profile '{rule_profile.name}' applies to "
+                f"{', '.join(rule_profile.devices or ())} only, "
                 f"not {combo['device']}"))
             continue
         combos.append(combo)
@@ -874,9 +876,9 @@ def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
     cells: list[Cell] = []
     seen: dict[str, tuple] = {}
     for combo in combos:
-        cell, why = _make_cell(matrix, combo)
-        if why:
-            problems.append(smap.problem(combo["_origin"], why))
+        cell = _make_cell(matrix, combo)
+        if isinstance(cell, str):  # why there is no cell
+            problems.append(smap.problem(combo["_origin"], cell))
             continue
         if cell.name in seen:
             problems.append(smap.problem(
@@ -888,21 +890,22 @@ def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
     return cells, problems
 
 
-def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str | None]:
+def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> Cell | str:
+    """The cell of ``combo``, or why it cannot be one (a line naming the cell)."""
     device = matrix.devices[combo["device"]]
     series = matrix.torch[combo["torch"]]
     profile = matrix.profiles[combo["profile"]]
     name = _cell_name(device.name, series.series, profile.name, matrix.default_profile)
     suite_names = [
         s for s in combo.get("suites", matrix.default_suites)
-        if matrix.suites[s].devices is None or device.name in matrix.suites[s].devices
+        if (only := matrix.suites[s].devices) is None or device.name in only
     ]
     if not suite_names:
-        return None, f"cell {name} resolves to no suites (none of its suites runs on {device.name})"
+        return f"cell {name} resolves to no suites (none of its suites runs on {device.name})"
     suites = [matrix.suites[s] for s in suite_names]
     missing = sorted({n for s in suites for n in s.needs if n not in series.pins})
     if missing:
-        return None, (f"cell {name}: suites need {', '.join(missing)} but torch "
+        return (f"cell {name}: suites need {', '.join(missing)} but torch "
                       f"{series.series} pins no version for it")
     packages: list[str] = list(matrix.tools)
     for pin in sorted({n for s in suites for n in s.needs}):
@@ -920,7 +923,7 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
     index = device.index
     if channel != RELEASE:
         if channel not in device.channels:
-            return None, (f"cell {name}: torch {series.series} comes from PyTorch's {channel} "
+            return (f"cell {name}: torch {series.series} comes from PyTorch's {channel} "
                           f"channel and devices.{device.name}.channels has no {channel} index")
         index = device.channels[channel]
     runtimes = [r for r in device.runtime if in_range(series.pins["torch"], r.torch)]
@@ -972,7 +975,7 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> tuple[Cell | None, str 
         reruns=reruns,
         channel=channel,
         ci_container=device.ci_container and wheel is None,
-    ), None
+    )
 
 
 def channel_requirement(pin: str, channel: str = RELEASE, local: str | None = None) -> str:

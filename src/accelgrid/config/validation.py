@@ -19,7 +19,7 @@ import importlib.resources
 import json
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -289,8 +289,9 @@ def load_yaml(path: Path) -> tuple[Any, SourceMap]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else None
-        if line is None and isinstance(getattr(exc, "position", None), int):  # ReaderError
-            line = text[:exc.position].count("\n") + 1
+        position = getattr(exc, "position", None)  # a ReaderError's
+        if line is None and isinstance(position, int):
+            line = text[:position].count("\n") + 1
         what = getattr(exc, "problem", None) or str(exc).split("\n")[0]
         context = getattr(exc, "context", None)
         if context and what.startswith("but "):  # "...a single document, but found another"
@@ -345,6 +346,8 @@ def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Proble
     path = tuple(error.absolute_path)
     schema = error.schema
     validator = error.validator
+    if not isinstance(schema, Mapping):  # a boolean schema (false): no keyword to explain
+        return [smap.problem(path, short(error.message, 300))]
     if validator == "additionalProperties" and isinstance(error.instance, dict):
         known = sorted(schema.get("properties", {}))
         problems = []
@@ -393,7 +396,7 @@ def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Proble
         return [smap.problem(path, "must not be empty")]
     if validator == "minLength":
         return [smap.problem(path, "must not be empty")]
-    if validator == "maxLength":
+    if validator == "maxLength" and isinstance(error.instance, str):
         return [smap.problem(path, f"too long: {len(error.instance)} characters (at most "
                                    f"{schema['maxLength']})")]
     if validator in ("minimum", "maximum"):
@@ -408,11 +411,12 @@ def _name_problem(error: jsonschema.ValidationError, smap: SourceMap) -> Problem
     """A mapping key rejected by ``propertyNames`` (errors point at the parent mapping)."""
     key = error.instance
     path = (*error.absolute_path, key)
-    if "enum" in error.schema:
-        known = [str(c) for c in error.schema["enum"]]
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    if "enum" in schema:
+        known = [str(c) for c in schema["enum"]]
         return smap.problem(path, f"unknown name '{short(key)}'; expected one of: "
                                   f"{', '.join(known)}{suggest(short(key), known)}")
-    hint = error.schema.get("description", "not allowed")
+    hint = schema.get("description", "not allowed")
     return smap.problem(path, f"invalid name '{short(key)}': expected {hint}")
 
 

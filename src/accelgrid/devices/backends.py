@@ -32,8 +32,8 @@ class MissingAPI(AttributeError):
 
 
 # What a device that does not list an API gets.
-DEFAULTS: dict[str, Impl] = {api: None for api in devices.APIS} | {
-    "manual_seed": "torch.manual_seed"}
+DEFAULTS: dict[str, Impl] = {**{api: None for api in devices.APIS},
+                              "manual_seed": "torch.manual_seed"}
 
 TABLES: dict[str, dict[str, Impl]] = {
     api: {**{d.name: d.apis[api] for d in devices.BUILTIN if api in d.apis},
@@ -67,6 +67,7 @@ def resolve(api: str, device: Any) -> Callable[..., Any]:
     if callable(found):
         return found
     module_path, _, attr = found.rpartition(".")
+    owner: object | None
     try:
         owner = importlib.import_module(module_path)
     except ImportError:

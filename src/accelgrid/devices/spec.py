@@ -32,9 +32,13 @@ import re
 import runpy
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .base import APIS, DeviceType
+
+# A function-valued fact is checked with isinstance against the ABC; mypy reads
+# collections.abc.Callable as a special form, not the class it is at run time.
+_FUNCTION = cast(type, Callable)
 
 # Spec name -> (DeviceType field, the type its value must have). A function's arguments
 # are those of the field (devices/base.py): TORCH_DEVICES_FN(torch), AVAILABLE_FN(torch),
@@ -53,12 +57,12 @@ FACTS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "FALLBACK_MESSAGES": ("fallback_messages", (list, tuple)),   # regexes, group 1: the op
     "MISSING_MESSAGES": ("missing_messages", (list, tuple)),     # regexes, group 1: the op
     "RUNTIME_ATTR": ("runtime_attr", str),
-    "TORCH_DEVICES_FN": ("torch_devices", Callable),
-    "AVAILABLE_FN": ("available", Callable),
-    "HOST_IDS_FN": ("host_ids", Callable),
-    "HOST_MEMORY_GIB_FN": ("host_memory_gib", Callable),
-    "HOST_HARDWARE_FN": ("host_hardware", Callable),
-    "HOST_INVENTORY_FN": ("host_inventory", Callable),
+    "TORCH_DEVICES_FN": ("torch_devices", _FUNCTION),
+    "AVAILABLE_FN": ("available", _FUNCTION),
+    "HOST_IDS_FN": ("host_ids", _FUNCTION),
+    "HOST_MEMORY_GIB_FN": ("host_memory_gib", _FUNCTION),
+    "HOST_HARDWARE_FN": ("host_hardware", _FUNCTION),
+    "HOST_INVENTORY_FN": ("host_inventory", _FUNCTION),
     "COLLECTIVE_BACKEND": ("collective_backend", str),
     "COLLECTIVE_CHECK": ("collective_check", str),
     "OFFLOAD": ("offload", bool),
@@ -112,7 +116,7 @@ def from_namespace(ns: Mapping[str, Any], source: str) -> DeviceType:
 
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
-    if kind is Callable:
+    if kind is _FUNCTION:
         return "function"
     return " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
 

@@ -25,7 +25,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,7 +324,8 @@ def uv_changes(output: str, requested: Sequence[str] = ()) -> str:
     """What ``uv pip install`` did, in a few words, from its output: the packages it
     added (``+ name==version``; the ``requested`` requirements' first), replaced or
     removed; ``nothing to change`` when it only checked them."""
-    added, removed = {}, {}
+    added: dict[str, str] = {}   # name -> version
+    removed: dict[str, str] = {}
     for line in output.splitlines():
         sign, _, spec = line.strip().partition(" ")
         name, _, version = spec.partition("==")
@@ -389,20 +390,20 @@ def _file_state(path: str) -> list[int] | None:
 STAMP = ".accelgrid-pins.json"   # in the env folder
 
 
-def pins(plan: InstallPlan, envdir: Path, env: dict[str, str] | None = None
+def pins(plan: InstallPlan, envdir: Path, env: Mapping[str, str] | None = None
          ) -> dict[str, Any]:
     """What an install of ``plan`` into ``envdir`` depends on, as a stamp: the digest of
     the steps (pins, index, their variables), pip's configuration as uv gets it, uv's own
     UV_* variables (``env``, default os.environ), the local torch wheel's size and time and
     the env's Python, beside the plan as it may be shown (credentials only in the
     digest)."""
-    env = os.environ if env is None else env
+    uv_env = os.environ if env is None else env
     wheels = {a: [st.st_size, st.st_mtime_ns] for step in plan.steps for a in step.args
               if a.endswith(".whl") and (st := _stat(a)) is not None}
     material = {
         "steps": [[list(s.args), sorted(s.env.items())] for s in plan.steps],
         "env": sorted(plan.env.items()),
-        "uv": sorted((k, v) for k, v in env.items() if k.startswith("UV_")),
+        "uv": sorted((k, v) for k, v in uv_env.items() if k.startswith("UV_")),
         "wheels": sorted(wheels.items()),
         "python": _python_of(envdir),
         **({"nightly_day": nightly_day()} if plan.daily else {}),
@@ -434,7 +435,7 @@ def forget(envdir: Path) -> None:
 def incomplete(envdir: Path) -> list[str]:
     """The names of the env's distributions whose RECORD names files that are not there
     (what a repair reinstalls: ``uv pip install --reinstall-package NAME``)."""
-    names = []
+    names: list[str] = []
     while (gone := missing_files(envdir, skip=names)) is not None:
         names.append(gone.split(":", 1)[0].rsplit("-", 1)[0])
     return names

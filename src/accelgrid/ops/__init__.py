@@ -192,8 +192,8 @@ def cross_cell(cells: list[dict[str, Any]], upstream: Mapping[str, Any] | None =
         for op, entry in c["ops"].items():
             if entry.get("fallback_seen"):
                 seen.setdefault(op, {})[c["cell"]] = sorted(entry["fallback_seen"])
-            if missing_how(entry):
-                how.setdefault(op, {})[c["cell"]] = missing_how(entry)
+            if how_missing := missing_how(entry):
+                how.setdefault(op, {})[c["cell"]] = how_missing
     predicted: dict[str, dict[str, Any]] = {}
     disagreements: list[dict[str, str]] = []
     if any(c["device_type"] == xpu_prediction.DEVICE for c in cells):

@@ -560,7 +560,7 @@ def observed_vs_predicted(cell: Mapping[str, Any], upstream: Mapping[str, Any] |
         return None
     upstream = load_upstream() if upstream is None else upstream
     series = series_of(cell.get("torch"))
-    if series not in upstream["series"]:
+    if series is None or series not in upstream["series"]:
         why = f"no torch-xpu-ops data for torch {cell.get('torch')}"
         last, branch, date = data_horizon(upstream)
         if series and _version(series) > _version(last):

@@ -9,6 +9,7 @@ per XPU release, :func:`predict`). The models are :mod:`accelgrid.ops` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -417,7 +418,7 @@ class PredictedReport:
 
 
 def predict(inputs: list[Path], series: list[str] | None = None, all_series: bool = False,
-            cells: list[Any] | None = None, out: Path | None = None) -> PredictedReport:
+            cells: Iterable[Any] | None = None, out: Path | None = None) -> PredictedReport:
     """``accelgrid ops predict``: read each input's captured ops (a results/<cell>/ folder
     or an ops.json; several are merged), predict them for the chosen XPU series
     (:func:`accelgrid.ops.xpu_prediction.choose_series`: ``series``, every series with

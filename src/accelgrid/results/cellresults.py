@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from ..base import contract, outcomes, text
 from ..base.errors import InvalidInput
@@ -33,11 +33,12 @@ MAX_DEPTH = 6
 # A cell name from a file (env.json, a record) must look like one before it names a
 # column or a baseline file (baselines/<cell>.json).
 CELL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-# env.json's fields as reports read them: name -> expected type.
+# env.json's fields as reports read them: name -> expected type (ReadEnv's).
 _ENV_TYPES: dict[str, type | tuple[type, ...]] = {
     "cell": str, "device_type": str, "start": str, "end": str, "status": str,
-    "end_reason": str, "host": dict, "python": dict, "project": dict, "torch": dict,
-    "env": dict, "packages": dict,
+    "end_reason": str, "exitstatus": int, "host": dict, "python": dict, "project": dict,
+    "torch": dict, "env": dict, "packages": dict, "run_id": str, "pytest_args": list,
+    "selection": list, "passes": list,
 }
 # Sub-fields read from env.json's mappings: (section, key) -> accepted types.
 _ENV_SUBFIELDS: dict[tuple[str, str], tuple[type, ...]] = {
@@ -49,7 +50,41 @@ _ENV_SUBFIELDS: dict[tuple[str, str], tuple[type, ...]] = {
 }
 
 
-def clean_env(env: Any) -> tuple[dict[str, Any], list[str]]:
+class MergedShards(TypedDict):
+    """What :func:`accelgrid.results.shards.merge_shards` adds to a merged cell's env."""
+
+    total: int
+    present: list[int]
+    paths: list[str]
+
+
+class ReadEnv(TypedDict, total=False):
+    """env.json as read back (:func:`clean_env`): any field may be missing (an old or
+    damaged file) or null; one that is there has its type (:data:`_ENV_TYPES`; the
+    mappings' fields that reports read are checked too). records.Env is the file as
+    written."""
+
+    cell: str | None
+    device_type: str | None
+    start: str | None
+    end: str | None
+    status: str | None
+    end_reason: str | None
+    exitstatus: int | None
+    torch: dict[str, Any] | None      # records.TorchFacts; its read fields checked
+    python: dict[str, Any] | None
+    packages: dict[str, str] | None   # text values only
+    env: dict[str, str] | None        # text values only, redacted
+    host: dict[str, Any] | None
+    project: dict[str, Any] | None
+    run_id: str | None
+    pytest_args: list[object] | None
+    selection: list[object] | None
+    passes: list[object] | None
+    shards: MergedShards              # a merged sharded cell's (not in the file)
+
+
+def clean_env(env: Any) -> tuple[ReadEnv, list[str]]:
     """env.json's content with the types reports rely on, and a note per field that had
     another type (dropped). Flags and packages keep only text values; recorded flags are
     redacted again (an artifact may come from a version that redacted less)."""
@@ -81,7 +116,8 @@ def clean_env(env: Any) -> tuple[dict[str, Any], list[str]]:
     if isinstance(cell, str) and not CELL_NAME.match(cell):
         out.pop("cell")
         notes.append(f"env.json: cell {cell[:60]!r} is not a cell name; ignored")
-    return out, notes
+    # Every field ReadEnv names has its type now (checked above); others pass as they are.
+    return cast(ReadEnv, out), notes
 
 
 @dataclass
@@ -92,7 +128,7 @@ class CellResults:
     path: Path
     # env.json as read back: any field may be missing (an old or damaged file), those
     # present have the types clean_env checks (records.Env is the file as written).
-    env: dict[str, Any] = field(default_factory=dict)
+    env: ReadEnv = field(default_factory=lambda: ReadEnv())
     tests: dict[str, TestRecord] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     error: str | None = None
@@ -163,7 +199,7 @@ def _links_out(path: Path) -> dict[str, str]:
     return out
 
 
-def run_of(path: Path, env: dict[str, Any] | None = None, read_summary: bool = True
+def run_of(path: Path, env: Mapping[str, Any] | None = None, read_summary: bool = True
            ) -> dict[str, Any]:
     """A run's :data:`RUN_FIELDS` from its env.json, else its summary.json (pytest may
     have died before writing env.json); {} for results written before runs had ids."""

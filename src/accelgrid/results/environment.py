@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.parse
 from collections.abc import Mapping
+from typing import Any, overload
 
 from .. import devices
 from ..base import contract
@@ -136,6 +137,10 @@ def redact_text(text: str) -> str:
     return text
 
 
+@overload
+def redact_value(value: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def redact_value(value: object) -> object: ...
 def redact_value(value: object) -> object:
     """``value`` with :func:`redact_text` applied to every string in it (in mappings and
     lists too): records, env.json, JUnit files, logs and grids all go through

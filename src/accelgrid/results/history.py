@@ -21,7 +21,7 @@ import json
 import os
 import sqlite3
 import statistics
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -144,7 +144,7 @@ def _faults(path: Path) -> Iterator[None]:
         raise _why(path, exc) from exc
 
 
-def inputs_digest(env: dict[str, Any]) -> str:
+def inputs_digest(env: Mapping[str, Any]) -> str:
     """What a cell ran on, as a short digest: torch build and git version, the installed
     packages, the env flags, the devices and driver. Not the project's commit: a nightly
     run has a new one every night, and a test flipping under one commit per night is
@@ -158,7 +158,7 @@ def inputs_digest(env: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def torch_build(env: dict[str, Any]) -> str:
+def torch_build(env: Mapping[str, Any]) -> str:
     """A run's torch build as the grid and the history show it, from its env.json: the
     exact version with the runtime it is for, and the channel when not a release
     (``2.16.0.dev20261201+cpu (nightly)``: which nightly is known only from the run)."""

@@ -187,7 +187,7 @@ def merge(cells: list[cellresults.CellResults]) -> list[cellresults.CellResults]
     for (name, total), members in groups.items():
         members.sort(key=lambda m: (m[0], str(m[1].env.get("start") or "")))
         first = members[0][1]
-        merged = cellresults.CellResults(name=name, path=first.path, env=dict(first.env))
+        merged = cellresults.CellResults(name=name, path=first.path, env=first.env.copy())
         seen: dict[int, cellresults.CellResults] = {}
         for index, cell in members:
             if index in seen:

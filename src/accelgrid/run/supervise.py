@@ -70,20 +70,23 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
         for cmd, env, log in jobs:
             if stop_reason:
                 break
-            extra: dict[str, object] = {}
+            group: int | None = None   # Popen's defaults, where not POSIX
+            pass_fds: tuple[int, ...] = ()
+            preexec: Callable[[], None] | None = None
             cgroup = None
             if posix:
                 cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID, uuid.uuid4().hex)}-"
                                               f"{env.get(contract.PASS, len(procs))}")
                 if cgroup is not None:
                     cgroups.append(cgroup)
-                extra = {"process_group": 0, "pass_fds": keep_fds,
-                         "preexec_fn": lifetime.death_signal_preexec(cgroup=cgroup)}
+                group, pass_fds = 0, keep_fds
+                preexec = lifetime.death_signal_preexec(cgroup=cgroup)
             starts.append(time.time())
             with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
                 proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
                                         stdout=out, stderr=subprocess.STDOUT if out else None,
-                                        **extra)
+                                        process_group=group, pass_fds=pass_fds,
+                                        preexec_fn=preexec)
             procs.append(proc)
             guards.append(_start_guard(proc.pid, cgroup) if posix else None)
         gated = [Path(env[contract.GATE]) if env.get(contract.GATE) else None

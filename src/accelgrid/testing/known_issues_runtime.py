@@ -28,6 +28,7 @@ import importlib.metadata
 import json
 import os
 import re
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ class KnownIssues:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo
-                                  ) -> pytest.TestReport:
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         entry = item.stash.get(_ENTRY_KEY, None)
         if entry is not None and not hasattr(report, "wasxfail"):
@@ -159,8 +160,10 @@ class KnownIssues:
             return
         expected = expect + (f" matching {pattern!r}" if pattern else "")
         note = f"{entry['id']} expects this test to be {expected} here; it was {what}: {text[:500]}"
-        if hasattr(report.longrepr, "addsection"):  # shown with the traceback, and recorded
-            report.longrepr.addsection("known issue", note)
+        # A traceback's (pytest's ExceptionRepr) is shown with it, and recorded.
+        addsection = getattr(report.longrepr, "addsection", None)
+        if addsection is not None:
+            addsection("known issue", note)
         else:
             report.sections.append(("known issue", note))
 

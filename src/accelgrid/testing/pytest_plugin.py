@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -30,6 +30,9 @@ from .. import devices, results, testing
 from ..base import contract, jsonio, lifetime, outcomes
 from ..results import environment, junit, provenance, shards
 from . import known_issues_runtime
+
+if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
+    from ..results.records import TestRecord
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -64,7 +67,7 @@ def _safe_events(config: pytest.Config) -> None:
             return
 
 
-def _message(report: pytest.TestReport) -> str:
+def _message(report: pytest.TestReport | pytest.CollectReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # skip: (path, line, reason)
         reason = str(longrepr[2])
@@ -316,7 +319,9 @@ class Recorder:
         rec["finished"] = time.time()
         if self.records is None:  # a report before the session started: none today
             self.records = results.RecordFile(self.folder / contract.TESTS_FILE)
-        self.records.append(rec, once=once)
+        # The dict built up over the test's phases is a whole record now that its
+        # outcome and the fields above are set.
+        self.records.append(cast("TestRecord", rec), once=once)
 
 
 class RestartBudget:
@@ -334,7 +339,7 @@ class RestartBudget:
         dsession = self.config.pluginmanager.getplugin("dsession")
         limit = getattr(dsession, "_max_worker_restart", None)
         if isinstance(limit, int) and limit > 0:  # 0: the user turned restarts off
-            dsession._max_worker_restart = limit + 1  # type: ignore[union-attr]
+            dsession._max_worker_restart = limit + 1
 
 
 class WorkerMarker:
@@ -433,7 +438,8 @@ class QuickExit:
 def _leave_now() -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         with contextlib.suppress(Exception):
-            stream.flush()
+            if stream is not None:  # sys.__stdout__ is None without a console
+                stream.flush()
     os._exit(0)
 
 
