@@ -21,8 +21,9 @@ from typing import Any
 
 from ..base import outcomes
 from ..base.errors import AccelgridError, Regression
-from ..base.jsonio import refuse_symlink, write_text
+from ..base.jsonio import mapping, refuse_symlink, write_text
 from ..results import junit
+from ..results.records import Change, Grid, LostCell
 from . import compare, history, model, render_html, render_json, render_markdown
 from . import expect as lost_cells
 from .render_markdown import GITHUB_SUMMARY_LIMIT
@@ -31,7 +32,7 @@ __all__ = ["GITHUB_SUMMARY_LIMIT", "GridReport", "build_model", "grid", "write"]
 
 
 def build_model(folders: Iterable[Path], baseline_dir: Path | None = None,
-          read: list[Any] | None = None) -> dict[str, Any]:
+          read: list[Any] | None = None) -> Grid:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
     many); with ``baseline_dir``, every cell that has ``<dir>/<cell>.json`` is compared.
     ``read``: see :func:`model.from_folders`."""
@@ -41,7 +42,7 @@ def build_model(folders: Iterable[Path], baseline_dir: Path | None = None,
     return grid_model
 
 
-def write(grid_model: dict[str, Any], out: Path) -> dict[str, Path]:
+def write(grid_model: Grid, out: Path) -> dict[str, Path]:
     """Write grid.json, grid.md and grid.html into ``out``; returns their paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,24 +59,24 @@ def write(grid_model: dict[str, Any], out: Path) -> dict[str, Path]:
 class GridReport:
     """What :func:`grid` built and wrote."""
 
-    model: dict[str, Any]
+    model: Grid
     paths: dict[str, Path]
     folders: list[Path]  # the paths asked for
 
     added: list[Any] | None = None  # what the history got (history.Added), when given one
 
     @property
-    def regressions(self) -> list[dict[str, Any]]:
+    def regressions(self) -> list[Change]:
         """Regressions that gate: those on tests the history calls flaky do not
         (report/history.py, the flaky policy)."""
         return [c for c in compare.regressions(self.model) if not c.get("flaky")]
 
     @property
-    def flaky_regressions(self) -> list[dict[str, Any]]:
+    def flaky_regressions(self) -> list[Change]:
         return [c for c in compare.regressions(self.model) if c.get("flaky")]
 
     @property
-    def lost(self) -> list[dict[str, Any]]:
+    def lost(self) -> list[LostCell]:
         return self.model.get("lost") or []
 
     def lines(self, max_regressions: int = 50) -> list[str]:
@@ -88,10 +89,10 @@ class GridReport:
             if col["status"] == "partial":
                 state += f" (partial: {col['reason']})"
             out.append(f"{col['name']}: {state}")
-            base = col.get("baseline") or {}
-            if "outside_selection" in base:
-                out.append(f"{col['name']}: a selected run: {base['compared']} baseline "
-                           f"tests compared, {base['outside_selection']} outside its "
+            col_base = col.get("baseline")
+            if col_base and "outside_selection" in col_base:
+                out.append(f"{col['name']}: a selected run: {col_base['compared']} baseline "
+                           f"tests compared, {col_base['outside_selection']} outside its "
                            "selection not compared (not lost)")
         if any(col["counts"].get(outcomes.NOT_RUN) for col in self.model["columns"]):
             out.append(f"({outcomes.NOT_RUN_MEANING}; grid.md says why, per suite)")
@@ -108,7 +109,7 @@ class GridReport:
         hist = self.model.get("history")
         if hist:
             for col in self.model["columns"]:
-                since = (col.get("history") or {}).get("since")
+                since = mapping(col.get("history")).get("since")
                 if since:
                     out.append(f"{col['name']} since its previous run: " + ", ".join(
                         f"{len(v)} {k.replace('_', ' ')}" for k, v in since.items()))
@@ -132,13 +133,14 @@ class GridReport:
                  if regressions else [])
                 + ([f"{len(self.lost)} expected cell(s) lost: "
                     + ", ".join(lost["cell"] for lost in self.lost)] if self.lost else [])))
-        empty = (self.model["baseline"] or {}).get("nothing_compared")
+        base = self.model["baseline"]
+        empty = base["nothing_compared"] if base else None
         if empty:
             raise AccelgridError(f"{', '.join(empty)}: a selected run that recorded none of "
                                  "its baseline's tests: nothing was compared")
 
 
-def with_history(grid_model: dict[str, Any], read: list[Any], db: Path | None,
+def with_history(grid_model: Grid, read: list[Any], db: Path | None,
                  expect: list[str] | None, window: int = history.DEFAULT_WINDOW
                  ) -> list[Any] | None:
     """Add the cells ``read`` (by :func:`build`) to the history ``db`` (when given) and

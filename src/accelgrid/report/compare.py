@@ -28,6 +28,8 @@ from ..base.jsonio import dumps, mapping, read_json, write_text
 from ..results import shards, verdict
 from ..results.cellresults import CellResults, discover, fill_cell_name, load_cell
 from ..results.provenance import now
+from ..results.records import Baseline as GridBaseline
+from ..results.records import Change, ColumnBaseline, Grid
 from .model import new_row, row_key
 
 SCHEMA_VERSION = 1  # of a baseline file (grid.json has its own, model.SCHEMA_VERSION)
@@ -269,7 +271,7 @@ def _verdict(expected: str | None, actual: str | None) -> str:
     return change
 
 
-def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
+def mark(model: Grid, folder: Path) -> GridBaseline:
     """Compare each column of ``model`` whose cell has ``folder/<cell>.json``: every result
     that changed gets ``change`` (and ``expected``), lost tests go in their row's ``lost``
     (a row is added when no cell has the test), the column gets its ``baseline`` counts
@@ -285,7 +287,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
     baselines, problems = load_dir(folder, sorted({c["cell"] for c in columns}))
     notes += problems
     totals: Counter[str] = Counter()
-    changes: list[dict[str, Any]] = []
+    changes: list[Change] = []
     verdicts: dict[tuple[str | None, str], str] = {}  # classify's, per pair met
     added = False
     for col in columns:
@@ -314,31 +316,32 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
                                 "expected": was, "outcome": actual,
                                 "message": entry.get("message")})
         for nodeid, was in expected.items():
-            row = rows.get(nodeid)
-            if row is not None and name in row["cells"]:
+            known = rows.get(nodeid)
+            if known is not None and name in known["cells"]:
                 continue  # compared above
             if selected:
                 outside += 1  # a selected run: a test it did not record was not selected
                 continue
-            if row is None:
-                row = rows[nodeid] = new_row(nodeid)
+            if known is None:
+                known = rows[nodeid] = new_row(nodeid)
                 added = True
             change = _verdict(was, None)  # lost
             counts[change] += 1
-            row.setdefault("lost", {})[name] = was
+            known.setdefault("lost", {})[name] = was
             changes.append({"nodeid": nodeid, "cell": name, "change": change,
                             "expected": was, "outcome": None, "message": None})
-        col["baseline"] = {"file": str(path_for(folder, col["cell"])),
-                           "counts": {c: counts.get(c, 0) for c in CATEGORIES}}
+        col_base: ColumnBaseline = {"file": str(path_for(folder, col["cell"])),
+                                    "counts": {c: counts.get(c, 0) for c in CATEGORIES}}
         if selected:
-            col["baseline"]["outside_selection"] = outside
-            col["baseline"]["compared"] = sum(n for c, n in counts.items() if c != NEW)
+            col_base["outside_selection"] = outside
+            col_base["compared"] = sum(n for c, n in counts.items() if c != NEW)
+        col["baseline"] = col_base
         totals.update(counts)
     if added:
         model["rows"] = sorted(rows.values(), key=row_key)
     order = {c: i for i, c in enumerate(CATEGORIES)}
     changes.sort(key=lambda c: (order[c["change"]], c["nodeid"], c["cell"]))
-    baseline: dict[str, Any] = {
+    baseline: GridBaseline = {
         "dir": str(folder), "cells": [c["name"] for c in columns if c["baseline"]],
         "counts": {c: totals.get(c, 0) for c in CATEGORIES},
         "regressions": totals.get(REGRESSION, 0), "changes": changes,
@@ -350,7 +353,7 @@ def mark(model: dict[str, Any], folder: Path) -> dict[str, Any]:
     return baseline
 
 
-def regressions(model: dict[str, Any]) -> list[dict[str, Any]]:
+def regressions(model: Grid) -> list[Change]:
     """The model's changes that are regressions (none without a baseline)."""
     return [c for c in mapping(model.get("baseline")).get("changes", [])
             if c["change"] == REGRESSION]

@@ -10,14 +10,15 @@ errored column: the run ended early) is lost too; its column keeps its own reaso
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..base.errors import InvalidInput
 from ..base.jsonio import read_json
 from ..results.cellresults import CELL_NAME
+from ..results.records import Column, Grid
 from .model import _parse_name, _sort_key
 
-LOST = "lost"
+LOST: Final = "lost"
 NO_RESULTS = ("no results uploaded: the runner never started, or the job ended before "
               "uploading them")
 
@@ -66,7 +67,7 @@ def _from_file(path: Path) -> list[str]:
     return data
 
 
-def lost_column(cell: str, reason: str) -> dict[str, Any]:
+def lost_column(cell: str, reason: str) -> Column:
     """A grid column for an expected cell with no results (every field a column has)."""
     device, series, profile = _parse_name(cell)
     return {
@@ -81,7 +82,7 @@ def lost_column(cell: str, reason: str) -> dict[str, Any]:
     }
 
 
-def mark(model: dict[str, Any], expected: list[str],
+def mark(model: Grid, expected: list[str],
          last_seen: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """Add a ``lost`` column for each of ``expected`` without one, mark the expected
     errored columns lost too, and set the model's ``lost`` (names, with why). With

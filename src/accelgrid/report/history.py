@@ -26,13 +26,14 @@ does not fail the gate; any other regression still does. Lost cells still fail i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ..base import outcomes
 from ..base.jsonio import mapping
 from ..results import verdict
 from ..results.cellresults import run_of
 from ..results.history import BAD_CODES, CODE, FLAKY, OUTCOME, Store, strip_flips
+from ..results.records import Change, Grid
 
 DEFAULT_WINDOW = 30
 FLAKY_FLIPS = 2
@@ -40,6 +41,10 @@ PASS = CODE[outcomes.PASSED]
 RUN_BRIEF = ("run_id", "start", "commit_sha", "torch_build", "runner", "status", "inputs")
 
 
+@overload
+def _brief(run: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def _brief(run: dict[str, Any] | None) -> dict[str, Any] | None: ...
 def _brief(run: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: run.get(k) for k in RUN_BRIEF} if run else None
 
@@ -74,7 +79,7 @@ def _builds(runs: list[dict[str, Any]], at: int | None) -> dict[str, Any] | None
     return {"previous": runs[at]["torch_build"], "this": runs[-1]["torch_build"]}
 
 
-def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+def annotate(model: Grid, store: Store, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
     """Fill ``model`` with what ``store`` knows of its cells (the runs of the grid's own
     columns are expected to be in it: the grid adds them first). Returns the model's
     ``history`` summary."""
@@ -157,17 +162,18 @@ def annotate(model: dict[str, Any], store: Store, window: int = DEFAULT_WINDOW) 
     return history
 
 
-def gate_flaky(model: dict[str, Any]) -> list[dict[str, Any]]:
+def gate_flaky(model: Grid) -> list[Change]:
     """Mark the baseline regressions on flaky tests (``flaky`` on the change): the gate
     reports them and does not fail on them. Returns those changes."""
-    base = model.get("baseline") or {}
+    base = model.get("baseline")
     rows = {r["nodeid"]: r for r in model["rows"]}
     marked = []
-    for change in base.get("changes", []):
+    for change in base["changes"] if base else []:
         if change["change"] != "regression":
             continue
-        entry = (rows.get(change["nodeid"]) or {}).get("cells", {}).get(change["cell"]) or {}
-        if entry.get("flaky"):
+        row = rows.get(change["nodeid"])
+        entry = row["cells"].get(change["cell"]) if row else None
+        if entry and entry.get("flaky"):
             change["flaky"] = entry["flaky"]
             marked.append(change)
     return marked
@@ -180,7 +186,7 @@ def strip_text(strip: str) -> str:
     return ", ".join(OUTCOME.get(c, "absent") for c in strip)
 
 
-def markdown_lines(model: dict[str, Any], md: Any, cap: int = 50) -> list[str]:
+def markdown_lines(model: Grid, md: Any, cap: int = 50) -> list[str]:
     """grid.md's part on lost cells and history: lost cells, per cell what changed since
     its previous run, failing tests with when they started, flaky tests. ``md`` escapes."""
     out: list[str] = []

@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from packaging.version import Version
 
@@ -31,6 +31,7 @@ from ..base.versions import version_key
 from ..results import history, reasons, shards, suite_of
 from ..results.cellresults import CellResults, discover, read_cell
 from ..results.provenance import now
+from ..results.records import Column, Grid, Result, Row
 
 SCHEMA_VERSION = 2
 RECORD_FIELDS = ("outcome", "message", "duration", "worker", "device", "issue", "longrepr")
@@ -46,14 +47,14 @@ def split_nodeid(nodeid: str) -> tuple[str, str, str | None]:
     return path, name.rsplit("::", 1)[-1] or path, (param or None) if bracket else None
 
 
-def new_row(nodeid: str) -> dict[str, Any]:
+def new_row(nodeid: str) -> Row:
     """An empty row for ``nodeid`` (no results yet)."""
     _, func, param = split_nodeid(nodeid)
     return {"nodeid": nodeid, "suite": suite_of(nodeid), "workload": param or func,
             "test": func, "cells": {}}
 
 
-def row_key(row: dict[str, Any]) -> tuple[str, str, str]:
+def row_key(row: Row) -> tuple[str, str, str]:
     """Rows are ordered by suite, workload, node id."""
     return row["suite"], row["workload"], row["nodeid"]
 
@@ -87,21 +88,22 @@ def _parse_name(name: str) -> tuple[str, str, str]:
     return device, series, profile or "default"
 
 
-def _column(cell: CellResults, key: str) -> dict[str, Any]:
+def _column(cell: CellResults, key: str) -> Column:
     env = cell.env or {}
     flags = mapping(env.get("env"))
     torch = mapping(env.get("torch"))
     devices = [d for d in torch.get("devices") or [] if isinstance(d, dict)]
     version = torch.get("version")
     names = list(dict.fromkeys(str(d.get("name")) for d in devices if d.get("name")))
-    counts = {o: 0 for o in outcomes.ALL}
+    counts: dict[str, int] = {o: 0 for o in outcomes.ALL}
     for rec in cell.tests.values():
         counts[rec["outcome"]] += 1
     device, series, profile = _parse_name(cell.name)
     problems = list(cell.problems)
     if torch.get("error"):
         problems.append(str(torch["error"]))
-    status = "errored" if cell.error else ("partial" if problems else "ok")
+    status: Literal["errored", "partial", "ok"] = (
+        "errored" if cell.error else ("partial" if problems else "ok"))
     return {
         "name": key,
         "cell": cell.name,
@@ -140,14 +142,14 @@ def _column(cell: CellResults, key: str) -> dict[str, Any]:
     }
 
 
-def _sort_key(col: dict[str, Any]) -> tuple[str, Version, bool, str, str]:
+def _sort_key(col: Column) -> tuple[str, Version, bool, str, str]:
     series = col["torch_series"] or ""
     return (col["device"], version_key(series),
             col["profile"] != "default", col["profile"], col["name"])
 
 
 def from_folders(folders: Iterable[Path], read: list[tuple[Path, CellResults]] | None = None
-          ) -> dict[str, Any]:
+          ) -> Grid:
     """The grid model from results folders (each ``results/<cell>/`` or a folder holding
     many); its ``baseline`` is None (see :func:`accelgrid.report.build_model`). ``read``, when
     given, gets each (folder, cell) read, for the history to add without reading again."""
@@ -165,7 +167,7 @@ def from_folders(folders: Iterable[Path], read: list[tuple[Path, CellResults]] |
         columns.append(_column(cell, key))
         by_key[key] = cell
     columns.sort(key=_sort_key)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, Row] = {}
     for col in columns:
         name = col["name"]
         for nodeid, rec in by_key[name].tests.items():
@@ -180,7 +182,8 @@ def from_folders(folders: Iterable[Path], read: list[tuple[Path, CellResults]] |
                 issue = _issue(entry.pop("issue"))
                 if issue:
                     entry["issue"] = issue
-            row["cells"][name] = entry
+            # The record's fields by name (RECORD_FIELDS are Result's), the issue normalised.
+            row["cells"][name] = cast(Result, entry)
     return {"schema": SCHEMA_VERSION, "generated": now(), "outcomes": list(outcomes.ALL),
             "columns": columns, "rows": sorted(rows.values(), key=row_key), "baseline": None,
             "notes": notes}

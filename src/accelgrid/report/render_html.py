@@ -15,6 +15,7 @@ from ..base.jsonio import dumps
 from ..base.text import one_line
 from ..results.history import ABSENT
 from ..results.history import CODE as HISTORY_CODE
+from ..results.records import Grid, Result
 from . import compare
 from ._common import templates
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
@@ -33,7 +34,7 @@ CODE = {
     outcomes.XFAILED: "x", outcomes.XPASSED: "X", outcomes.TIMEOUT: "T",
     outcomes.CRASHED: "C", outcomes.NOT_RUN: "N", outcomes.FLAKY: "K",
 }
-CHANGE_CODE = {
+CHANGE_CODE: dict[str | None, str] = {
     compare.REGRESSION: "r", compare.NEW_PASS: "n", compare.EXPECTED_FAILURE: "e",
     compare.CHANGED: "c", compare.LOST: "l", compare.NEW: "+",
 }
@@ -51,7 +52,7 @@ def _attr(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, dict[str, Any]]:
+def _html_body(model: Grid, dev_index: dict[str, int]) -> tuple[str, dict[str, Any]]:
     """The table body (built here, not in Jinja: 100k cells render 10x faster) and the
     per-cell details the page shows on click, keyed "row,column"."""
     cols = model["columns"]
@@ -112,10 +113,11 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
             tds.append(f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}{_history_html(rec)}</td>')
             if msg or rec.get("longrepr") or issue or change or outcome in outcomes.BAD \
                     or "history" in rec:
-                info = {k: rec[k] for k in ("outcome", "message", "duration", "worker",
-                                            "device", "issue", "change", "expected", "history",
-                                            "flaky", "failing_since", "last_passed")
-                        if k in rec}
+                info: dict[str, Any] = {
+                    k: rec[k] for k in ("outcome", "message", "duration", "worker", "device",
+                                        "issue", "change", "expected", "history", "flaky",
+                                        "failing_since", "last_passed")
+                    if k in rec}
                 if rec.get("longrepr"):
                     lr = str(rec["longrepr"])
                     info["longrepr"] = (lr if len(lr) <= LONGREPR_HTML_LIMIT else
@@ -131,7 +133,7 @@ def _html_body(model: dict[str, Any], dev_index: dict[str, int]) -> tuple[str, d
     return "".join(parts), details
 
 
-def _history_html(rec: dict[str, Any]) -> str:
+def _history_html(rec: Result) -> str:
     """A result's history strip (oldest first) and flaky badge, when it has them."""
     out = ""
     flaky = rec.get("flaky")
@@ -162,7 +164,7 @@ def _script_json(data: Any) -> Markup:
                   .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def render(model: dict[str, Any], nav: str | None = None) -> str:
+def render(model: Grid, nav: str | None = None) -> str:
     """grid.html: one self-contained page (inline CSS and JS, no external resources);
     ``nav``: HTML links above it (the published site's)."""
     template = templates().get_template("grid.html.j2")

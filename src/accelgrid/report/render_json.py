@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..base.jsonio import dumps
+from ..results.records import Grid, Result, Row
 
 
-def render(model: dict[str, Any]) -> str:
+def render(model: Grid) -> str:
     """grid.json: the model without tracebacks (they stay in the HTML)."""
     def dump(value: Any) -> str:
         return dumps(value, ensure_ascii=False)
@@ -15,7 +17,8 @@ def render(model: dict[str, Any]) -> str:
     # One column, row or change per line: readable and diffable, and json's C encoder
     # (indent= would fall back to the pure-Python one, 10x slower on big grids).
     out = []
-    for key, value in model.items():
+    fields: Mapping[str, Any] = model  # each key dumped by its kind, in the model's order
+    for key, value in fields.items():
         if key in ("columns", "rows") or (key == "baseline" and value):
             if key == "rows":
                 items = [_without_longrepr(r) for r in value]
@@ -34,12 +37,17 @@ def render(model: dict[str, Any]) -> str:
     return "{\n " + ",\n ".join(out) + "\n}\n"
 
 
-def _without_longrepr(row: dict[str, Any]) -> dict[str, Any]:
+def _without_longrepr(row: Row) -> Row:
     """``row`` with its results' tracebacks left out; only results that have one are
     copied (a few percent: copying all 100,000 of a big grid cost more than dumping it)."""
     cells = row["cells"]
     if not any("longrepr" in c for c in cells.values()):
         return row
-    return {**row, "cells": {k: c if "longrepr" not in c else
-                             {f: v for f, v in c.items() if f != "longrepr"}
+    return {**row, "cells": {k: c if "longrepr" not in c else _no_longrepr(c)
                              for k, c in cells.items()}}
+
+
+def _no_longrepr(result: Result) -> Result:
+    out = result.copy()
+    del out["longrepr"]
+    return out

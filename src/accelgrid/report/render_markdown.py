@@ -7,6 +7,7 @@ from typing import Any
 
 from ..base import outcomes
 from ..base.text import one_line
+from ..results.records import Column, Grid, Row
 from . import compare
 from .compare import CHANGE_LABEL, CHANGE_PLURAL
 from .history import markdown_lines as history_lines
@@ -27,7 +28,7 @@ def _md(text: Any) -> str:
     return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
-def _md_changes(model: dict[str, Any], cap: int = 100) -> list[str]:
+def _md_changes(model: Grid, cap: int = 100) -> list[str]:
     base = model["baseline"]
     if not base:
         return []
@@ -55,9 +56,9 @@ def _md_changes(model: dict[str, Any], cap: int = 100) -> list[str]:
     return out
 
 
-def _md_grid(model: dict[str, Any], rows: list[dict[str, Any]], open_bad: bool) -> list[str]:
+def _md_grid(model: Grid, rows: list[Row], open_bad: bool) -> list[str]:
     cols = model["columns"]
-    suites: dict[str, list[dict[str, Any]]] = {}
+    suites: dict[str, list[Row]] = {}
     for row in rows:
         suites.setdefault(row["suite"], []).append(row)
     head = ("| workload | test | " + " | ".join(_md(c["name"]) for c in cols) + " |\n|"
@@ -72,7 +73,7 @@ def _md_grid(model: dict[str, Any], rows: list[dict[str, Any]], open_bad: bool) 
             for c in cols:
                 rec = row["cells"].get(c["name"])
                 mark = SYMBOL[rec["outcome"]] if rec else ""
-                change = (rec or {}).get("change")
+                change = rec.get("change") if rec else None
                 if change == compare.REGRESSION:
                     mark += " **REGRESSION**"
                 elif change == compare.NEW_PASS:
@@ -88,7 +89,7 @@ def _md_grid(model: dict[str, Any], rows: list[dict[str, Any]], open_bad: bool) 
     return body
 
 
-def _md_reasons(cols: list[dict[str, Any]]) -> list[str]:
+def _md_reasons(cols: list[Column]) -> list[str]:
     """Per cell and suite: how many tests were skipped or not run, and why."""
     if not any(c.get("reasons") for c in cols):
         return []
@@ -106,13 +107,13 @@ def _md_reasons(cols: list[dict[str, Any]]) -> list[str]:
     return out + [""]
 
 
-def _interesting(row: dict[str, Any]) -> bool:
+def _interesting(row: Row) -> bool:
     return bool(row.get("lost")) or any(
         c["outcome"] in outcomes.BAD or c.get("change") not in (None, compare.UNCHANGED)
         for c in row["cells"].values())
 
 
-def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str:
+def render(model: Grid, limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str:
     """Markdown for a GitHub job summary: changes against baselines, counts per cell with
     each cell's torch build and device, then the grid, each suite folded in <details>.
     Over ``limit`` bytes it keeps only rows with a bad result or a change, then truncates."""
@@ -137,11 +138,11 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
         else:
             cells = " | ".join(str(c["counts"].get(o, 0) or "") for o in outcomes.ALL)
         if with_base:
-            b = (c["baseline"] or {}).get("counts")
+            b = c["baseline"]["counts"] if c["baseline"] else None
             cells += " | " + (", ".join(f"{b[k]} {CHANGE_LABEL[k]}" for k in CHANGE_LABEL
                                         if b[k] and k != compare.EXPECTED_FAILURE)
                               or "no change") if b else " | no baseline"
-            outside = (c["baseline"] or {}).get("outside_selection")
+            outside = c["baseline"].get("outside_selection") if c["baseline"] else None
             if outside:
                 cells += f" ({outside} outside the selection)"
         out.append(f"| {_md(c['name'])} | {_md(c['torch_build'])} | {dev} | {cells} |")
@@ -155,7 +156,7 @@ def render(model: dict[str, Any], limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str
     if checked:
         out.append("")
     for c in checked:
-        ops = c["ops_vs_predicted"]
+        ops = c["ops_vs_predicted"] or {}   # checked: there
         out.append(f"- 🔎 **{_md(c['name'])}** ops observed vs predicted: "
                    + (_md(ops["error"]) if ops.get("error") else
                       f"{ops['agree']} agree, {ops['disagree']} disagree with torch-xpu-ops "

@@ -29,6 +29,7 @@ from ..base.errors import AccelgridError
 from ..ops import xpu_prediction
 from ..results.cellresults import discover
 from ..results.history import BAD_CODES
+from ..results.records import Column, Grid, Row
 from . import (
     build_model,
     history,
@@ -89,7 +90,7 @@ def _nav(prefix: str, ops_here: bool) -> str:
     return " · ".join(f'<a href="{prefix}{href}">{label}</a>' for href, label in links)
 
 
-def _cell_page(col: dict[str, Any], model: dict[str, Any], nav: str, ops_cells: set[str]
+def _cell_page(col: Column, model: Grid, nav: str, ops_cells: set[str]
                ) -> str:
     name = col["name"]
     parts = [f"<p>status: <b>{_e(col['status'])}</b>"
@@ -157,7 +158,7 @@ def _cell_page(col: dict[str, Any], model: dict[str, Any], nav: str, ops_cells: 
     return _page(f"accelgrid: {name}", nav, "\n".join(parts))
 
 
-def _suite_page(suite: str, rows: list[dict[str, Any]], cols: list[dict[str, Any]],
+def _suite_page(suite: str, rows: list[Row], cols: list[Column],
                 nav: str) -> str:
     parts = ["<p>Each test's last runs per cell, oldest first. Cells where it passed every "
              "run are counted, not drawn.</p>", "<table><tr><th>test</th><th>history</th></tr>"]
@@ -192,7 +193,7 @@ class Site:
     """What :func:`publish` wrote."""
 
     out: Path
-    model: dict[str, Any]
+    model: Grid
     pages: int
     notes: list[str] = field(default_factory=list)
     added: list[Any] | None = None
@@ -244,7 +245,7 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
         (out / "cells" / f"{slug(col['name'])}.html").write_text(
             _cell_page(col, model, nav, ops_cells), encoding="utf-8")
         pages += 1
-    suites: dict[str, list[dict[str, Any]]] = {}
+    suites: dict[str, list[Row]] = {}
     for row in model["rows"]:
         suites.setdefault(row["suite"], []).append(row)
     (out / "tests").mkdir()

@@ -9,10 +9,13 @@ runner's summary and the grids. Standard library only (read beside the results).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import outcomes
 from . import suite_of
+
+if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
+    from .records import Outcome, Reason, TestRecord
 
 # The outcomes whose reasons are grouped: a test that did not run, and why.
 GROUPED = (outcomes.SKIPPED, outcomes.NOT_RUN)
@@ -25,18 +28,18 @@ def _reason(rec: Mapping[str, Any]) -> str:
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"
 
 
-def group(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def group(records: Iterable[TestRecord]) -> list[Reason]:
     """``[{"suite", "outcome", "reason", "count"}]`` over the skipped and not-run records
     (one per test): suites in the order they first appear, skipped before not-run, the
     most frequent reason first."""
-    counts: dict[tuple[str, str, str], int] = {}
+    counts: dict[tuple[str, Outcome, str], int] = {}
     suites: dict[str, int] = {}
     for rec in records:
         if rec.get("outcome") not in GROUPED:
             continue
         suite = suite_of(str(rec.get("nodeid") or ""))
         suites.setdefault(suite, len(suites))
-        key = (suite, str(rec["outcome"]), _reason(rec))
+        key = (suite, rec["outcome"], _reason(rec))
         counts[key] = counts.get(key, 0) + 1
     order = sorted(counts, key=lambda k: (suites[k[0]], GROUPED.index(k[1]), -counts[k], k[2]))
     return [{"suite": s, "outcome": o, "reason": r, "count": counts[(s, o, r)]}

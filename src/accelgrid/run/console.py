@@ -25,6 +25,7 @@ from ..base import contract, jsonio, outcomes
 from ..results import reasons
 
 if TYPE_CHECKING:
+    from ..results.records import TestRecord
     from .passes import Pass
 
 HEARTBEAT_S = 60.0   # a suite still running gets a line this often (if it advanced)
@@ -165,7 +166,7 @@ class Progress:
                 self.shown[suite], self.shown_at[suite] = state, now
 
 
-def summary_lines(summary: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]],
+def summary_lines(summary: Mapping[str, Any], records: Mapping[str, TestRecord],
                   folder: Path, log: Path) -> list[str]:
     """The end of a run: counts (and what not-run means, when there are any), why tests
     did not run grouped per suite, the tests that failed, and where the full report is."""
