@@ -529,3 +529,54 @@ def test_ops_outside_aten_are_not_rows() -> None:
         with torch.profiler.record_function("step"):
             torch.ones(2) * 2
     assert set(cap.report()["ops"]) == {"aten::ones.default", "aten::mul.Tensor"}
+
+
+@pytest.mark.parametrize("opts_out", [True, False], ids=["capture", "plant-default-mode"])
+def test_a_fullgraph_compile_runs_under_capture(monkeypatch, opts_out: bool) -> None:
+    """torchao's low-bit optimizers compile their step with fullgraph=True: under a mode
+    that keeps TorchDispatchMode's default, dynamo skips the frame and the compile raises
+    (every optimizer test failed so in the op-capture cell). The capture's mode opts out
+    of compile internals: the compiled graph runs, its calls counted as it runs them. The
+    plant: the same mode with the default back fails as the cell did."""
+    import torch._dynamo
+
+    if not opts_out:
+        made = opcapture._make_mode_class
+
+        def default_mode() -> type:
+            class Default(made()):
+                @classmethod
+                def ignore_compile_internals(cls) -> bool:
+                    return False
+            return Default
+        monkeypatch.setattr(opcapture, "_make_mode_class", default_mode)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="eager")
+    x = torch.randn(4)
+    with opcapture.OpCapture("cpu") as cap:
+        if not opts_out:
+            with pytest.raises(RuntimeError, match="found no compiled frames"):
+                compiled(x)
+            return
+        y = compiled(x)
+    assert torch.equal(y, step(x))
+    assert {"aten::relu.default", "aten::mul.Tensor"} <= set(cap.report()["ops"])
+
+
+def test_a_step_that_raised_leaves_no_optimizer_phase_behind() -> None:
+    # Seen in the op-capture cell: after the low-bit optimizers' steps raised, the next
+    # tests' _scaled_mm and _grouped_mm were counted as optimizer ops.
+    class Raising(torch.optim.SGD):
+        def step(self, closure=None):  # noqa: ANN001, ANN201 (Optimizer.step's signature)
+            raise RuntimeError("the step fails")
+
+    opt = Raising([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+    with opcapture.OpCapture("cpu"), pytest.raises(RuntimeError, match="the step fails"):
+        opt.step()
+    with opcapture.OpCapture("cpu") as cap:
+        torch.relu(torch.ones(2))
+    assert cap.report()["ops"]["aten::relu.default"]["phases"] == {"forward": 1}

@@ -365,6 +365,7 @@ def test_recorded_properties_land_in_the_test_record(mini_project, python) -> No
         "    request.node.user_properties.append(('peak_gib', 1.5))\n"
         "    request.node.user_properties.append(('flags', {'A': '1'}))\n"
         "    request.node.user_properties.append(('odd', {3}))\n"
+        "    request.node.user_properties.append(('diverged', float('nan')))\n"
         "def test_facts_then_skip(request):\n"
         "    request.node.user_properties.append(('has_fp64', False))\n"
         "    pytest.skip('no fp64')\n")
@@ -374,6 +375,7 @@ def test_recorded_properties_land_in_the_test_record(mini_project, python) -> No
     props = by["test_facts"]["properties"]
     assert props["peak_gib"] == 1.5 and props["flags"] == {"A": "1"}
     assert props["odd"] == "{3}"   # a set: not JSON, kept as its repr
+    assert props["diverged"] == "nan"  # JSON has no NaN: its repr, not a null
     assert by["test_facts_then_skip"]["outcome"] == "skipped"
     assert by["test_facts_then_skip"]["properties"] == {"has_fp64": False}
 

@@ -193,6 +193,7 @@ from accelgrid.base.outcomes import not_run
 
 def test_pass(record_property):
     record_property("fact", 1)
+    record_property("kernels", ["flash_cpu"])
 
 def test_fail():
     assert 1 == 2, "one is not two"
@@ -245,6 +246,10 @@ def test_a_real_runs_files_and_its_grid_match_the_schemas(mini_project, python,
     assert code == 3
     grid = _validate_grid(out)
     assert grid["baseline"]["regressions"] == 1 and grid["lost"][0]["cell"] == "cpu-2.6"
+    # What the test recorded, in its result (docs/grid-schema.md).
+    passed = next(r for r in grid["rows"] if r["test"] == "test_pass")["cells"]["cpu-2.13"]
+    assert passed["properties"] == {"fact": 1, "kernels": ["flash_cpu"]}
+    assert "| ✅ `flash_cpu` |" in (out / "grid.md").read_text()
 
 
 def test_grids_of_every_column_state_match_the_schema(tmp_path: Path) -> None:

@@ -274,9 +274,12 @@ def test_predicted_pages_of_the_h200_capture(tmp_path: Path) -> None:
         assert f"| {s} | release/{s} @ {doc['releases'][s]['commit'][:12]} | {row} |" in md
     # linspace: on release/2.5's fallback list, a composite of PyTorch's own from 2.6.
     assert "| `aten::linspace.default` | fallback | decomposed | decomposed | 2.6 |" in md
-    # CUDA's own attention kernel: routed, never missing, whatever the series.
+    # CUDA's own attention kernel: routed, never missing, whatever the series; beside it
+    # what XPU calls instead in that series (the math path, flash attention from 2.10).
+    math = "routed: cuda → aten::_scaled_dot_product_attention_math: decomposed"
     assert ("| `aten::_scaled_dot_product_efficient_attention_backward.default` | "
-            "routed: cuda | routed: cuda | routed: cuda |  |") in md
+            f"{math} | {math} | routed: cuda → "
+            "aten::_scaled_dot_product_flash_attention_backward: native |  |") in md
     assert "## torch 2.5 for XPU (release/2.5 @ 7e3d00acea9f)" in md
     c = doc["counts"]["2.13"]
     assert (f"## torch 2.13 for XPU (release/2.13 @ 21172da81103)\n\n{c['native']} native, "

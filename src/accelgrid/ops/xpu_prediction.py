@@ -42,12 +42,13 @@ op O and series X.Y (:func:`classify`):
    torch-xpu-ops data (the date of that data is said, :func:`data_horizon`).
 
 Ops the capturing device routes to itself (CPU's ``_scaled_dot_product_flash_attention_
-for_cpu``, CUDA's efficient/flash/cuDNN attention and ``cudnn_batch_norm``) get their own
-class, ``routed: cpu`` / ``routed: cuda``, never ``missing``; where the op XPU calls
-instead is known (``cudnn_batch_norm`` -> ``native_batch_norm``; SDPA -> the fused op
-with an XPU key in that release's yaml: flash attention from 2.10, the overrideable op
-from 2.7, before it the math path), that op is classified too (:func:`predict_detail`)
-and stands for it against the seed's rows.
+for_cpu`` and ``_weight_int4pack_mm_for_cpu``, CUDA's efficient/flash/cuDNN attention and
+``cudnn_batch_norm``) get their own class, ``routed: cpu`` / ``routed: cuda``, never
+``missing``; where the op XPU calls instead is known (``cudnn_batch_norm`` ->
+``native_batch_norm``; ``_weight_int4pack_mm_for_cpu`` -> ``_weight_int4pack_mm``; SDPA ->
+the fused op with an XPU key in that release's yaml: flash attention from 2.10, the
+overrideable op from 2.7, before it the math path), that op is classified too
+(:func:`predict_detail`) and stands for it against the seed's rows.
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ FOREACH_COMPOSITES = "pytorch/pytorch#127412 (#127623, merged 2024-06-01)"
 ROUTED: dict[str, tuple[str, str | None]] = {
     "_scaled_dot_product_flash_attention_for_cpu": ("cpu", "sdpa"),
     "_scaled_dot_product_flash_attention_for_cpu_backward": ("cpu", "sdpa_backward"),
+    # int4 weight-only: the CPU's own packing and matmul, split from the ops every other
+    # device (XPU too) calls by pytorch/pytorch#139611 ("Split int4wo weight packing").
+    "_convert_weight_to_int4pack_for_cpu": ("cpu", "_convert_weight_to_int4pack"),
+    "_weight_int4pack_mm_for_cpu": ("cpu", "_weight_int4pack_mm"),
     "_scaled_dot_product_efficient_attention": ("cuda", "sdpa"),
     "_scaled_dot_product_efficient_attention_backward": ("cuda", "sdpa_backward"),
     "_scaled_dot_product_flash_attention": ("cuda", "sdpa"),

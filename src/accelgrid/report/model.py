@@ -34,7 +34,10 @@ from ..results.provenance import now
 from ..results.records import Column, Grid, Result, Row
 
 SCHEMA_VERSION = 2
-RECORD_FIELDS = ("outcome", "message", "duration", "worker", "device", "issue", "longrepr")
+# ``properties``: what the test recorded, bounded and redacted when read
+# (:func:`accelgrid.results.clean_properties`); an empty mapping is left out.
+RECORD_FIELDS = ("outcome", "message", "duration", "worker", "device", "issue", "longrepr",
+                 "properties")
 ISSUE_RE = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
 
 
@@ -174,7 +177,7 @@ def from_folders(folders: Iterable[Path], read: list[tuple[Path, CellResults]] |
             row = rows.get(nodeid)
             if row is None:
                 row = rows[nodeid] = new_row(nodeid)
-            entry = {k: v for k in RECORD_FIELDS if (v := rec.get(k)) is not None and v != ""}
+            entry = {k: v for k in RECORD_FIELDS if (v := rec.get(k)) not in (None, "", {})}
             duration = entry.get("duration")
             if isinstance(duration, float):
                 entry["duration"] = round(duration, 4)

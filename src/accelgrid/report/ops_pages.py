@@ -305,6 +305,15 @@ def _series_label(doc: dict[str, Any], series: str) -> str:
     return f"{rel['branch']} @ {rel['commit'][:12]}"
 
 
+def _predicted_cell(entry: dict[str, Any], series: str) -> tuple[str, str]:
+    """(status class, text) of an op's prediction for ``series``; a routed op's text names
+    the op XPU calls instead and its status (``routed: cpu → aten::_weight_int4pack_mm:
+    native``)."""
+    status = entry["predicted"][series]
+    calls = (entry.get("xpu_calls") or {}).get(series)
+    return status, (f"{status} → {calls}" if calls else status)
+
+
 def _predicted_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]], str]]:
     """(heading, header, rows, note) for each table of ops-predicted.md/.html."""
     order, wls = doc["series"], doc["workloads"]
@@ -320,12 +329,12 @@ def _predicted_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[li
     tables.append((
         "Op x series: where each op stopped falling back or being missing",
         ["op", *order, "no longer falls back / missing from"],
-        [[op, *((e["predicted"][s], e["predicted"][s]) for s in order),
+        [[op, *(_predicted_cell(e, s) for s in order),
           ((fixed[op] or "not yet") if op in fixed else "")] for op, e in bad.items()],
         f"Ops native or decomposed in every series are left out "
         f"({len(doc['ops']) - len(bad)} of {len(doc['ops'])}; ops-predicted.json has them)."))
     for s in order:
-        rows = [[op, (e["predicted"][s], e["predicted"][s]), e["captured"] or "",
+        rows = [[op, _predicted_cell(e, s), e["captured"] or "",
                  *(str(e["workloads"].get(w, "")) for w in wls)]
                 for op, e in doc["ops"].items() if e["predicted"][s] not in OK_STATUSES]
         c = doc["counts"][s]

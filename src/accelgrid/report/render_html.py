@@ -100,9 +100,11 @@ def _html_body(model: Grid, dev_index: dict[str, int]) -> tuple[str, dict[str, A
             msg = rec.get("message")
             device = rec.get("device") or ""
             on = f"[{device}] " if ":" in device else ""  # a pinned worker's device
-            if msg or change or on:
+            props = rec.get("properties")
+            if msg or change or on or props:
                 tip = on + (f"{CHANGE_LABEL[change]} (baseline: {rec.get('expected', '—')}) "
-                            if change else "") + one_line(msg, MESSAGE_TITLE_LIMIT)
+                            if change else "") + one_line(msg or properties_text(props),
+                                                          MESSAGE_TITLE_LIMIT)
                 title = f' title="{_attr(tip.strip())}"'
             link = ""
             issue = rec.get("issue")
@@ -112,11 +114,11 @@ def _html_body(model: Grid, dev_index: dict[str, int]) -> tuple[str, dict[str, A
                         f'title="{_attr(issue.get("title") or issue["id"])}">#{_attr(label)}</a>')
             tds.append(f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}{_history_html(rec)}</td>')
             if msg or rec.get("longrepr") or issue or change or outcome in outcomes.BAD \
-                    or "history" in rec:
+                    or "history" in rec or "properties" in rec:
                 info: dict[str, Any] = {
                     k: rec[k] for k in ("outcome", "message", "duration", "worker", "device",
                                         "issue", "change", "expected", "history", "flaky",
-                                        "failing_since", "last_passed")
+                                        "failing_since", "last_passed", "properties")
                     if k in rec}
                 if rec.get("longrepr"):
                     lr = str(rec["longrepr"])
@@ -131,6 +133,19 @@ def _html_body(model: Grid, dev_index: dict[str, int]) -> tuple[str, dict[str, A
                      f'<td class="test" title="{_attr(row["nodeid"])}">{label}</td>'
                      + "".join(tds) + "</tr>\n")
     return "".join(parts), details
+
+
+def properties_text(props: dict[str, Any] | None) -> str:
+    """A result's recorded properties on one line (``kernels: flash_cpu; state_ratio:
+    0.26``): the hover text of a result without a message."""
+    def value(v: Any) -> str:
+        if isinstance(v, list):
+            return ", ".join(map(str, v))
+        if isinstance(v, dict):
+            return " ".join(f"{k}={x}" for k, x in v.items())
+        return str(v)
+
+    return "; ".join(f"{k}: {value(v)}" for k, v in (props or {}).items())
 
 
 def _history_html(rec: Result) -> str:

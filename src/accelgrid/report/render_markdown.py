@@ -22,6 +22,9 @@ SYMBOL = {
 _SYMBOL_BYTES = {o: min(len(s.encode()), len("lost")) for o, s in SYMBOL.items()}
 GITHUB_SUMMARY_LIMIT = 1024 * 1024  # bytes GitHub takes per step; grid.md keeps to half
 MAX_REASONS = 40   # reason rows per cell in "Why tests did not run"; the rest are counted
+# Recorded properties grid.md shows beside a result's symbol: a few words that read at a
+# glance (the attention kernel that ran); numbers stay in grid.html and grid.json.
+MD_PROPERTIES = ("kernels",)
 
 
 def _md(text: Any) -> str:
@@ -82,11 +85,25 @@ def _md_grid(model: Grid, rows: list[Row], open_bad: bool) -> list[str]:
                     mark = "lost"
                 if rec and rec.get("issue") and rec["issue"].get("url"):
                     mark += f" [{_md(rec['issue']['id'])}]({rec['issue']['url']})"
+                if rec and rec.get("properties"):
+                    mark += _md_properties(rec["properties"])
                 cells.append(mark)
             test = row["test"] if row["test"] != row["workload"] else ""
             body.append(f"| {_md(row['workload'])} | {_md(test)} | " + " | ".join(cells) + " |")
         body += ["", "</details>", ""]
     return body
+
+
+def _md_properties(props: dict[str, Any]) -> str:
+    """The :data:`MD_PROPERTIES` of a result, each as short code text (`` `flash_cpu` ``)."""
+    out = ""
+    for name in MD_PROPERTIES:
+        value = props.get(name)
+        if value is None or value == []:
+            continue
+        text = "+".join(map(str, value)) if isinstance(value, list) else str(value)
+        out += f" `{_md(one_line(text, 40)).replace('`', '')}`"
+    return out
 
 
 def _md_reasons(cols: list[Column]) -> list[str]:

@@ -41,7 +41,7 @@ import stat
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -285,9 +285,83 @@ class RecordFile:
 
 # A record's fields as the reports use them: name -> accepted types (None always is).
 _TEXT_FIELDS = ("message", "longrepr", "output", "worker", "device", "cell", "when", "pass")
-_FIELD_CHECKS = frozenset((*_TEXT_FIELDS, "duration", "issue"))
+_FIELD_CHECKS = frozenset((*_TEXT_FIELDS, "duration", "issue", "properties"))
 _PLAIN_TEXT = frozenset(_TEXT_FIELDS) - {"message", "longrepr", "output"}  # kept as they are
+
+
+# What a test records (``properties``) as readers get it: every grid result carries it,
+# so a test (untrusted input) cannot make a grid big or unreadable.
+MAX_PROPERTIES = 32        # names per test, the last saying how many more were dropped
+MAX_PROPERTY_NAME = 64     # characters of a name
+MAX_PROPERTY_TEXT = 200    # characters of a text value (a kernel's name, a flag)
+MAX_PROPERTY_ITEMS = 16    # items of a list or mapping value (the kernels seen), likewise
+_CUT = "…"
+_BIG_INT = 2 ** 63  # an int past this is text (JSON readers lose its digits)
+
+
+def _property_name(name: Any, redact: Callable[[str], str]) -> str:
+    key = redact(safe_text(str(name)))
+    return key if len(key) <= MAX_PROPERTY_NAME else key[:MAX_PROPERTY_NAME - 1] + _CUT
+
+
+def _property_scalar(value: Any, redact: Callable[[str], str]) -> Any:
+    """A property's scalar as readers get it: text redacted and cut, a non-finite float
+    as its text (JSON has no NaN: ``nan`` says more than null), anything else (a nested
+    list or mapping) as its compact JSON text."""
+    if value is None or isinstance(value, bool) or (
+            isinstance(value, int) and -_BIG_INT < value < _BIG_INT):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    text = redact(value if isinstance(value, str) else
+                  safe_dumps(value, separators=(",", ":"), sort_keys=True))
+    return text if len(text) <= MAX_PROPERTY_TEXT else text[:MAX_PROPERTY_TEXT - 1] + _CUT
+
+
+def clean_properties(value: dict[Any, Any], redact: Callable[[str], str] = redact_text
+                     ) -> dict[str, Any]:
+    """A record's ``properties`` bounded and redacted (names too): at most
+    :data:`MAX_PROPERTIES` names of :data:`MAX_PROPERTY_NAME` characters; each value a
+    number, a bool, null, a text of :data:`MAX_PROPERTY_TEXT` characters, or a list or
+    mapping of :data:`MAX_PROPERTY_ITEMS` of those. Past a count, the last entry (``…``)
+    says how many more were not kept; a cut text ends in ``…``. Nothing here makes a
+    column partial: the test's result stands, only what it recorded is shortened."""
+    out: dict[str, Any] = {}
+    for name, item in _at_most(list(value.items()), MAX_PROPERTIES):
+        key = _property_name(name, redact)
+        if isinstance(item, (list, tuple)):
+            out[key] = [_property_scalar(v, redact) for v in
+                        _at_most(list(item), MAX_PROPERTY_ITEMS, _CUT)]
+        elif isinstance(item, dict):
+            out[key] = {_property_name(k, redact): _property_scalar(v, redact)
+                        for k, v in _at_most(list(item.items()), MAX_PROPERTY_ITEMS)}
+        else:
+            out[key] = _property_scalar(item, redact)
+    return out
+
+
+def _at_most(items: list[Any], limit: int, mark: Any = None) -> list[Any]:
+    """``items`` when there are ``limit`` or fewer; else the first ``limit - 1`` and one
+    saying how many more were dropped (``mark``, default a ``(…, text)`` pair)."""
+    if len(items) <= limit:
+        return items
+    more = f"{len(items) - limit + 1} more not kept"
+    return [*items[:limit - 1], f"{mark} {more}" if mark else (_CUT, more)]
+
+
 MAX_NODEID = 64 * 1024  # a parametrized id may run to thousands of characters
+
+
+def _cached_redact(redacted: dict[str, str] | None) -> Callable[[str], str]:
+    """:func:`redact_text` remembering its results in ``redacted`` (when given): the same
+    texts recur across a file's records."""
+    if redacted is None:
+        return redact_text
+
+    def redact(text: str) -> str:
+        done = redacted.get(text)
+        return done if done is not None else redacted.setdefault(text, redact_text(text))
+    return redact
 
 
 def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | None = None
@@ -320,6 +394,13 @@ def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | Non
             if not isinstance(value, (str, dict)):
                 del rec[name]
                 notes.append(f"{where}: issue of {nodeid[:200]} is a {json_kind(value)}; dropped")
+        elif name == "properties":
+            if isinstance(value, dict):
+                rec[name] = clean_properties(value, _cached_redact(redacted))
+            else:
+                del rec[name]
+                notes.append(f"{where}: properties of {nodeid[:200]} are a "
+                             f"{json_kind(value)}; dropped")
         elif isinstance(value, str):
             if name in ("message", "longrepr", "output"):  # test output may print a token
                 if redacted is None:

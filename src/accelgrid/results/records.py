@@ -21,7 +21,8 @@ from ..base.outcomes import Outcome
 
 __all__ = [
     "SCHEMA_FILES", "Baseline", "Change", "Column", "ColumnBaseline", "Env", "Grid",
-    "IssueRef", "LostCell", "Outcome", "PassEntry", "PassTiming", "Reason", "Result", "Row",
+    "IssueRef", "LostCell", "Outcome", "PassEntry", "PassTiming", "PropertyScalar",
+    "PropertyValue", "Reason", "Result", "Row",
     "Summary", "TestRecord", "TorchFacts", "load_schema",
 ]
 
@@ -207,6 +208,12 @@ class Column(TypedDict, total=False):
     history: dict[str, Any]        # with --history (docs/history.md)
 
 
+# A recorded property's value in a grid (:func:`accelgrid.results.clean_properties`):
+# a number, a bool, null, a short text, or a short list or mapping of those.
+PropertyScalar = str | int | float | bool | None
+PropertyValue = PropertyScalar | list[PropertyScalar] | dict[str, PropertyScalar]
+
+
 class Result(TypedDict, total=False):
     """One test in one column (``rows[].cells[column]``)."""
 
@@ -217,6 +224,7 @@ class Result(TypedDict, total=False):
     device: str
     issue: IssueRef
     longrepr: str                  # in the model for grid.html; never in grid.json
+    properties: dict[str, PropertyValue]  # what the test recorded, bounded
     change: str
     expected: str
     history: str

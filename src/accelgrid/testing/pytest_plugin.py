@@ -81,9 +81,10 @@ def _message(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """``value`` if JSON can hold it as it is, else its ``repr``."""
+    """``value`` if JSON can hold it as it is, else its ``repr``: a NaN (a diverged
+    error a test records) too, which the record's JSON would turn into null."""
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return repr(value)
     return value
