@@ -309,3 +309,56 @@ def test_predicted_pages_of_the_h200_capture(tmp_path: Path) -> None:
             f"({round(100 * agree / len(judged))} %)") in with_seed
     assert "| `aten::linspace.out` | explicit (fallback) | aten::linspace.default | fallback " \
            "| yes | agree |" in with_seed
+
+
+# The cpu-2.13-op-capture cell's capture of the attention and low-bit suites (docs/cpu).
+NEW_SUITES_CAPTURE = (Path(__file__).resolve().parents[1] / "docs" / "cpu"
+                      / "ops-cpu-2.13-op-capture-attention-lowbit.json")
+
+
+def test_predicted_pages_name_the_new_suites_ops_per_series(tmp_path: Path) -> None:
+    """``accelgrid ops predict`` on the capture of the attention and low-bit suites: the
+    FP8 and grouped GEMMs, the int4-packed matmul and SDPA's fused ops, each with its
+    status per XPU series, and for the CPU's own ops the op XPU calls instead."""
+    from accelgrid import cli
+
+    out = tmp_path / "pred"
+    assert cli.main(["ops", "predict", str(NEW_SUITES_CAPTURE), "--series", "2.4", "--series",
+                     "2.8", "--series", "2.13", "--out", str(out)]) == 0
+    md = (out / "ops-predicted.md").read_text()
+    grid = md.split("## Op x series")[1].split("\n## ")[0]
+
+    def row(op: str, *cells: str) -> str:
+        return f"| `aten::{op}.default` | " + " | ".join(cells) + " |"
+
+    def routed(xpu_op: str, status: str) -> str:
+        return f"routed: cpu → aten::{xpu_op}: {status}"
+
+    # _scaled_mm: on torch-xpu-ops' fallback list, no CPU kernel in 2.4's yaml; an XPU key
+    # of PyTorch's own by 2.13.
+    assert row("_scaled_mm", "fallback -&gt; error", "fallback", "native", "2.13") in grid
+    # _grouped_mm: not in 2.4's yaml, no XPU kernel in 2.8 (#1574), composite from 2.9.
+    assert row("_grouped_mm", "unknown", "missing", "decomposed", "2.13") in grid
+    # The CPU's int4 ops stand for _weight_int4pack_mm / _convert_weight_to_int4pack.
+    assert row("_weight_int4pack_mm_for_cpu", routed("_weight_int4pack_mm", "missing"),
+               routed("_weight_int4pack_mm", "native"),
+               routed("_weight_int4pack_mm", "native"), "") in grid
+    # SDPA: the math path on 2.4, the overrideable fused op on 2.8, flash on 2.13.
+    assert row("_scaled_dot_product_flash_attention_for_cpu",
+               routed("_scaled_dot_product_attention_math", "decomposed"),
+               routed("_scaled_dot_product_fused_attention_overrideable", "native"),
+               routed("_scaled_dot_product_flash_attention", "native"), "") in grid
+    # Per series, with their calls per workload (attention, lowbit).
+    per_24 = md.split("## torch 2.4 for XPU")[1].split("\n## ")[0]
+    assert row("_weight_int4pack_mm_for_cpu", routed("_weight_int4pack_mm", "missing"),
+               "native", "", "4") in per_24
+    assert row("_scaled_dot_product_flash_attention_for_cpu",
+               routed("_scaled_dot_product_attention_math", "decomposed"), "native", "27",
+               "") in per_24
+    page = _Tables((out / "ops-predicted.html").read_text())
+    assert [("op", "aten::_scaled_mm.default"), ("fallback -> error", "fallback -> error"),
+            ("fallback", "fallback"), ("native", "native"), ("", "2.13")] in page.rows
+    doc = json.loads((out / "ops-predicted.json").read_text())
+    assert doc["ops"]["aten::_weight_int4pack_mm_for_cpu.default"]["xpu_calls"] == {
+        "2.4": "aten::_weight_int4pack_mm: missing", "2.8": "aten::_weight_int4pack_mm: native",
+        "2.13": "aten::_weight_int4pack_mm: native"}
