@@ -176,9 +176,13 @@ decided):
    every op of a series past the last torch-xpu-ops data ({branch}, {date}).
 
 Ops the capturing device routes to itself are never `missing`: they get `routed: cpu`
-(`_scaled_dot_product_flash_attention_for_cpu*`) or `routed: cuda` (efficient, flash and
-cuDNN attention, `cudnn_batch_norm*`, MIOpen), with the op XPU calls instead where it is
-known: `native_batch_norm*` for cuDNN batch norm; for SDPA the fused op that has an
+(`_scaled_dot_product_flash_attention_for_cpu*`, the int4 weight-only
+`_weight_int4pack_mm_for_cpu` and `_convert_weight_to_int4pack_for_cpu`) or `routed: cuda`
+(efficient, flash and cuDNN attention, `cudnn_batch_norm*`, MIOpen), with the op XPU calls
+instead where it is known, which `accelgrid ops predict`'s pages name beside the class
+(`routed: cpu → aten::_weight_int4pack_mm: native`): `native_batch_norm*` for cuDNN batch
+norm; `_weight_int4pack_mm` and `_convert_weight_to_int4pack` for the CPU's int4 ops (split
+from those for the CPU alone by pytorch/pytorch#139611); for SDPA the fused op that has an
 `XPU:` key in that release's yaml: `_scaled_dot_product_flash_attention*` from 2.10,
 `_scaled_dot_product_fused_attention_overrideable` from 2.7 (its backward has no XPU key
 there: the math path's), before 2.7 the math path (`_scaled_dot_product_attention_math`, a
