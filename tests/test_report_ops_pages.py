@@ -316,6 +316,16 @@ NEW_SUITES_CAPTURE = (Path(__file__).resolve().parents[1] / "docs" / "cpu"
                       / "ops-cpu-2.13-op-capture-attention-lowbit.json")
 
 
+def test_the_op_capture_cells_capture_the_new_suites() -> None:
+    # The capture above is one of these cells' runs; compile has a profile of its own
+    # (matrix.yaml: its cold compiles), captured only on request.
+    from accelgrid.config.matrix import load_matrix
+
+    matrix = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
+    for name in ("cpu-2.13-op-capture", "cuda-2.11-op-capture"):
+        assert {"attention", "lowbit"} <= set(matrix.cell(name).suites), name
+
+
 def test_predicted_pages_name_the_new_suites_ops_per_series(tmp_path: Path) -> None:
     """``accelgrid ops predict`` on the capture of the attention and low-bit suites: the
     FP8 and grouped GEMMs, the int4-packed matmul and SDPA's fused ops, each with its
