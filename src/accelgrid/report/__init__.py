@@ -23,6 +23,7 @@ from ..base import outcomes
 from ..base.errors import AccelgridError, Regression
 from ..base.jsonio import mapping, refuse_symlink, write_text
 from ..results import junit
+from ..results.cellresults import INCOMPLETE_PREFIX
 from ..results.records import Change, Grid, LostCell
 from . import compare, history, model, render_html, render_json, render_markdown
 from . import expect as lost_cells
@@ -118,11 +119,19 @@ class GridReport:
         out += [f"LOST {lost['cell']}: {lost['why']}" for lost in self.lost]
         return out
 
-    def check(self) -> None:
+    @property
+    def incomplete(self) -> list[str]:
+        """``cell: why`` for each column whose run recorded less than it collected."""
+        return [f"{col['name']}: {p.removeprefix(INCOMPLETE_PREFIX)}"
+                for col in self.model["columns"] for p in col.get("problems") or ()
+                if p.startswith(INCOMPLETE_PREFIX)]
+
+    def check(self, allow_incomplete: bool = False) -> None:
         """Raise AccelgridError when no results folder was found, Regression (exit 3) on
         any regression against the baselines, AccelgridError (exit 1) when a selected
         run's column compared none of its baseline's tests (everything selected is gone,
-        or the selection holds only new tests: the gate checked nothing)."""
+        or the selection holds only new tests: the gate checked nothing), and (exit 1)
+        when a column's run is incomplete, unless ``allow_incomplete``."""
         if not self.model["columns"]:
             raise AccelgridError("no results folders found in "
                                  + " ".join(str(p) for p in self.folders))
@@ -138,6 +147,10 @@ class GridReport:
         if empty:
             raise AccelgridError(f"{', '.join(empty)}: a selected run that recorded none of "
                                  "its baseline's tests: nothing was compared")
+        if self.incomplete and not allow_incomplete:
+            raise AccelgridError("incomplete run(s), tests collected with no record: "
+                                 + "; ".join(self.incomplete)
+                                 + " (--allow-incomplete to accept them)")
 
 
 def with_history(grid_model: Grid, read: list[Any], db: Path | None,

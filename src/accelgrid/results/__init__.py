@@ -636,6 +636,8 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
             "duration": time.time() - info["start"] if info.get("start") else None}))
         seen.add(nodeid)
     collected, _ = read_json(results / contract.COLLECTED_FILE)
+    incomplete = incompleteness(collected if isinstance(collected, list) else None, seen,
+                                (env or {}).get("passes"))
     for nodeid in collected or []:
         if nodeid not in seen:
             append_record(results / contract.TESTS_FILE, stamped(
@@ -663,8 +665,35 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
             # RUN_FIELDS are Summary's keys, named through a tuple mypy cannot follow.
             summary[key] = run[key] if key in run else (env or {})[key]  # type: ignore[literal-required]
     summary["partial"] = bool(summary.get("selection"))
+    if incomplete:
+        summary["incomplete"] = incomplete
     write_json(results / contract.SUMMARY_FILE, summary)
     return summary
+
+
+FIRST_UNRECORDED = 3  # unrecorded test ids an incomplete run names
+
+
+def incompleteness(collected: list[Any] | None, recorded: set[str],
+                   passes: Any) -> str | None:
+    """Why a run is incomplete, or None when it is complete: every test its pytest
+    collected has a record (a crashed test's counts). ``collected``: collected.json (None
+    when absent: no pytest of the run got through collection with the recorder loaded,
+    e.g. the plugin was not loaded or the test processes died importing a file);
+    ``passes``: env.json's (absent too when the recorder never started)."""
+    if collected is None:
+        if not passes:
+            return ("the recorder never ran (no env.json, no collected.json): pytest ran "
+                    "without the accelgrid plugin")
+        return ("no collection was recorded (no collected.json): the test processes died "
+                "before they finished collecting (a test file that ends its process at "
+                "import?); pytest's log says which")
+    missing = [str(i) for i in collected if str(i) not in recorded]
+    if not missing:
+        return None
+    return (f"{len(missing)} of the {len(collected)} collected tests have no record: "
+            + ", ".join(missing[:FIRST_UNRECORDED])
+            + (", ..." if len(missing) > FIRST_UNRECORDED else ""))
 
 
 def last_outcomes(records: list[TestRecord]) -> dict[str, TestRecord]:

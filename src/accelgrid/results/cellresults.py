@@ -172,6 +172,9 @@ def load_cell(path: Path) -> CellResults:
     cell.tests = last_outcomes(records)
     if cell.env and cell.env.get("status") == "running" and not cell.env.get("end"):
         cell.problems.append("the run never finished (killed?): results are partial")
+    summary, _ = read_json(path / contract.SUMMARY_FILE)
+    if isinstance(summary, dict) and summary.get("incomplete"):
+        cell.problems.append(INCOMPLETE_PREFIX + str(summary["incomplete"]))
     if run.get("selection"):
         cell.problems.append(f"a selected run (pytest {' '.join(run['selection'])}), "
                              "not the whole cell")
@@ -197,6 +200,11 @@ def _links_out(path: Path) -> dict[str, str]:
         if top != target and top not in target.parents:
             out[name] = f"{name} is a symlink out of {path} (to {target}); not read"
     return out
+
+
+# A cell's problem that says its run recorded less than it collected (summary.json's
+# ``incomplete``): the grid gates on it (exit 1) unless --allow-incomplete.
+INCOMPLETE_PREFIX = "incomplete: "
 
 
 def run_of(path: Path, env: Mapping[str, Any] | None = None, read_summary: bool = True

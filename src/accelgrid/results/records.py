@@ -89,6 +89,9 @@ class Summary(TypedDict, total=False):
     counts: Required[dict[str, int]]   # every outcome, 0 when none
     problems: Required[list[str]]
     partial: bool                      # a selected run
+    # Set when the run recorded less than it collected (the tests with no record, the
+    # first of them) or never recorded its collection: the run is not ok (issue 36).
+    incomplete: str
     wall_s: float
     passes: list[PassTiming]
     run_id: str | None

@@ -88,6 +88,8 @@ class CellRun:
         """pytest's exit code; a run stopped early never reads as 0 (128 + the signal)."""
         if self.stop_reason:
             return self.rc if self.rc > 0 else 128 + (-self.rc if self.rc < 0 else 15)
+        if self.rc == 0 and self.summary is not None and self.summary.get("incomplete"):
+            return 1  # pytest said ok, but tests it collected have no record (issue 36)
         return self.rc
 
 
@@ -96,7 +98,8 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
              limit_s: float | None = None,
              finalized: Callable[[Cell, Path], None] | None = None,
              checked: preflight.Preflight | None = None) -> int:
-    """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit).
+    """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit;
+    1 where pytest's was 0 but the run is incomplete: summary.json's ``incomplete``).
     ``finalized`` gets the run's folder once its results are closed (the session step
     writes the op pages there); ``checked``: the run's preflight, when the caller made it
     (else made here, once). Raises :class:`CellBusy` when another run of the cell is in
@@ -272,6 +275,8 @@ def tell(run: CellRun) -> CellRun:
     print_timing(run.cell.name, run.summary)
     if run.stop_reason:
         run.say("; ".join(run.stop_reason), err=True)
+    if run.summary.get("incomplete"):
+        run.say(f"incomplete: {run.summary['incomplete']}", err=True)
     return run
 
 

@@ -205,6 +205,9 @@ def pytest_command(cell: Cell, python: str, folder: Path, args: Sequence[str] = 
         # after this many; each test that kills its worker raises it (RestartBudget).
         f"--max-worker-restart={4 * run_pass.workers}",
         f"--timeout={cell.test_seconds}", "--timeout-method=thread",
+        # A file that fails to import (or exits at import) is a collection error record of
+        # its own (the plugin); the other files' tests still run.
+        "--continue-on-collection-errors",
         # The matrix's reruns (0: neither the plugin, which the cell then lacks, nor the
         # option); plugin autoload is off, so it is named.
         *(("-p", "pytest_rerunfailures", f"--reruns={cell.reruns}") if cell.reruns else ()),

@@ -493,6 +493,22 @@ class JUnitProperties:
             xml.add_global_property(name, value)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """A test file that exits at import (``sys.exit`` at module level) is a collection
+    error naming the file, like an ImportError: pytest re-raises SystemExit from
+    collection, which ends the whole session (an xdist worker, then the run) with no
+    record of why. The runner passes --continue-on-collection-errors, so the other
+    files' tests still run."""
+    try:
+        return (yield)
+    except SystemExit as exc:
+        return pytest.CollectReport(
+            collector.nodeid, "failed", result=[],
+            longrepr=f"{collector.nodeid}: the module exited at import (SystemExit: "
+                     f"{exc.code!r}); its tests cannot be collected")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A shard run (ACCELGRID_SHARD=K/N) keeps shard K's tests of the whole collection
