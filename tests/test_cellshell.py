@@ -101,12 +101,15 @@ def test_env_prints_the_variables_of_a_run_for_eval(project: Path) -> None:
     assert found["python"] == str(venvs.python_in(env_of(project)))
     assert found["unset"] == [contract.KNOWN_ISSUES] and found["pass"] == "single"
     assert {k: v for k, v in found["set"].items() if k.startswith("ACCELGRID_")
-            and k not in (contract.COMMIT, contract.DIRTY)} == {
+            and k not in (contract.COMMIT, contract.DIRTY, contract.SET_VARS)} == {
         "ACCELGRID_CELL": "cpu-2.13", "ACCELGRID_DEVICE": "cpu", "ACCELGRID_TORCH": "2.13",
         "ACCELGRID_PROFILE": "default", "ACCELGRID_PASS": "single",
         "ACCELGRID_TORCH_CHANNEL": "release",
         "ACCELGRID_RESULTS": str(debug)}
     assert found["set"]["CUDA_VISIBLE_DEVICES"] == ""   # a cpu cell's tests see no GPU
+    # A pytest started by hand records what the cell set as a run does (env.json's values).
+    assert {"ACCELGRID_CELL", "ACCELGRID_RESULTS", "PYTHONPATH"} <= set(
+        found["set"][contract.SET_VARS].split(","))
     # The same, eval'd by a real shell: its python is the env's and sees exactly that.
     shown = subprocess.run(
         ["bash", "-c", f'eval "$("$0" -m accelgrid --matrix {matrix} env cpu-2.13)" && '

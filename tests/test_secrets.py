@@ -97,10 +97,56 @@ def test_ordinary_text_is_kept(text: str) -> None:
 
 def test_recorded_env_and_the_grid_never_hold_them(tmp_path) -> None:
     env = {"TORCH_HUB_AUTH": "s3cret", "HF_HOME": "/x", "PIP_INDEX_URL": "https://u:p@ss@m/s",
-           "ACCELGRID_NOTE": GH, "PYTORCH_DEBUG_XPU_FALLBACK": "1"}
+           "ACCELGRID_NOTE": GH, "PYTORCH_DEBUG_XPU_FALLBACK": "1",
+           contract.TORCH_INDEX: "https://u:p@ss@m/s", "OMP_NUM_THREADS": "4"}
     out = environment.recorded_env(env)
-    assert out == {"ACCELGRID_NOTE": R, "HF_HOME": "/x", "PIP_INDEX_URL": f"https://{R}@m/s",
-                   "PYTORCH_DEBUG_XPU_FALLBACK": "1", "TORCH_HUB_AUTH": R}
+    assert out == {"ACCELGRID_NOTE": R, "HF_HOME": R, "PIP_INDEX_URL": R,
+                   "PYTORCH_DEBUG_XPU_FALLBACK": "1", "TORCH_HUB_AUTH": R,
+                   contract.TORCH_INDEX: f"https://{R}@m/s", "OMP_NUM_THREADS": "4"}
+    # What the cell set keeps its value; a secret by name or shape goes all the same.
+    cell = {**env, contract.SET_VARS: "HF_HOME,PIP_INDEX_URL,TORCH_HUB_AUTH,ACCELGRID_NOTE"}
+    assert environment.recorded_env(cell) == {**out, "HF_HOME": "/x",
+                                              "PIP_INDEX_URL": f"https://{R}@m/s"}
+
+
+# Credentials under names no rule knows, in values of no known shape (issue 36, item 5).
+UNUSUAL = {"HF_HUB_BEARER": "bearer-9f8e7d6c5b4a", "TORCH_HUB_TKN": "tkn.4242.zz",
+           "PYTORCH_NOTIFY": "https://hooks.example/T000/B000/XXXX",
+           "ACCELGRID_X_PASS": "hunter2-horse", "CUDA_MIRROR_CREDS": "alice:wonderland",
+           "ZEBRA_HF_SHOULD_NOT_MATTER": "unrecorded-prefix"}
+
+
+def test_a_variable_the_cell_did_not_set_is_recorded_by_name_only() -> None:
+    recorded = {k: v for k, v in UNUSUAL.items() if k.startswith(environment.RECORDED_PREFIXES)}
+    out = environment.recorded_env(UNUSUAL)
+    assert out == dict.fromkeys(sorted(recorded), R)
+    for value in UNUSUAL.values():
+        assert value not in json.dumps(out)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("CUDA_VISIBLE_DEVICES", "0,1"), ("ZE_AFFINITY_MASK", "0.1"),
+    ("ONEAPI_DEVICE_SELECTOR", "!level_zero:gpu"), ("PYTORCH_ENABLE_XPU_FALLBACK", "1"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),  # a cuda flag (its pattern)
+    ("SYCL_CACHE_PERSISTENT", "1"), ("OMP_NUM_THREADS", "2"),
+    (contract.CELL, "cpu-2.13"), (contract.SHARD, "1/2")])
+def test_allowlisted_device_and_own_variables_keep_their_value(name: str, value: str) -> None:
+    assert environment.value_recorded(name)
+    assert environment.recorded_env({name: value}) == {name: value}
+
+
+@pytest.mark.parametrize("name", ["ACCELGRID_X_PASS", "ACCELGRID_NOTE", "HF_HUB_BEARER",
+                                  "TORCH_HUB_TKN", "PYTORCH_NOTIFY", "UV_PUBLISH_USERNAME"])
+def test_other_names_are_not_allowlisted(name: str) -> None:
+    assert not environment.value_recorded(name)
+    assert environment.value_recorded(name, frozenset({name}))
+
+
+def test_the_list_of_what_the_cell_set_is_not_itself_recorded() -> None:
+    env = {contract.SET_VARS: " TORCH_A , ,HF_B", "TORCH_A": "1", "HF_B": "2", "HF_C": "3",
+           contract.RECORDER_PID: "123"}
+    assert environment.set_by_cell(env) == {"TORCH_A", "HF_B"}
+    assert environment.recorded_env(env) == {"HF_B": "2", "HF_C": R, "TORCH_A": "1"}
 
 
 def test_record_messages_lose_tokens_when_written_and_when_read(tmp_path) -> None:
@@ -286,3 +332,75 @@ def test_a_container_build_refuses_a_credentialed_index() -> None:
     with pytest.raises(containers.ContainerError) as info:
         containers.render(MATRIX, MATRIX.cell("cpu-2.13"), torch_index=INDEX)
     assert "carries credentials" in str(info.value) and "p@ss" not in str(info.value)
+
+
+# --- a real cell run with credentials under unusual names --------------------------------
+PRINTS_ENV = '''
+import os
+
+def test_sees_the_environment():
+    # A test that prints what it sees: its output is the cell's and lands in pytest.log.
+    print(sorted(k for k in os.environ if k.startswith(("HF_", "TORCH_", "PYTORCH_"))))
+
+def test_fails_naming_a_variable():
+    # Not os.environ in the assert: pytest's rewriting would print the values itself.
+    configured = "PYTORCH_NOTIFY" in os.environ
+    assert not configured, "a webhook is configured"
+'''
+
+
+def _project_with_flag(mini_project) -> Path:
+    """The mini project whose default profile sets a variable under a recorded prefix."""
+    proj = mini_project(noxfile=True)
+    matrix = proj / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace(
+        "  default: {env: {}}", "  default: {env: {TORCH_PROBE_LEVEL: \"3\"}}"))
+    return proj
+
+
+def test_cell_env_lists_what_the_cell_set(mini_project, tmp_path) -> None:
+    from accelgrid.run.cellenv import cell_env
+
+    proj = _project_with_flag(mini_project)
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    host = {"PATH": "/usr/bin:/bin", **UNUSUAL, "TORCH_PROBE_LEVEL": "host's"}
+    env = cell_env(cell, proj, tmp_path / "r", base=host)
+    listed = environment.set_by_cell(env)
+    assert {"TORCH_PROBE_LEVEL", contract.CELL, contract.RESULTS, contract.COMMIT} <= listed
+    assert not listed & set(UNUSUAL)
+    out = environment.recorded_env(env)
+    assert out["TORCH_PROBE_LEVEL"] == "3" and out[contract.CELL] == "cpu-2.13"
+    assert {k: out[k] for k in UNUSUAL if k in out} == {
+        k: R for k in UNUSUAL if k.startswith(environment.RECORDED_PREFIXES)}
+
+
+def test_a_credential_under_any_name_appears_nowhere(mini_project, python, tmp_path) -> None:
+    """A real run (``accelgrid run --no-venv``), its grid and its published site, with
+    credentials under names and in shapes no redaction rule knows: the values are in no
+    file and not on the console; the variable the cell set is recorded with its value."""
+    proj = _project_with_flag(mini_project)
+    (proj / "suites" / "payload" / "test_env.py").write_text(PRINTS_ENV)
+    results_dir, grid, site = proj / "results", tmp_path / "grid", tmp_path / "site"
+    env = {**os.environ, **UNUSUAL, contract.RESULTS_DIR: str(results_dir)}
+    console = []
+    for args in (["--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
+                 ["grid", str(results_dir / "cpu-2.13"), "--out", str(grid)],
+                 ["publish", str(results_dir / "cpu-2.13"), "--out", str(site)]):
+        done = subprocess.run([python, "-m", "accelgrid", *args], cwd=proj, env=env,
+                              capture_output=True, text=True, timeout=600)
+        console.append(done.stdout + done.stderr)
+        assert "Traceback" not in console[-1], console[-1][-3000:]
+    assert "test_fails_naming_a_variable" in console[0], console[0][-3000:]
+    written = {p: p.read_bytes() for base in (results_dir, grid, site)
+               for p in base.rglob("*") if p.is_file()}
+    names = {p.name for p in written}
+    assert {"env.json", contract.TESTS_FILE, "summary.json", "junit.xml", "pytest.log",
+            "grid.json", "grid.md", "grid.html", "index.html"} <= names, sorted(names)
+    for value in UNUSUAL.values():
+        assert not [p for p, data in written.items() if value.encode() in data], value
+        assert not [text for text in console if value in text], value
+    recorded = json.loads((results_dir / "cpu-2.13" / "env.json").read_text())["env"]
+    assert recorded["TORCH_PROBE_LEVEL"] == "3" and recorded["HF_HUB_BEARER"] == R
+    # The test saw the values: what it printed of them is in pytest.log, names only.
+    log = (results_dir / "cpu-2.13" / "pytest.log").read_text()
+    assert "HF_HUB_BEARER" in log

@@ -38,6 +38,10 @@ SELECTION = "ACCELGRID_SELECTION"      # JSON list: those of them that narrow th
                                        # -k, -m, -x, ...); [] for a run of the whole cell
 GATE = "ACCELGRID_GATE"                # a file: the pass starts beside the others (start-up,
                                        # collection) and runs its tests once it exists
+SET_VARS = "ACCELGRID_SET_VARS"        # comma-separated names of the variables the runner
+                                       # set for the cell (matrix, profile, hardware, its
+                                       # own): env.json records their values, and of any other
+                                       # variable under a recorded prefix only its name
 
 # Passes of a cell run (accelgrid.run.passes): one xdist run on the host's device(s), or one
 # worker pinned per device plus a pass for tests that need every device (beside the pinned

@@ -209,15 +209,51 @@ RECORDED_PREFIXES = (
     contract.PREFIX, "PYTORCH_", "TORCH_", "CUDA_", "CUBLAS_", "NCCL_", "ZE_", "SYCL_", "IGC_",
     "ONEAPI_", "OverrideDefault", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "KMP_", "PIP_", "UV_",
 )
+# Variables under a recorded prefix whose values env.json records whoever set them: which
+# devices a test process sees, its threads, the offline switches, the index strategy. Any
+# other one the cell did not set is recorded by name only (a host's HF_HUB_BEARER or
+# PYTORCH_NOTIFY webhook is a credential no name or shape rule can know).
+RECORDED_VALUES = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "ZE_AFFINITY_MASK",
+    "ZE_FLAT_DEVICE_HIERARCHY", "ONEAPI_DEVICE_SELECTOR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
+    "UV_INDEX_STRATEGY", "UV_COMPILE_BYTECODE", "UV_LINK_MODE", "TORCH_SHOW_CPP_STACKTRACES",
+    *INTEGER_FLAGS,
+})
+# accelgrid's own variables (every ACCELGRID_* name the contract defines): the runner's
+# and the user's settings, recorded with their values (a URL's password still goes).
+OWN_VARS = frozenset(v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)
+                     and v.startswith(contract.PREFIX) and v != contract.PREFIX)
+# Not inputs of the cell: the recorder's pid marks its own process tree (nested pytests
+# record nothing) and differs every run; the list of what the cell set is said by the values.
+_NOT_RECORDED = frozenset({contract.RECORDER_PID, contract.SET_VARS})
+
+
+def set_by_cell(env: Mapping[str, str]) -> frozenset[str]:
+    """The names ``env``'s :data:`~accelgrid.base.contract.SET_VARS` lists (the runner's
+    :func:`accelgrid.run.cellenv.cell_env` sets it)."""
+    return frozenset(n.strip() for n in env.get(contract.SET_VARS, "").split(",") if n.strip())
+
+
+def value_recorded(name: str, cell_set: frozenset[str] = frozenset()) -> bool:
+    """Whether env.json records ``name``'s value (else its name only): the cell set it
+    (``cell_set``), it is accelgrid's own, on :data:`RECORDED_VALUES`, or a flag of a device
+    type (its visibility and hiding variables, its ``flags``). A secret-looking name or
+    value is redacted all the same (:func:`redact`)."""
+    if name in cell_set or name in OWN_VARS or name in RECORDED_VALUES:
+        return True
+    return any(name == kind.visibility_var or name in kind.hide or kind.reads_flag(name)
+               for kind in devices.TYPES.values())
 
 
 def recorded_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The flags worth recording from ``env`` (default: os.environ), redacted."""
+    """The variables under :data:`RECORDED_PREFIXES` in ``env`` (default: os.environ):
+    the values of those :func:`value_recorded` allows, :data:`REDACTED` for the others;
+    then :func:`redact` (by name and by shape) over all of them."""
     env = os.environ if env is None else env
-    # The recorder's pid marks its own process tree (nested pytests record nothing): not
-    # an input of the cell, and it differs every run.
-    picked = {k: v for k, v in env.items()
-              if k.startswith(RECORDED_PREFIXES) and k != contract.RECORDER_PID}
+    cell_set = set_by_cell(env)
+    picked = {k: (v if value_recorded(k, cell_set) else REDACTED) for k, v in env.items()
+              if k.startswith(RECORDED_PREFIXES) and k not in _NOT_RECORDED}
     return dict(sorted(redact(picked).items()))
 
 

@@ -143,7 +143,7 @@ class Env(TypedDict, total=False):
     torch: Required[TorchFacts]
     python: dict[str, str]            # version, implementation, executable
     packages: dict[str, str]
-    env: dict[str, str]               # recorded variables, redacted
+    env: dict[str, str]               # recorded variables: values set by the cell, else <redacted>
     host: dict[str, Any]              # name, system, release, machine, cpus
     project: dict[str, Any]           # commit, dirty
     run_id: str | None

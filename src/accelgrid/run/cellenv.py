@@ -30,13 +30,15 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     env = dict(os.environ if base is None else base)
     checked = checked or preflight.check(cell, root, env)
     hardware = checked.hardware
-    env.update(cell.env)
     if hardware.problem:
         raise AccelgridError(hardware.problem)
-    env.update(hardware.env(cell))
+    # What the cell sets, which env.json records with its values (the host's other
+    # variables by name only: results.environment.recorded_env).
+    ours = {**cell.env, **hardware.env(cell)}
+    env.update(ours)
     commit, dirty = project_commit(root)
     src = str(root / "src")
-    env.update({
+    ours.update({
         contract.CELL: cell.name,
         contract.DEVICE: cell.device,
         contract.TORCH: cell.torch,
@@ -57,13 +59,18 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
             [*RUN_PLUGINS, *(p.strip() for p in env.get("PYTEST_PLUGINS", "").split(",")
                              if p.strip())])),
     })
+    env.update(ours)
     for key, value in compile_caches(python).items():
-        env.setdefault(key, value)  # the host's or the cell's own setting wins
+        if key not in env:  # the host's or the cell's own setting wins
+            env[key] = ours[key] = value
     # The cell's known_issues.yaml entries, as JSON for the in-cell plugin.
     env.pop(contract.KNOWN_ISSUES, None)
     env.pop(contract.RECORDER_PID, None)  # a run started from inside a cell's test records
-    env.update(known_issues.cell_env(cell, root, folder, hardware=hardware.family,
-                                     driver=hardware.driver, registry=checked.registry))
+    issues = known_issues.cell_env(cell, root, folder, hardware=hardware.family,
+                                   driver=hardware.driver, registry=checked.registry)
+    env.update(issues)
+    ours.update(issues)
+    env[contract.SET_VARS] = ",".join(sorted(ours))
     if cell.hardware_env or cell.driver_env:
         extra = " ".join(f"{k}={v}" for k, v in hardware.env(cell).items()
                          if not k.startswith(contract.PREFIX))
