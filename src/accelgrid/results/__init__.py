@@ -134,7 +134,10 @@ def bounded_record(record: Mapping[str, Any], folder: Path | None) -> dict[str, 
         half = limit // 2
         marker = f"\n... [{len(text) - 2 * half} characters cut; {where}] ...\n"
         cut = text[:half] + marker + text[-half:]
-        out[name] = cut if isinstance(value, str) else {"truncated": cut}
+        # A mapping's cut text starts with what was cut: readers bound each property's
+        # text again (clean_properties) and keep its start.
+        out[name] = cut if isinstance(value, str) else {
+            "truncated": f"[{len(text) - 2 * half} characters cut; {where}] {cut}"}
     if full:
         out["full_text"] = full
     return out
