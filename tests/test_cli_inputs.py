@@ -98,6 +98,15 @@ def test_ctrl_c_while_accelgrid_starts_is_one_line_130(tmp_path: Path) -> None:
     assert (proc.returncode, proc.stderr) == (130, "accelgrid: interrupted\n")
 
 
+def test_sigterm_while_accelgrid_starts_is_one_line_143() -> None:
+    """SIGTERM during the imports, as SIGINT: one line, the shell's code (128 + 15)."""
+    code = ("import os, signal, sys; sys.argv = ['accelgrid', 'grid', 'x']; "
+            "import accelgrid.cli; os.kill(os.getpid(), signal.SIGTERM); import accelgrid.report")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stderr) == (143, "accelgrid: stopped by SIGTERM\n")
+
+
 def test_ctrl_c_at_moments_of_a_real_grid(tmp_path: Path, made) -> None:
     """A real `accelgrid grid` sent SIGINT at several moments: never a traceback; exit 130
     (or 0 where it had already finished, or -SIGINT where the signal came while Python was

@@ -70,7 +70,7 @@ def test_publish_refuses_a_folder_that_is_not_a_site(tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
     (other / "thesis.tex").write_text("keep me")
-    assert main(["publish", str(folders[0]), "--out", str(other)]) == 1
+    assert main(["publish", str(folders[0]), "--out", str(other)]) == 2
     assert (other / "thesis.tex").read_text() == "keep me"
 
 

@@ -29,7 +29,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -294,3 +295,50 @@ def run_group(cmd: list[str], *, cwd: str | os.PathLike[str] | None = None,
         stop_group(proc, grace)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+
+
+# --- stopping on a signal -----------------------------------------------------------------
+
+class Stopped(KeyboardInterrupt):
+    """A command (a benchmark, ``publish``) got SIGTERM or SIGINT (:func:`stoppable`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stoppable() -> Iterator[None]:
+    """SIGTERM and SIGINT raise :class:`Stopped`, so a command cleans up (a benchmark's
+    process groups, a temporary folder) and exits 128 + the signal's number.
+
+    SIGINT too, whatever this process inherited: a shell starts a background job (``cmd &``,
+    a CI step's child) with SIGINT ignored, and Python then leaves it ignored, so
+    ``kill -INT`` would not stop the bench. The previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise Stopped(signum)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT wait (blocked, then delivered) while a few steps that must not be
+    cut in two run, such as moving one folder away and another into its place."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -13,52 +13,19 @@ benchmarks of accelgrid itself (tools/selfbench).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..base.jsonio import write_json
 
+# Stopping on a signal lives in base.lifetime (publish uses it too); named here as before.
+from ..base.lifetime import STOP_SIGNALS as STOP_SIGNALS
+from ..base.lifetime import Stopped as Stopped
+from ..base.lifetime import stoppable as stoppable
+
 STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
-
-
-class Stopped(KeyboardInterrupt):
-    """A benchmark got SIGTERM or SIGINT (:func:`stoppable`)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-@contextlib.contextmanager
-def stoppable() -> Iterator[None]:
-    """SIGTERM and SIGINT raise :class:`Stopped`, so a benchmark cleans up (its commands'
-    process groups, its temporary folder) and exits 128 + the signal's number.
-
-    SIGINT too, whatever this process inherited: a shell starts a background job (``cmd &``,
-    a CI step's child) with SIGINT ignored, and Python then leaves it ignored, so
-    ``kill -INT`` would not stop the bench. The previous handlers come back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_signal(signum: int, _frame: object) -> None:
-        raise Stopped(signum)
-
-    old = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def write_outputs(out: str | Path, stem: str, report: dict, markdown: str) -> Path:

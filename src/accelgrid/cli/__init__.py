@@ -23,11 +23,15 @@ INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
-    """Ctrl-C while the accelgrid command starts (its imports, the parse): one line, exit
-    130, no traceback; nothing has been written yet. :func:`main` hands SIGINT back to
-    KeyboardInterrupt before the command runs, which the command handles itself."""
-    print("accelgrid: interrupted", file=sys.stderr)
-    raise SystemExit(INTERRUPTED)
+    """Ctrl-C (or SIGTERM) while the accelgrid command starts (its imports, the parse): one
+    line, exit 130 (143), no traceback; nothing has been written yet. :func:`main` hands
+    SIGINT back to KeyboardInterrupt and SIGTERM to its default before the command runs;
+    a command that writes a set of files (``publish``) handles both itself."""
+    if signum == signal.SIGINT:
+        print("accelgrid: interrupted", file=sys.stderr)
+    else:
+        print(f"accelgrid: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+    raise SystemExit(128 + signum)
 
 
 # Only when this process is the command (the console script, python -m accelgrid): a
@@ -35,6 +39,8 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
 if (os.path.basename(sys.argv[0] if sys.argv else "") in ("accelgrid", "__main__.py", "-m")
         and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupted_while_starting)
 
 # Imported after the handler above: a Ctrl-C while they load is one line too.
 from .. import __version__  # noqa: E402
@@ -137,11 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     own = threading.current_thread() is threading.main_thread()
     if own:
         signal.signal(signal.SIGINT, _interrupted_while_starting)  # the parse, a group's import
+        term = signal.getsignal(signal.SIGTERM)
+        if term in (signal.SIG_DFL, _interrupted_while_starting):
+            signal.signal(signal.SIGTERM, _interrupted_while_starting)
     try:
         args = parse(list(sys.argv[1:] if argv is None else argv))
     finally:
         if own:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            if term in (signal.SIG_DFL, _interrupted_while_starting):
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         return int(args.func(args) or 0)
     except AccelgridError as exc:

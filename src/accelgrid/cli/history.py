@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -100,16 +101,23 @@ def _show(args: argparse.Namespace) -> int:
 
 def _publish(args: argparse.Namespace) -> int:
     from ..base.errors import InvalidInput
+    from ..base.lifetime import Stopped, stoppable
     from ..report import site
     from .report import expected_cells
 
     if args.window < 1:
         raise InvalidInput("--window must be at least 1")
     given = require_runs([Path(p) for p in args.results])  # before anything is written
-    made = site.publish(given, Path(args.out),
-                        history_db=Path(args.history) if args.history else None,
-                        baseline_dir=Path(args.baseline) if args.baseline else None,
-                        expect=expected_cells(args), window=args.window)
+    try:
+        with stoppable():  # SIGTERM too: the temporary site is removed, the old one kept
+            made = site.publish(given, Path(args.out),
+                                history_db=Path(args.history) if args.history else None,
+                                baseline_dir=Path(args.baseline) if args.baseline else None,
+                                expect=expected_cells(args), window=args.window)
+    except Stopped as exc:  # the shell's code for the signal: 130 SIGINT, 143 SIGTERM
+        print(f"accelgrid publish: stopped by {signal.Signals(exc.signum).name}; "
+              f"{args.out} holds the previous site or the whole new one", file=sys.stderr)
+        return 128 + exc.signum
     for line in made.lines():
         print(line)
     return 0

@@ -16,16 +16,20 @@ file:// URL as from GitHub Pages.
 from __future__ import annotations
 
 import html
+import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from markupsafe import Markup
 
-from .. import ops
-from ..base.errors import AccelgridError
+from .. import __version__, ops
+from ..base.errors import AccelgridError, InvalidInput
+from ..base.jsonio import write_json
+from ..base.lifetime import signals_held
 from ..ops import xpu_prediction
 from ..results.cellresults import discover
 from ..results.history import BAD_CODES
@@ -213,22 +217,131 @@ class Site:
         return out
 
 
+MANIFEST = ".accelgrid-site.json"  # the files a publish wrote: the only ones it replaces
+_NEW, _OLD = "accelgrid-new", "accelgrid-old"  # beside the site while it is swapped
+
+
+def _manifest(target: Path, shown: Path) -> set[str] | None:
+    """The files an earlier publish wrote into ``target`` (its manifest's list); None when
+    ``target`` is new or an empty folder. Anything else (a file, a folder of files with no
+    manifest, a manifest that is not one) is refused before anything is read or written."""
+    if not target.name:
+        raise InvalidInput(f"--out {shown}: name a folder for the site, not the root")
+    if not target.exists():
+        return None
+    if not target.is_dir():
+        raise InvalidInput(f"--out {shown} is a file, not a folder")
+    if not any(target.iterdir()):
+        return None
+    path = target / MANIFEST
+    if not path.is_file():
+        raise InvalidInput(f"--out {shown} holds files that accelgrid publish did not write "
+                           f"(no {MANIFEST}): not replacing them; name an empty or new folder")
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput(f"{path}: not a manifest accelgrid publish wrote ({exc})") from None
+    # Only plain relative paths inside the site count as the site's own files.
+    if not isinstance(files, list) or not all(
+            isinstance(f, str) and f and not PurePosixPath(f).is_absolute()
+            and ".." not in PurePosixPath(f).parts for f in files):
+        raise InvalidInput(f"{path}: not a manifest accelgrid publish wrote (its files are "
+                           "not a list of relative paths)")
+    return set(files)
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() or p.is_symlink())
+
+
+def _keep_others(target: Path, new: Path, ours: set[str], written: set[str]) -> None:
+    """Bring the files of ``target`` that no publish wrote (a CNAME, a page of the user's)
+    into ``new``: hard links, so ``target`` stays whole until the swap. One where the new
+    site writes a file is refused: replacing it would delete what is not the site's."""
+    our_dirs = {p.as_posix() for f in ours for p in PurePosixPath(f).parents}
+    for dirpath, dirnames, filenames in os.walk(target):
+        here = Path(dirpath)
+        for name in dirnames + filenames:
+            src = here / name
+            rel = src.relative_to(target).as_posix()
+            if rel in ours or rel == MANIFEST:
+                continue  # the site's own
+            if src.is_dir() and not src.is_symlink():
+                if rel in our_dirs:
+                    continue  # the site's own folder: walked into
+                (new / rel).mkdir(parents=True, exist_ok=True)
+                continue
+            if rel in written:
+                raise InvalidInput(f"{src}: a file accelgrid publish did not write, where the "
+                                   "new site writes one: move it away and publish again")
+            dest = new / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_symlink():
+                os.symlink(os.readlink(src), dest)
+                continue
+            try:
+                os.link(src, dest)
+            except OSError:  # a filesystem without hard links
+                shutil.copy2(src, dest)
+
+
+def _swap(new: Path, target: Path) -> None:
+    """``new`` becomes ``target``; the old site is deleted once the new one is in place.
+    SIGTERM/SIGINT wait while it runs: a stop leaves the old site or the new, never
+    neither (a SIGKILL between the two renames leaves the old one beside, named _OLD)."""
+    with signals_held():
+        if not target.exists():
+            os.rename(new, target)
+            return
+        old = target.with_name(f".{target.name}.{_OLD}-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)
+        try:
+            os.rename(new, target)
+        except OSError:
+            os.rename(old, target)
+            raise
+        shutil.rmtree(old)
+
+
 def publish(folders: list[Path], out: Path, history_db: Path | None = None,
             baseline_dir: Path | None = None, expect: list[str] | None = None,
             window: int = history.DEFAULT_WINDOW) -> Site:
-    """Write the site into ``out`` (replacing a site written there before)."""
+    """Write the site into ``out``: built in a folder beside it and swapped in, so ``out``
+    holds the old site or the new one whatever the moment a signal comes; files of ``out``
+    that no publish wrote (not in its manifest) are kept, and a non-empty folder without a
+    manifest is refused. SIGTERM/SIGINT raise :class:`Stopped` after the temporary
+    folder is removed."""
     out = Path(out)
-    if out.exists() and not (out / "index.html").is_file() and any(out.iterdir()):
-        raise AccelgridError(f"{out} holds files but no index.html: not replacing what may "
-                             "not be a site; name an empty or new folder")
+    target = out.resolve()  # through a symlink: the folder it names is replaced
+    ours = _manifest(target, out)
     read: list[Any] = []
     model = build_model(folders, baseline_dir, read)
     if not model["columns"] and not expect:
         raise AccelgridError("no results folders found in " + " ".join(map(str, folders)))
     added = with_history(model, read, history_db, expect, window)
-    for sub in ("cells", "tests", "ops"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Beside the site (one filesystem, so the swap is a rename), hidden, this process's own.
+    new = target.with_name(f".{target.name}.{_NEW}-{os.getpid()}")
+    shutil.rmtree(new, ignore_errors=True)
+    try:
+        new.mkdir()
+        pages, notes = _write_site(new, folders, model)
+        written = _files(new)
+        write_json(new / MANIFEST, {"written_by": f"accelgrid publish {__version__}",
+                                    "files": written})
+        if ours is not None:
+            _keep_others(target, new, ours, set(written))
+        _swap(new, target)
+    finally:
+        with signals_held():
+            shutil.rmtree(new, ignore_errors=True)
+    return Site(out, model, pages, notes, added)
+
+
+def _write_site(out: Path, folders: list[Path], model: Grid) -> tuple[int, list[str]]:
+    """Every page of the site into the empty folder ``out``; (pages, notes)."""
     notes: list[str] = []
     ops_cells = _ops_pages(folders, out / "ops", notes)
     ops_here = bool(ops_cells)
@@ -263,7 +376,7 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
         _page("accelgrid: tests by suite", nav, "\n".join(index)), encoding="utf-8")
     pages += 1
     (out / ".nojekyll").write_text("", encoding="utf-8")  # Pages serves files as they are
-    return Site(out, model, pages, notes, added)
+    return pages, notes
 
 
 def _ops_pages(folders: list[Path], out: Path, notes: list[str]) -> set[str]:
