@@ -168,21 +168,12 @@ def test_grid_md_shows_the_kernel_only(tmp_path: Path) -> None:
 
 
 def test_grid_html_panel_lists_them_in_a_browser(tmp_path: Path) -> None:
-    from test_report_render import CHROMEDRIVER, CHROMIUM, _chromium_flags
+    from test_report_render import browser
 
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("chromium and chromedriver not installed (apt-get install -y chromium "
-                    "chromium-driver)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
-    from selenium.webdriver.chrome.service import Service
+    driver = browser(tmp_path)
     from selenium.webdriver.common.by import By
 
     page = report.write(report.build_model([_cell(tmp_path)]), tmp_path / "out")["html"]
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [*_chromium_flags(tmp_path / "profile"), "--window-size=1400,900"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         driver.get(page.as_uri())
         driver.find_element(By.CSS_SELECTOR, f'td.test[title="{MLP}"] ~ td').click()

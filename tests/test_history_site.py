@@ -78,19 +78,12 @@ def test_publish_refuses_a_folder_that_is_not_a_site(tmp_path: Path) -> None:
                     reason="chromium/chromedriver not installed (apt-get install -y chromium "
                            "chromium-driver)")
 def test_site_in_headless_chromium(tmp_path: Path) -> None:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
-    from selenium.webdriver.chrome.service import Service
+    from test_report_render import browser
+
+    driver = browser(tmp_path)
     from selenium.webdriver.common.by import By
 
     out, _ = _site(tmp_path)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-                 "--window-size=1400,900"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         driver.get((out / "index.html").as_uri())
         assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"

@@ -12,6 +12,7 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from report_cases import ISSUE, baseline_case, broken_cells, demo, pinned_cell, write_cell
@@ -211,6 +212,22 @@ def _chromium_flags(profile: Path) -> list[str]:
             "--disable-dev-shm-usage", f"--user-data-dir={profile}"]
 
 
+def browser(tmp_path: Path) -> Any:
+    """A headless chromium under selenium (1400x900, its profile in ``tmp_path``); skips
+    where chromium, chromedriver or selenium is missing. The caller quits it."""
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip("chromium and chromedriver not installed (apt-get install -y chromium "
+                    "chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [*_chromium_flags(tmp_path / "profile"), "--window-size=1400,900"]:
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
 def _page(tmp_path: Path) -> tuple[Path, dict]:
     folders, base = baseline_case(tmp_path)
     model = report.build_model(folders, baseline_dir=base)
@@ -246,18 +263,10 @@ def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
 
 @needs_chromium
 def test_html_filters_in_browser(tmp_path: Path) -> None:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
-    if CHROMEDRIVER is None:
-        pytest.skip("chromedriver not installed (apt-get install -y chromium-driver)")
-    from selenium.webdriver.chrome.service import Service
+    driver = browser(tmp_path)
     from selenium.webdriver.common.by import By
 
     page, model = _page(tmp_path)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [*_chromium_flags(tmp_path / "profile"), "--window-size=1400,900"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         driver.get(page.as_uri())
         n = len(model["rows"])
