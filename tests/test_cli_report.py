@@ -70,8 +70,10 @@ def test_report_grid_is_what_nox_calls(tmp_path: Path) -> None:
     lines = made.lines()
     assert "xpu-2.13: errored: no tests.jsonl: the cell did not run or its results were lost" \
         in lines
-    assert lines[-1].startswith("REGRESSION cuda-2.11: ") and len(made.regressions) == 1
-    with pytest.raises(Regression, match="1 regression"):
+    assert lines[-2].startswith("REGRESSION cuda-2.11: ") and len(made.regressions) == 1
+    assert lines[-1] == ("LOST TEST cuda-2.11: suites/smoke/test_device_api.py::test_gone: "
+                         "passed -> no record")
+    with pytest.raises(Regression, match="1 regression.*; 1 lost test"):
         made.check()
     plain = report.grid(folders, tmp_path / "out2")
     plain.check()  # no baseline, no gate

@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--allow-incomplete", action="store_true",
                    help="exit 0 even where a run recorded less than it collected "
                         "(summary.json's incomplete; else exit 1: docs/results.md)")
+    p.add_argument("--allow-lost", action="store_true",
+                   help="exit 0 even where a baseline's test has no record in its column "
+                        "(a lost test; else exit 3: docs/results.md)")
     add_history_options(p)
     p.set_defaults(func=_grid)
     _register_baseline(sub, common)
@@ -205,7 +208,10 @@ def _grid(args: argparse.Namespace) -> int:
     if made.incomplete and args.allow_incomplete:
         print("note: --allow-incomplete: accepted " + "; ".join(made.incomplete),
               file=sys.stderr)
-    made.check(allow_incomplete=args.allow_incomplete)
+    if made.lost_tests and args.allow_lost:
+        print(f"note: {len(made.lost_tests)} lost tests allowed by --allow-lost",
+              file=sys.stderr)
+    made.check(allow_incomplete=args.allow_incomplete, allow_lost=args.allow_lost)
     return 0
 
 

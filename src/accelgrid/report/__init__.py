@@ -80,6 +80,15 @@ class GridReport:
     def lost(self) -> list[LostCell]:
         return self.model.get("lost") or []
 
+    @property
+    def lost_tests(self) -> list[Change]:
+        """Baseline tests with no record in their column (a selected run's tests outside
+        its selection are not among them: compare.mark). They gate unless allowed: a run
+        that silently stopped running a test, or renamed it, checks less than its
+        baseline says."""
+        return [c for c in mapping(self.model.get("baseline")).get("changes", [])
+                if c["change"] == compare.LOST]
+
     def lines(self, max_regressions: int = 50) -> list[str]:
         """What a command prints: each column's counts (or why it errored), the files
         written, and the changes against baselines with the first regressions."""
@@ -107,6 +116,8 @@ class GridReport:
                     for c in self.regressions[:max_regressions]]
             out += [f"FLAKY (not gating) {c['cell']}: {c['nodeid']}: {c['expected']} -> "
                     f"{c['outcome']}" for c in self.flaky_regressions[:max_regressions]]
+            out += [f"LOST TEST {c['cell']}: {c['nodeid']}: {c['expected']} -> no record"
+                    for c in self.lost_tests[:max_regressions]]
         hist = self.model.get("history")
         if hist:
             for col in self.model["columns"]:
@@ -126,9 +137,10 @@ class GridReport:
                 for col in self.model["columns"] for p in col.get("problems") or ()
                 if p.startswith(INCOMPLETE_PREFIX)]
 
-    def check(self, allow_incomplete: bool = False) -> None:
+    def check(self, allow_incomplete: bool = False, allow_lost: bool = False) -> None:
         """Raise AccelgridError when no results folder was found, Regression (exit 3) on
-        any regression against the baselines, AccelgridError (exit 1) when a selected
+        any regression against the baselines, on an expected cell lost and on a lost
+        test (unless ``allow_lost``), AccelgridError (exit 1) when a selected
         run's column compared none of its baseline's tests (everything selected is gone,
         or the selection holds only new tests: the gate checked nothing), and (exit 1)
         when a column's run is incomplete, unless ``allow_incomplete``."""
@@ -136,12 +148,15 @@ class GridReport:
             raise AccelgridError("no results folders found in "
                                  + " ".join(str(p) for p in self.folders))
         regressions = self.regressions
-        if regressions or self.lost:
+        lost_tests = [] if allow_lost else self.lost_tests
+        if regressions or self.lost or lost_tests:
             raise Regression("; ".join(
                 ([f"{len(regressions)} regression(s) against the baselines"]
                  if regressions else [])
                 + ([f"{len(self.lost)} expected cell(s) lost: "
-                    + ", ".join(lost["cell"] for lost in self.lost)] if self.lost else [])))
+                    + ", ".join(lost["cell"] for lost in self.lost)] if self.lost else [])
+                + ([_lost_tests_text(lost_tests) + " (--allow-lost to accept them)"]
+                   if lost_tests else [])))
         base = self.model["baseline"]
         empty = base["nothing_compared"] if base else None
         if empty:
@@ -151,6 +166,14 @@ class GridReport:
             raise AccelgridError("incomplete run(s), tests collected with no record: "
                                  + "; ".join(self.incomplete)
                                  + " (--allow-incomplete to accept them)")
+
+
+def _lost_tests_text(lost: list[Change], shown: int = 3) -> str:
+    """``N lost test(s) (in the baseline, no record): cell: nodeid, ...`` (the first few)."""
+    names = [f"{c['cell']}: {c['nodeid']}" for c in lost[:shown]]
+    more = f", and {len(lost) - shown} more" if len(lost) > shown else ""
+    return (f"{len(lost)} lost test(s) (in the baseline, no record in the run): "
+            + ", ".join(names) + more)
 
 
 def with_history(grid_model: Grid, read: list[Any], db: Path | None,
