@@ -1,6 +1,6 @@
 """JUnit XML for other tools (accelgrid.results.junit): testsuite properties in every pass's file,
 accelgrid's outcomes mapped onto JUnit's elements, one merged file per run; read back
-with junitparser, as dashboards read it."""
+with junitparser, as dashboards read it; every file valid against JUnit's junit-10.xsd."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import junitparser
 import pytest
+import xmlschema
 
 from accelgrid import report, results
 from accelgrid.base import contract, jsonio, outcomes
@@ -39,6 +40,16 @@ def _cell_folder(folder: Path, records: list[dict], env: dict | None = None) -> 
     return folder
 
 
+# pytest's copy of the JUnit schema (Jenkins' xUnit plugin and others check files against
+# it): testing/example_scripts/junit-10.xsd in the pytest 9.2.0 sdist, MIT (the licence is
+# in the file). Vendored: the tests run offline.
+JUNIT_XSD = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-10.xsd")
+
+
+def _schema_errors(path: Path) -> list[str]:
+    return [str(e.reason) for e in JUNIT_XSD.iter_errors(str(path))]
+
+
 def _props(suite: junitparser.TestSuite) -> dict[str, str]:
     return {p.name: p.value for p in suite.properties()}
 
@@ -62,6 +73,7 @@ def test_outcomes_map_onto_junit_with_their_detail(tmp_path: Path) -> None:
          "message": "XPASS(strict)", "pass": "host-accelerators"},
     ])
     out, _ = junit.write_merged([tmp_path / "results"], tmp_path / "merged.xml")
+    assert _schema_errors(out) == []
     xml = junitparser.JUnitXml.fromfile(str(out))
     suites = list(xml)
     assert [s.name for s in suites] == ["cpu-2.13", "cpu-2.13 [host-accelerators]"]
@@ -90,6 +102,8 @@ def test_outcomes_map_onto_junit_with_their_detail(tmp_path: Path) -> None:
     assert cases["test_ok"].time == pytest.approx(0.5)
     assert (suites[0].tests, suites[0].failures, suites[0].errors, suites[0].skipped) \
         == (8, 1, 3, 3)
+    # junit-10.xsd has no skipped count on <testsuites>: junitparser adds the suites'.
+    assert 'skipped="' not in out.read_text().split("<testsuite ")[0]
     assert (xml.tests, xml.failures, xml.errors, xml.skipped) == (9, 2, 3, 3)
 
 
@@ -123,12 +137,19 @@ def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, pyt
     (proj / "suites" / "payload" / "test_p.py").write_text(
         "import pytest\n"
         "from accelgrid.base import outcomes\n"
-        "def test_ok():\n    pass\n"
+        "def test_ok(request):\n    request.node.user_properties.append(('peak_mb', 12))\n"
         "def test_bad():\n    assert 1 == 2\n"
         "def test_nr():\n    outcomes.not_run('no checkout')\n")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     run_cell(cell, python, proj, proj / "results")
     folder = proj / "results" / "cpu-2.13"
+    # pytest puts user_properties inside the testcase, which the schema refuses: the
+    # plugin leaves them out of the file; the record keeps them.
+    assert _schema_errors(folder / contract.JUNIT_FILE) == []
+    assert "peak_mb" not in (folder / contract.JUNIT_FILE).read_text()
+    (rec,) = [r for r in results.read_records(folder / contract.TESTS_FILE)[0]
+              if r["nodeid"].endswith("test_ok")]
+    assert rec["properties"] == {"peak_mb": 12}
     own = junitparser.JUnitXml.fromfile(str(folder / contract.JUNIT_FILE))
     suite = next(iter(own)) if isinstance(own, junitparser.JUnitXml) else own
     props = _props(suite)
@@ -137,6 +158,7 @@ def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, pyt
     assert props["torch"].startswith("2.13.0") and props["profile"] == "default"
     made = report.grid([folder], tmp_path / "grid")
     assert made.paths["junit"] == tmp_path / "grid" / junit.MERGED
+    assert _schema_errors(made.paths["junit"]) == []
     merged = junitparser.JUnitXml.fromfile(str(made.paths["junit"]))
     first = next(iter(merged))
     assert _props(first)["run_id"] == props["run_id"]
@@ -164,9 +186,11 @@ def test_merged_from_cells_already_read_is_the_same_file_and_control_chars_go(
     failure = cases["test_bad"].result[0]
     assert failure.message == "bell and[31m escape, tab\tkept"
     assert failure.text == "xy\nz"
-    # flaky is a pass to JUnit readers, its outcome a property.
+    # flaky is a pass to JUnit readers, with Surefire's flakyFailure saying so.
     assert cases["test_flaky"].result == []
-    assert '<property name="outcome" value="flaky" />' in reused.read_text()
+    assert '<flakyFailure type="flaky" message="passed after 1 failed run(s)" />' \
+        in reused.read_text()
+    assert _schema_errors(reused) == []
 
 
 def _as_elementtree_writes(path: Path) -> bytes:
@@ -199,6 +223,7 @@ def test_the_merged_file_is_xml_as_elementtree_writes_it_for_any_text(
     _cell_folder(tmp_path / "r" / "cpu-2.13", recs)
     out, _ = junit.write_merged([tmp_path / "r"], tmp_path / "m.xml")
     assert out.read_bytes() == _as_elementtree_writes(out)
+    assert _schema_errors(out) == []
     cases = {c.name.split("[")[0]: c for s in junitparser.JUnitXml.fromfile(str(out))
              for c in s}
     gone = dict.fromkeys(map(chr, [*range(0x09), 0x0b, 0x0c, *range(0x0e, 0x20)]))
@@ -220,3 +245,29 @@ def test_the_merged_file_is_xml_as_elementtree_writes_it_for_any_text(
         "<", "&lt;").replace(">", "&gt;").replace('"', "&quot;"))
     bad, _ = junit.write_merged([tmp_path / "r"], tmp_path / "bad.xml")
     assert bad.read_bytes() != _as_elementtree_writes(bad)
+
+
+@pytest.mark.parametrize(("plant", "reason"), [
+    (lambda t: t.replace('time="0.500" />', 'time="0.500">\n      <properties>\n'
+                         '        <property name="worker" value="gw0" />\n'
+                         '      </properties>\n    </testcase>', 1), "properties"),
+    (lambda t: t.replace('<testsuites name="accelgrid"', '<testsuites skipped="0"', 1),
+     "skipped"),
+    (lambda t: t.replace('time="1.000" timestamp', 'time="nan" timestamp', 1), "time"),
+    (lambda t: t.replace('<testsuite name="cpu-2.13"', '<testsuite', 1), "name"),
+])
+def test_the_schema_check_rejects_what_junit_10_does_not_allow(
+        tmp_path: Path, plant, reason: str) -> None:
+    """Planted faults: a testcase's properties and <testsuites skipped=...> (what the
+    merged file had before), a suite time that is not a number, a suite without its name."""
+    _cell_folder(tmp_path / "r" / "cpu-2.13", [
+        {"nodeid": "t.py::test_ok", "outcome": outcomes.PASSED},
+        {"nodeid": "t.py::test_skip", "outcome": outcomes.SKIPPED, "message": "no GPU"}])
+    out, _ = junit.write_merged([tmp_path / "r"], tmp_path / "m.xml")
+    assert _schema_errors(out) == []
+    text = out.read_text()
+    bad = tmp_path / "bad.xml"
+    bad.write_text(plant(text))
+    assert bad.read_text() != text
+    errors = _schema_errors(bad)
+    assert errors and any(reason in e for e in errors), errors
