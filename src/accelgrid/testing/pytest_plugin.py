@@ -489,9 +489,9 @@ class JUnitProperties:
         except ImportError:
             return
         xml = self.config.stash.get(xml_key, None)
-        finalize = getattr(xml, "finalize", None)
-        if finalize is None:
+        if xml is None:   # no --junitxml
             return
+        finalize = xml.finalize
 
         def without_properties(report: pytest.TestReport) -> None:
             # LogXML.finalize writes the testcase (reading user_properties) and then
