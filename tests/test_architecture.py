@@ -275,3 +275,14 @@ def test_no_package_file_is_ignored_by_git() -> None:
     proc = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.stdout == "", f"ignored by .gitignore: {proc.stdout.split()}"
+
+
+def test_what_the_readme_commands_write_is_ignored_by_git() -> None:
+    """results/ (cells, grids) and site/ (`accelgrid publish --out site`, docs/history.md)
+    leave the checkout clean."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    probes = ["results/cpu-2.13/tests.jsonl", "results/grid.html", "site/index.html"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.stdout.split() == probes

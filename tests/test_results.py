@@ -244,3 +244,24 @@ def test_pass_times_from_the_runners_clock_and_the_records() -> None:
     assert pinned["workers_first_test_s"] == {"gw0": 6.0, "gw1": 7.0}
     assert pinned["start"] == "2023-11-14T22:13:21.000+00:00" and pinned["beside"] is None
     assert (beside["beside"], beside["wall_s"], beside["first_test_s"]) == ("pinned", 20.0, 5.0)
+
+
+def test_a_finished_run_leaves_no_running_files(tmp_path: Path) -> None:
+    """Markers cleared by workers that finished go at the run's end (with running/); a
+    marker of a test still running when the run ended stays beside its crash record."""
+    jsonio.write_json(tmp_path / contract.ENV_FILE, {"cell": "cpu-2.13", "run_id": "r",
+                                                "status": "running"})
+    results.mark_running(tmp_path, "gw0", "t.py::a", None, slot="single-gw0")
+    results.append_record(tmp_path / contract.TESTS_FILE,
+                          {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r"})
+    results.clear_running(tmp_path, "single-gw0")
+    results.finalize(tmp_path, "ended", {"run_id": "r"})
+    assert not (tmp_path / contract.RUNNING_DIR).exists()
+    # A test that was running when the run ended: its marker stays, and it is a crash.
+    results.mark_running(tmp_path, "gw1", "t.py::b", None, slot="single-gw1")
+    results.mark_running(tmp_path, "gw0", "t.py::c", None, slot="single-gw0")
+    results.clear_running(tmp_path, "single-gw0")
+    results.finalize(tmp_path, "killed", {"run_id": "r"})
+    left = sorted(p.name for p in (tmp_path / contract.RUNNING_DIR).iterdir())
+    assert left == ["single-gw1.json"]
+    assert {r["nodeid"]: r["outcome"] for r in _records(tmp_path)}["t.py::b"] == "crashed"

@@ -472,7 +472,8 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
             if pin in PIN_NAMES and not _is_version(value):
                 problems.append(smap.problem(("torch", key, pin),
                                              f"'{value}' is not a PEP 440 version"))
-        why = _channel_pin_problem(spec.get("channel", RELEASE), str(spec["torch"]))
+        why = (_channel_pin_problem(spec.get("channel", RELEASE), str(spec["torch"]))
+               or _series_pin_problem(str(key), str(spec["torch"])))
         if why:
             problems.append(smap.problem(("torch", key, "torch"), why))
 
@@ -571,6 +572,18 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
                     problems += _known(f"{rule['device']} {key}", rule[key], known, smap,
                                        (*base, key))
     return problems
+
+
+def _series_pin_problem(series: str, pin: str) -> str | None:
+    """Why torch ``pin`` is not a release of the series it is listed under (``2.12`` with
+    ``2.21.0``: a typo that would run every cell of the series on another torch); None
+    when it is, or when the series is not named X.Y."""
+    if not re.fullmatch(r"\d{1,3}\.\d{1,3}", series) or not _is_version(pin):
+        return None
+    release = Version(pin).release
+    if ".".join(map(str, release[:2])) != series:
+        return f"torch {pin} is not a {series} release: series {series} takes {series}.x"
+    return None
 
 
 def _channel_pin_problem(channel: str, pin: str) -> str | None:

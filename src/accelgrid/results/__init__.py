@@ -464,6 +464,19 @@ def clear_running(results: Path, worker: str) -> None:
         path.write_text("", encoding="utf-8")
 
 
+def _drop_cleared_markers(results: Path) -> None:
+    """At a run's end, the markers its workers cleared (empty files) go, and ``running/``
+    with them when nothing else is there: a finished run leaves no running files."""
+    folder = results / contract.RUNNING_DIR
+    try:
+        for marker in folder.glob("*.json"):
+            if marker.is_file() and not marker.is_symlink() and marker.stat().st_size == 0:
+                marker.unlink()
+        folder.rmdir()
+    except OSError:
+        pass  # absent, not empty (a marker of a test that was running stays), or read-only
+
+
 def running(results: Path) -> dict[str, dict[str, Any]]:
     """nodeid -> {start, timeout, worker} for tests a worker was in when it stopped."""
     out = {}
@@ -638,6 +651,7 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
             "message": f"the test process died while running this test ({reason})",
             "duration": time.time() - info["start"] if info.get("start") else None}))
         seen.add(nodeid)
+    _drop_cleared_markers(results)
     collected, _ = read_json(results / contract.COLLECTED_FILE)
     incomplete = incompleteness(collected if isinstance(collected, list) else None, seen,
                                 (env or {}).get("passes"))
