@@ -67,14 +67,12 @@ def change(baseline: str | None, run: str | None) -> str | None:
         return EXPECTED_FAILURE if baseline in BAD else REGRESSION
     if run == baseline:
         return UNCHANGED
-    if run == outcomes.FLAKY:
-        # Passed on a rerun: no regression (the gate's flaky policy, docs/history.md), yet
-        # no plain pass either.
-        return CHANGED
     if run == outcomes.PASSED:
         return NEW_PASS
     if run in NOT_RUN and baseline in PASSING:
         return REGRESSION  # it checked something on this device; now it checks nothing
+    # The rest changed without breaking: flaky (passed on a rerun: no regression, the
+    # gate's flaky policy in docs/history.md, yet no plain pass), xfailed, not run.
     return CHANGED
 
 
