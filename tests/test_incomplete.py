@@ -96,3 +96,14 @@ def test_the_grid_gates_on_an_incomplete_run(tmp_path, capsys, incomplete, flags
     err = capsys.readouterr().err
     assert ("t.py::b" in err) == bool(incomplete)
     assert ("--allow-incomplete: accepted" in err) == bool(incomplete and flags)
+
+
+def test_records_lost_after_the_run_make_it_incomplete(tmp_path, capsys) -> None:
+    """The grid judges the plan (collected.json) against the records as they are when it
+    reads them: a record lost after the run ended (its summary said complete) gates too."""
+    cell = write_cell(tmp_path / "results", "cpu-2.13", {"t.py::a": "passed"})
+    jsonio.write_json(cell / contract.COLLECTED_FILE, ["t.py::a"])
+    assert cli.main(["grid", str(cell), "--out", str(tmp_path / "out")]) == 0
+    jsonio.write_json(cell / contract.COLLECTED_FILE, ["t.py::a", "t.py::gone"])
+    assert cli.main(["grid", str(cell), "--out", str(tmp_path / "out")]) == 1
+    assert "1 of the 2 collected tests have no record: t.py::gone" in capsys.readouterr().err

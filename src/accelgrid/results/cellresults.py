@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 from ..base import contract, outcomes, text
 from ..base.errors import InvalidInput
 from ..base.jsonio import json_kind, read_json
-from . import RUN_FIELDS, last_outcomes, run_records
+from . import RUN_FIELDS, incompleteness, last_outcomes, run_records
 from .environment import redact
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
@@ -172,9 +172,15 @@ def load_cell(path: Path) -> CellResults:
     cell.tests = last_outcomes(records)
     if cell.env and cell.env.get("status") == "running" and not cell.env.get("end"):
         cell.problems.append("the run never finished (killed?): results are partial")
+    # The plan against the records as they are now (records lost after the run ended
+    # count too); without collected.json, what the run's end found (summary.json).
+    collected, _ = read_json(path / contract.COLLECTED_FILE)
     summary, _ = read_json(path / contract.SUMMARY_FILE)
-    if isinstance(summary, dict) and summary.get("incomplete"):
-        cell.problems.append(INCOMPLETE_PREFIX + str(summary["incomplete"]))
+    why = (incompleteness(collected, set(cell.tests), cell.env.get("passes"))
+           if isinstance(collected, list) else
+           summary.get("incomplete") if isinstance(summary, dict) else None)
+    if why:
+        cell.problems.append(INCOMPLETE_PREFIX + str(why))
     if run.get("selection"):
         cell.problems.append(f"a selected run (pytest {' '.join(run['selection'])}), "
                              "not the whole cell")
