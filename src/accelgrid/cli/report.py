@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="compare with DIR/<cell>.json; exit 3 on any regression")
     p.add_argument("--allow-incomplete", action="store_true",
                    help="exit 0 even where a run recorded less than it collected "
-                        "(summary.json's incomplete; else exit 1: docs/results.md)")
+                        "(collected.json against tests.jsonl; else exit 1: docs/results.md)")
     p.add_argument("--allow-lost", action="store_true",
                    help="exit 0 even where a baseline's test has no record in its column "
                         "(a lost test; else exit 3: docs/results.md)")
