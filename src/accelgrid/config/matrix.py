@@ -863,10 +863,7 @@ def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
         extras = {k: v for k, v in rule.items() if k not in AXES}
         targets = [c for c in combos if _matches(rule, c)]
         if targets:
-            for combo in targets:
-                combo.update(extras)
-                if extras:
-                    combo["_origin"] = origin  # problems with this cell point at the rule
+            _apply_include(combos, targets, extras, origin)
             continue
         complete = all(k in rule for k in ("device", "torch"))
         if not complete:
@@ -886,6 +883,7 @@ def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
             continue
         combos.append(combo)
 
+    _name_pinned(combos)
     cells: list[Cell] = []
     seen: dict[str, tuple] = {}
     for combo in combos:
@@ -903,12 +901,60 @@ def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
     return cells, problems
 
 
+# Include keys that pin a cell to a kind of runner: hardware is an axis of its own. Two
+# rules pinning one cell to two families make two cells (GitHub Actions' include would let
+# the second overwrite the first: one cell, silently on the last family).
+PINS = ("hardware", "driver")
+
+
+def _identity(combo: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(combo.get(k) for k in (*AXES, *PINS))
+
+
+def _apply_include(combos: list[dict[str, Any]], targets: list[dict[str, Any]],
+                   extras: dict[str, Any], origin: tuple) -> None:
+    """Add an include rule's ``extras`` to the combos it matches (``targets``, in
+    ``combos``). A combo already pinned to another family or driver than the rule's stays
+    as it is and gains a sibling on the rule's: the combo as it was before any pin, plus
+    the rule (what a rule for one family set stays with that family)."""
+    pins = {k: extras[k] for k in PINS if k in extras}
+    have = {_identity(c) for c in combos}
+    for combo in targets:
+        if not any(combo.get(k) not in (None, v) for k, v in pins.items()):
+            if pins and not any(combo.get(k) for k in PINS):
+                combo["_unpinned"] = {k: v for k, v in combo.items() if k != "_unpinned"}
+            combo.update(extras)
+            if extras:
+                combo["_origin"] = origin  # problems with this cell point at the rule
+            continue
+        base = combo.get("_unpinned") or combo
+        sibling = {**base, **{k: combo[k] for k in PINS if k in combo and k not in pins},
+                   **extras, "_origin": origin, "_unpinned": base}
+        if _identity(sibling) not in have:   # else it is a target too, updated above/below
+            have.add(_identity(sibling))
+            combos.append(sibling)
+
+
+def _name_pinned(combos: list[dict[str, Any]]) -> None:
+    """Cells of one device, series and profile pinned to several hardware families (or,
+    of one family, to several driver stacks) are named after them (``xpu-2.8-arc``,
+    ``xpu-2.8-bmg``); a lone pin keeps the plain name."""
+    for level, key in enumerate(PINS):
+        groups: dict[tuple, set[Any]] = {}
+        for combo in combos:
+            groups.setdefault(_identity(combo)[:len(AXES) + level], set()).add(combo.get(key))
+        for combo in combos:
+            if combo.get(key) and len(groups[_identity(combo)[:len(AXES) + level]]) > 1:
+                combo["_suffix"] = [*combo.get("_suffix", []), combo[key]]
+
+
 def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> Cell | str:
     """The cell of ``combo``, or why it cannot be one (a line naming the cell)."""
     device = matrix.devices[combo["device"]]
     series = matrix.torch[combo["torch"]]
     profile = matrix.profiles[combo["profile"]]
-    name = _cell_name(device.name, series.series, profile.name, matrix.default_profile)
+    name = "-".join([_cell_name(device.name, series.series, profile.name,
+                                matrix.default_profile), *combo.get("_suffix", [])])
     suite_names = [
         s for s in combo.get("suites", matrix.default_suites)
         if (only := matrix.suites[s].devices) is None or device.name in only
