@@ -45,7 +45,7 @@ def test_publish_writes_linked_pages(tmp_path: Path, capsys) -> None:
     printed = capsys.readouterr().out
     assert "LOST xpu-2.5: no results uploaded" in printed and "history: 1 run(s) added" in printed
     pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html"))
-    assert pages == ["cells/cpu-2.13.html", "cells/xpu-2.5.html", "index.html",
+    assert pages == ["cells/cpu-2.13.html", "cells/xpu-2.5.html", "hud.html", "index.html",
                      "tests/index.html", "tests/smoke.html"]
     # Every local link of every page resolves to a file of the site.
     for page in out.rglob("*.html"):

@@ -307,7 +307,7 @@ def test_clean_env_keeps_a_good_env_and_drops_each_field_of_another_type() -> No
     good = {"cell": "cpu-2.13", "device_type": "cpu", "start": "s", "end": None,
             "status": "finished", "end_reason": "r", "exitstatus": 0, "torch": {},
             "python": {}, "packages": {}, "env": {}, "host": {}, "project": {},
-            "run_id": "r1", "pytest_args": [], "selection": [], "passes": []}
+            "ci": {}, "run_id": "r1", "pytest_args": [], "selection": [], "passes": []}
     assert set(good) == set(_ENV_TYPES)
     assert clean_env(good) == (good, [])
     for name, value in good.items():

@@ -68,8 +68,10 @@ _PIP_NOT_HASHED = ("cert", "trusted-host")   # how to reach an index, not what i
 # Host variables a containerised cell run still honours: a shard's (which one, and the
 # durations file it balances by, mounted at the same path), the runner's declared hardware
 # family and driver stack (its .env file, ci/README.md).
+# ... and the CI run's variables, so env.json inside the container names the run too.
 FORWARDED_ENV = (contract.WORKERS, contract.SKIP_DETECT, contract.SHARD,
-                 contract.SHARD_DURATIONS, contract.HARDWARE, contract.DRIVER)
+                 contract.SHARD_DURATIONS, contract.HARDWARE, contract.DRIVER,
+                 *environment.CI_RUN_VARS)
 
 
 class ContainerError(InvalidInput):

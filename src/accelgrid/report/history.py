@@ -38,7 +38,8 @@ from ..results.records import Change, Grid
 DEFAULT_WINDOW = 30
 FLAKY_FLIPS = 2
 PASS = CODE[outcomes.PASSED]
-RUN_BRIEF = ("run_id", "start", "commit_sha", "torch_build", "runner", "status", "inputs")
+RUN_BRIEF = ("run_id", "start", "commit_sha", "torch_build", "runner", "status", "inputs",
+             "ci_url")
 
 
 @overload

@@ -2,6 +2,8 @@
 history, every page linked from every other.
 
     index.html            the latest grid (grid.html, with its history strips) + grid.json/.md
+    hud.html              runs x cells: a row per (CI) run, newest first, a square per result
+                          linking to its cell's page and its CI run (accelgrid.report.hud)
     cells/<cell>.html     per cell: provenance, its runs in the window, since the previous
                           run, its failing tests with since when, its flaky tests
     tests/<suite>.html    per test of a suite: each cell's strip (oldest first), flaky
@@ -32,11 +34,12 @@ from ..base.jsonio import write_json
 from ..base.lifetime import signals_held
 from ..ops import xpu_prediction
 from ..results.cellresults import discover
-from ..results.history import BAD_CODES
+from ..results.history import BAD_CODES, open_store, run_row
 from ..results.records import Column, Grid, Row
 from . import (
     build_model,
     history,
+    hud,
     ops_pages,
     render_html,
     render_json,
@@ -88,7 +91,8 @@ def _page(title: str, nav: str, body: str) -> str:
 
 
 def _nav(prefix: str, ops_here: bool) -> str:
-    links = [("index.html", "latest grid"), ("tests/index.html", "tests by suite")]
+    links = [("index.html", "latest grid"), ("hud.html", "runs × cells"),
+             ("tests/index.html", "tests by suite")]
     if ops_here:
         links += [("ops/ops-grid.html", "op coverage"), ("ops/ops-predicted.html", "predicted XPU")]
     return " · ".join(f'<a href="{prefix}{href}">{label}</a>' for href, label in links)
@@ -112,11 +116,16 @@ def _cell_page(col: Column, model: Grid, nav: str, ops_cells: set[str]
     hist = col.get("history") or {}
     if hist.get("runs"):
         parts.append(f"<h2>Runs in the window ({len(hist['runs'])})</h2><table><tr><th>start"
-                     "</th><th>run</th><th>commit</th><th>torch</th><th>runner</th></tr>")
+                     "</th><th>run</th><th>commit</th><th>torch</th><th>runner</th>"
+                     "<th>CI</th></tr>")
         for r in reversed(hist["runs"]):
-            parts.append(f"<tr><td>{_e(r['start'])}</td><td><code>{_e(r['run_id'])}</code></td>"
+            ci = r.get("ci_url")
+            # id: the runs x cells page's squares link here
+            parts.append(f'<tr id="run-{_e(r["run_id"])}"><td>{_e(r["start"])}</td>'
+                         f"<td><code>{_e(r['run_id'])}</code></td>"
                          f"<td><code>{_e(str(r['commit_sha'])[:12])}</code></td>"
-                         f"<td>{_e(r['torch_build'])}</td><td>{_e(r['runner'])}</td></tr>")
+                         f"<td>{_e(r['torch_build'])}</td><td>{_e(r['runner'])}</td><td>"
+                         + (f'<a href="{_e(ci)}">run</a>' if ci else "") + "</td></tr>")
         parts.append("</table>")
     since = hist.get("since")
     if since:
@@ -327,7 +336,8 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
     shutil.rmtree(new, ignore_errors=True)
     try:
         new.mkdir()
-        pages, notes = _write_site(new, folders, model)
+        runs = _hud_runs(history_db, read)
+        pages, notes = _write_site(new, folders, model, runs)
         written = _files(new)
         write_json(new / MANIFEST, {"written_by": f"accelgrid publish {__version__}",
                                     "files": written})
@@ -340,7 +350,17 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
     return Site(out, model, pages, notes, added)
 
 
-def _write_site(out: Path, folders: list[Path], model: Grid) -> tuple[int, list[str]]:
+def _hud_runs(history_db: Path | None, read: list[Any]) -> list[dict[str, Any]]:
+    """The cell runs the runs x cells page shows: the history's newest, else the folders'."""
+    if history_db is not None:
+        with open_store(history_db) as store:
+            return store.recent_runs(hud.CELL_RUNS)
+    found = [run_row(cell, path) for path, cell in read if not cell.error]
+    return [r for r in found if r is not None]
+
+
+def _write_site(out: Path, folders: list[Path], model: Grid, runs: list[dict[str, Any]]
+                ) -> tuple[int, list[str]]:
     """Every page of the site into the empty folder ``out``; (pages, notes)."""
     notes: list[str] = []
     ops_cells = _ops_pages(folders, out / "ops", notes)
@@ -351,6 +371,15 @@ def _write_site(out: Path, folders: list[Path], model: Grid) -> tuple[int, list[
     top_nav = _nav("", ops_here) + " · cells: " + " ".join(
         f'<a href="cells/{slug(c["name"])}.html">{_e(c["name"])}</a>' for c in model["columns"])
     (out / "index.html").write_text(render_html.render(model, nav=top_nav), encoding="utf-8")
+    pages += 1
+    # The grid's columns first (the matrix's order), then cells only the history has.
+    cell_pages = {c["cell"]: f"cells/{slug(c['name'])}.html" for c in model["columns"]}
+    cells = list(cell_pages) + sorted({r["cell"] for r in runs} - set(cell_pages))
+    hud_rows = hud.rows(runs)
+    shown = [c for c in cells if any(c in r["results"] for r in hud_rows)]
+    (out / "hud.html").write_text(_page(
+        "accelgrid: runs × cells", _nav("", ops_here), hud.page_body(hud_rows, shown, cell_pages)),
+        encoding="utf-8")
     pages += 1
     nav = _nav("../", ops_here)
     (out / "cells").mkdir()

@@ -37,6 +37,7 @@ CELL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _ENV_TYPES: dict[str, type | tuple[type, ...]] = {
     "cell": str, "device_type": str, "start": str, "end": str, "status": str,
     "end_reason": str, "exitstatus": int, "host": dict, "python": dict, "project": dict,
+    "ci": dict,
     "torch": dict, "env": dict, "packages": dict, "run_id": str, "pytest_args": list,
     "selection": list, "passes": list,
 }
@@ -77,6 +78,7 @@ class ReadEnv(TypedDict, total=False):
     env: dict[str, str] | None        # text values only, redacted
     host: dict[str, Any] | None
     project: dict[str, Any] | None
+    ci: dict[str, str] | None         # text values only
     run_id: str | None
     pytest_args: list[object] | None
     selection: list[object] | None
@@ -106,12 +108,12 @@ def clean_env(env: Any) -> tuple[ReadEnv, list[str]]:
     if isinstance(out.get("torch"), dict) and "devices" in out["torch"]:
         out["torch"] = {**out["torch"], "devices": [
             d for d in out["torch"]["devices"] if isinstance(d, dict)]}
-    for section in ("env", "packages"):
+    for section in ("env", "packages", "ci"):
         if isinstance(out.get(section), dict):
             kept = {str(k): v for k, v in out[section].items() if isinstance(v, str)}
             if len(kept) != len(out[section]):
                 notes.append(f"env.json: {section} has values that are not text; dropped")
-            out[section] = redact(kept) if section == "env" else kept
+            out[section] = redact(kept) if section in ("env", "ci") else kept
     cell = out.get("cell")
     if isinstance(cell, str) and not CELL_NAME.match(cell):
         out.pop("cell")

@@ -229,6 +229,39 @@ OWN_VARS = frozenset(v for k, v in vars(contract).items() if k.isupper() and isi
 _NOT_RECORDED = frozenset({contract.RECORDER_PID, contract.SET_VARS})
 
 
+# The CI run a cell ran in, recorded in env.json's "ci" (not in "env": they change every
+# run, and "env" is an input of the history's flaky rule). GitHub Actions sets them on every
+# job (docs.github.com/en/actions/reference/variables-reference); the site's runs x cells
+# page links each result to its run with them (ci_run_url).
+CI_RUN_VARS = ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT",
+               "RUNNER_NAME")
+_REPOSITORY = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
+
+
+def ci_run(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The :data:`CI_RUN_VARS` set in ``env`` (default: os.environ), redacted as any."""
+    env = os.environ if env is None else env
+    return redact({k: env[k] for k in CI_RUN_VARS if env.get(k)})
+
+
+def ci_run_url(ci: Mapping[str, Any] | None) -> str | None:
+    """The CI run's page (``<server>/<owner>/<repo>/actions/runs/<id>[/attempts/<n>]``) from
+    env.json's "ci", or None when it names none or a part is not what GitHub sets (an
+    http(s) server without credentials, owner/name, numbers): the value becomes a link."""
+    ci = ci or {}
+    server = str(ci.get("GITHUB_SERVER_URL") or "").rstrip("/")
+    repo, run = str(ci.get("GITHUB_REPOSITORY") or ""), str(ci.get("GITHUB_RUN_ID") or "")
+    attempt = str(ci.get("GITHUB_RUN_ATTEMPT") or "")
+    parts = urllib.parse.urlsplit(server)
+    if (parts.scheme not in ("https", "http") or not parts.hostname or parts.username
+            or parts.password or parts.query or parts.fragment
+            or not _REPOSITORY.fullmatch(repo) or ".." in repo or not run.isdigit()
+            or (attempt and not attempt.isdigit())):
+        return None
+    return (f"{server}/{repo}/actions/runs/{run}"
+            + (f"/attempts/{attempt}" if attempt else ""))
+
+
 def set_by_cell(env: Mapping[str, str]) -> frozenset[str]:
     """The names ``env``'s :data:`~accelgrid.base.contract.SET_VARS` lists (the runner's
     :func:`accelgrid.run.cellenv.cell_env` sets it)."""

@@ -34,11 +34,12 @@ if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may hav
     from .records import TestRecord
 from ..base.errors import AccelgridError
 from ..base.jsonio import mapping
+from . import environment
 from .cellresults import CellResults, discover, read_cell, run_of
 from .provenance import now
 
 DEFAULT_DB = "results/history.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0  # a second writer waits this long for the first before failing
 
 # One letter per outcome in the results table (and in every strip). FLAKY: passed only
@@ -99,13 +100,19 @@ MIGRATIONS: dict[int, str] = {
         testset = (SELECT id FROM testsets WHERE ids = coalesce((SELECT group_concat(test)
             FROM (SELECT test FROM results WHERE run = runs.id ORDER BY test)), ''))
     """,
+    # The CI run a cell ran in (env.json "ci": environment.ci_run_url): the site's runs x
+    # cells page links each result to it and makes a row of the results of one CI run.
+    3: """
+    ALTER TABLE runs ADD COLUMN ci_url TEXT;
+    CREATE INDEX runs_by_start ON runs (start, id)
+    """,
 }
 MESSAGE_LIMIT = 500
 DURATION_RUNS = 10   # the runs a test's duration is the median of (Store.durations)
 RUN_COLUMNS = ("id", "run_id", "cell", "start", "end", "status", "end_reason", "commit_sha",
                "torch_version", "torch_build", "torch_git", "runner", "device_name",
                "device_count", "driver", "python", "selection", "inputs", "total", "counts",
-               "source", "added")
+               "source", "added", "ci_url")
 
 
 class HistoryError(AccelgridError):
@@ -171,7 +178,7 @@ def torch_build(env: Mapping[str, Any]) -> str:
     return (torch.get("version") or "?") + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
+def run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
     """The runs row of a cell read back; None when it cannot be told apart from others
     (no run id and no start)."""
     env = cell.env or {}
@@ -201,6 +208,7 @@ def _run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
         "selection": json.dumps([str(a) for a in run.get("selection") or []]),
         "inputs": inputs_digest(env), "total": len(cell.tests),
         "counts": json.dumps(counts, sort_keys=True), "source": str(source), "added": now(),
+        "ci_url": environment.ci_run_url(mapping(env.get("ci"))),
     }
 
 
@@ -280,7 +288,7 @@ class Store:
         conn = self.conn
         if cell.error:
             return Added(path, cell.name, None, "skipped", cell.error)
-        row = _run_row(cell, path)
+        row = run_row(cell, path)
         if row is None:
             return Added(path, cell.name, None, "skipped",
                          "no run id and no start time: cannot be told from other runs")
@@ -340,6 +348,13 @@ class Store:
                 "ORDER BY start DESC, id DESC" + (" LIMIT ?" if limit else ""),
                 (cell, limit) if limit else (cell,))
             return [dict(zip(RUN_COLUMNS, r, strict=True)) for r in cur][::-1]
+
+    def recent_runs(self, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` runs of every cell, newest first."""
+        with _faults(self.path):
+            cur = self.conn.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs "
+                                    "ORDER BY start DESC, id DESC LIMIT ?", (limit,))
+            return [dict(zip(RUN_COLUMNS, r, strict=True)) for r in cur]
 
     def durations(self, cell: str, runs: int = DURATION_RUNS) -> dict[str, float]:
         """Each test's duration in ``cell``'s last ``runs`` runs that recorded one, as the

@@ -96,6 +96,7 @@ def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, A
                  "cpus": os.cpu_count()},
         "project": {"commit": os.environ.get(contract.COMMIT),
                     "dirty": os.environ.get(contract.DIRTY) == "1"},
+        "ci": environment.ci_run(),
     }
 
 
