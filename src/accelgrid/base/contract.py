@@ -99,6 +99,9 @@ ENVDIR = "ACCELGRID_ENVDIR"            # where cell envs live (nox's --envdir; e
 WORKERS_PER_DEVICE = "ACCELGRID_WORKERS_PER_DEVICE"  # workers sharing each device (else
                                                      # chosen from the host: runner)
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index
+WHEEL = "ACCELGRID_WHEEL"              # outside accelgrid's checkout: the accelgrid wheel
+                                       # (a file) cell envs install instead of
+                                       # accelgrid==<the runner's version> from the index
 SHARD = "ACCELGRID_SHARD"              # K/N: run only shard K of the cell's N (results.shards)
 SHARD_DURATIONS = "ACCELGRID_SHARD_DURATIONS"  # a results folder or {nodeid: s} JSON to balance by
 SKIP_DETECT = "ACCELGRID_SKIP_DETECT"  # run a cell even when its device is not detected

@@ -55,6 +55,7 @@ from ._common import DEFAULT_MATRIX, common_parser  # noqa: E402
 # run` then loads no report, container or bench code (~0.1 s of a warm partial run). A
 # test checks this table against what each group registers.
 GROUPS: dict[str, tuple[str, ...]] = {
+    "init": ("init",),
     "matrix": ("validate", "cells", "plan", "schema"),
     "run": ("run",),
     "shell": ("env", "shell"),
@@ -77,6 +78,7 @@ and leave results under results/<cell>/, which `accelgrid grid` turns into grids
 
 EPILOG = """\
 examples:
+  accelgrid init --devices cpu,xpu       accelgrid in this repository: matrix, noxfile, CI
   accelgrid validate                     check matrix.yaml
   accelgrid cells --device xpu           list the xpu cells
   accelgrid plan xpu-2.5                 what that cell installs, sets and runs

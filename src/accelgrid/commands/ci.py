@@ -20,9 +20,11 @@ from typing import TypedDict, Unpack
 
 import jinja2
 
+from .. import __version__
 from ..base.errors import InvalidInput
 from ..base.jsonio import dumps
 from ..config.matrix import Cell, Matrix, injection_problem
+from ..host import venvs
 
 WORKFLOW = ".github/workflows/accelgrid.yml"        # schedule/dispatch: every cell
 PR_WORKFLOW = ".github/workflows/accelgrid-pr.yml"  # pull_request: hosted cells only
@@ -198,6 +200,12 @@ def _matrix_label(matrix: Matrix) -> str:
         return str(matrix.path)
 
 
+def install_accelgrid(root: Path) -> str:
+    """What the workflows' "Install accelgrid" steps hand pip: accelgrid's own checkout
+    itself (editable), any other project the accelgrid version that rendered them."""
+    return "--editable ." if venvs.is_accelgrid_checkout(root) else f"accelgrid=={__version__}"
+
+
 def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
            max_workflow_bytes: int = MAX_WORKFLOW_BYTES) -> dict[str, str]:
     """Every generated file (path relative to the matrix's folder -> text). Cells whose torch
@@ -244,6 +252,7 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
             actions={k: {"uses": f"{repo}@{sha}", "version": version}
                      for k, (repo, sha, version) in ACTIONS.items()},
             python=matrix.default_python,
+            install=install_accelgrid(matrix.root),
             runner=HOSTED_RUNNER,
             pr_label=PR_LABEL,
             devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),

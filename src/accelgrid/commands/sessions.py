@@ -23,7 +23,7 @@ import nox
 from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
-from .. import ops, results
+from .. import __version__, ops, results
 from ..base import contract, jsonio
 from ..base.errors import AccelgridError, InvalidInput
 from ..config.matrix import Cell, Matrix
@@ -164,8 +164,12 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
                       f"({cell.index}, or set {contract.TORCH_INDEX} to an index with it)")
             _verified_or_repaired(session, cell, plan, envdir, python)
             install.write_stamp(envdir, pins)
-        # Its python imports accelgrid from this checkout by itself (venvs.PTH).
-        venvs.link_project(python, matrix.root)
+        checkout = venvs.runner_checkout()
+        if checkout is not None:
+            # Its python imports accelgrid from the runner's checkout by itself (venvs.PTH).
+            venvs.link_project(python, checkout)
+        else:
+            _install_accelgrid(session, cell, python)
     # session.run returns None under --install-only: the env is ready, run nothing.
     if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
         return
@@ -180,6 +184,24 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
     if rc != 0:
         folder = results.last_run(out / cell.name)[1]
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
+
+
+def _install_accelgrid(session: nox.Session, cell: Cell, python: str) -> None:
+    """An accelgrid installed from a wheel runs the cell: the env gets its version (the in-cell
+    plugin, found through its pytest11 entry point), once per version; a wheel named by
+    $ACCELGRID_WHEEL is installed every time (a rebuilt wheel keeps its version)."""
+    wanted = venvs.self_requirement()
+    from_wheel = not wanted.startswith("accelgrid==")
+    if not from_wheel and venvs.installed_accelgrid(python) == __version__:
+        return
+    session.log(f"{cell.name}: installing accelgrid {__version__} (no dependencies: the "
+                f"cell's pins bring what a cell needs): {wanted}")
+    session.install("--no-deps", *(("--reinstall-package", "accelgrid") if from_wheel else ()),
+                    wanted, silent=True)
+    got = venvs.installed_accelgrid(python)
+    if got != __version__:
+        _fail(session, f"{cell.name}: the env has accelgrid {got} after installing {wanted}, "
+                       f"not the runner's {__version__}")
 
 
 def _install_plan(session: nox.Session, cell: Cell, envdir: Path

@@ -1,5 +1,10 @@
-"""A cell's environment as nox builds it: where it is, its python, and its link to this
-checkout.
+"""A cell's environment as nox builds it: where it is, its python, and its accelgrid.
+
+Where the running accelgrid is a checkout (its own repository, an editable install:
+:func:`runner_checkout`) the env links to that checkout; where it is installed from a
+wheel the env installs accelgrid itself, the runner's version (:func:`self_requirement`),
+without its dependencies: what runs in a cell needs only torch, pytest and packaging,
+which the cell's pins and tools bring.
 
 The link is a ``.pth`` file in the env's site-packages naming the project's ``src``
 (written by the cell session at every build, :func:`link_project`), so the env's python
@@ -15,13 +20,16 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import tomllib
 from pathlib import Path
 
 # nox's own naming of a session's env folder (pinned in pyproject.toml): it lowercases,
 # turns anything but letters, digits and '-' into '-', and hashes names too long for a
 # shebang line, so the rule is not restated here.
 from nox.sessions import _normalize_path
+from packaging.utils import canonicalize_name
 
+from .. import __version__
 from ..base import contract
 from ..base.errors import AccelgridError
 from ..config.matrix import Cell
@@ -87,3 +95,46 @@ def link_project(python: str | Path, root: Path) -> tuple[Path, str | None]:
     if before != line:
         pth.write_text(line + "\n", encoding="utf-8")
     return pth, before if before not in (None, line) else None
+
+
+def is_accelgrid_checkout(root: Path) -> bool:
+    """Whether ``root`` is accelgrid's own source (its pyproject.toml names the project
+    accelgrid): its cell envs link to it, its CI installs it editable."""
+    try:
+        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    name = data.get("project", {}).get("name") if isinstance(data.get("project"), dict) else None
+    return isinstance(name, str) and canonicalize_name(name) == "accelgrid"
+
+
+def runner_checkout() -> Path | None:
+    """The accelgrid checkout the running accelgrid is imported from (its own repository,
+    an editable install: cell envs link to it), or None (installed from a wheel: cell envs
+    install the same version, :func:`self_requirement`)."""
+    root = Path(__file__).resolve().parents[3]  # <root>/src/accelgrid/host/venvs.py
+    return root if (root / "src" / "accelgrid").is_dir() and is_accelgrid_checkout(root) \
+        else None
+
+
+def self_requirement() -> str:
+    """What a cell env outside accelgrid's checkout installs accelgrid from: the wheel
+    ``$ACCELGRID_WHEEL`` names (tests, offline hosts), else ``accelgrid==<this version>``
+    from the index, the version the runner is."""
+    wheel = os.environ.get(contract.WHEEL, "").strip()
+    if wheel:
+        path = Path(wheel)
+        if not path.is_file() or path.suffix != ".whl":
+            raise AccelgridError(f"{contract.WHEEL}={wheel}: not a wheel file (*.whl)")
+        return str(path.absolute())
+    return f"accelgrid=={__version__}"
+
+
+def installed_accelgrid(python: str | Path) -> str | None:
+    """The accelgrid version ``python``'s env has installed (its metadata), or None."""
+    proc = subprocess.run([str(python), "-c", "import importlib.metadata as m; "
+                           "print(m.version('accelgrid'))"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
