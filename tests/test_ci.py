@@ -34,6 +34,16 @@ PR = yaml.safe_load(PR_TEXT)
 WORKFLOWS = {ci.WORKFLOW: (WORKFLOW_TEXT, WORKFLOW), ci.PR_WORKFLOW: (PR_TEXT, PR)}
 
 
+# The jobs whose cells run in their images (they pull them by tag).
+CONTAINER_JOBS = {k for k, v in CELL_JOBS.items()
+                  if any(s.get("name", "").startswith("accelgrid container run")
+                         for s in v["steps"])}
+
+# The jobs holding a sharded cell (they read the history artifact to balance by).
+SHARDED_JOBS = {c["job"] for c in json.loads(JOBS["plan"]["steps"][0]["env"]["CELLS"])
+                if c["shard"]}
+
+
 def _triggers(workflow: dict) -> dict:
     return workflow.get("on", workflow.get(True))  # PyYAML reads a bare `on` as True
 
@@ -191,7 +201,9 @@ def test_every_cell_runs_once_on_its_devices_runner_with_its_timeout() -> None:
     cells = {c["cell"]: c for c in plan}
     # Every cell but those whose torch is a local wheel (xpu-2.4): CI has no such wheel.
     assert [c.name for c in MATRIX.cells if c.manual] == ["xpu-2.4"]
-    assert sorted(c["cell"] for c in plan) == sorted(c.name for c in CI_CELLS)
+    # One entry per job: a sharded cell has one per shard.
+    assert sorted(c["cell"] for c in plan) == sorted(
+        c.name for c in CI_CELLS for _ in range(c.shards))
     for cell in CI_CELLS:
         job = JOBS[cells[cell.name]["job"]]
         labels = [job["runs-on"]] if isinstance(job["runs-on"], str) else job["runs-on"]
@@ -230,14 +242,18 @@ def test_no_pull_request_starts_a_workflow_with_a_self_hosted_job() -> None:
         if job_id.removeprefix("cells-") in hosted:
             assert "event_name" not in cond
         else:  # a second line only; the triggers and runner groups are the guard
+            # (after the images job, whatever became of it, for the container cells)
+            cond = cond.removeprefix("!cancelled() && needs.plan.result == 'success' && ")
             assert cond.startswith("(github.event_name == 'schedule' || "
                                    "github.event_name == 'workflow_dispatch') && ")
     # The pull-request workflow has no self-hosted job and only hosted cells.
     pr_jobs = {k: v for k, v in PR["jobs"].items() if k.startswith("cells-")}
     assert set(pr_jobs) == {f"cells-{d}" for d in hosted}
     assert all(c["hosted"] for c in _plan_cells(PR))
+    # ... of released torch: the nightly channel's cells are the scheduled run's.
     assert sorted(c["cell"] for c in _plan_cells(PR)) == sorted(
-        c.name for c in MATRIX.cells if c.hosted)
+        c.name for c in MATRIX.cells if c.hosted and c.channel == "release"
+        for _ in range(c.shards))
     for job in PR["jobs"].values():
         labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
         assert "self-hosted" not in [str(x).lower() for x in labels]
@@ -295,8 +311,10 @@ def test_least_privilege_pinned_actions_and_no_secrets(rel: str) -> None:
     jobs = workflow["jobs"]
     assert workflow["permissions"] == {"contents": "read"}
     # The nightly plan reads a dispatched pull request's labels (tests/test_actions.py).
+    # The nightly plan reads a dispatched pull request's labels (tests/test_actions.py) and,
+    # with a sharded cell in the matrix, which run holds the history (docs/ci.md, "Shards").
     assert jobs["plan"]["permissions"] == ({} if rel == ci.PR_WORKFLOW
-                                           else {"pull-requests": "read"})
+                                           else {"pull-requests": "read", "actions": "read"})
     for name, job in jobs.items():
         if name == "grid" and rel == ci.WORKFLOW:
             # Reading the earlier run's history artifact (docs/history.md); nothing more.
@@ -306,6 +324,16 @@ def test_least_privilege_pinned_actions_and_no_secrets(rel: str) -> None:
             # Deploying the site to GitHub Pages (tests/test_history_real.py); nothing more.
             assert job["permissions"] == {"pages": "write", "id-token": "write"}
             continue
+        if name == "images" and rel == ci.WORKFLOW:
+            # Pushing the cells' images: the one job that writes packages.
+            assert job["permissions"] == {"contents": "read", "packages": "write"}
+            continue
+        if name in CONTAINER_JOBS and rel == ci.WORKFLOW:
+            assert job["permissions"] == {"contents": "read", "packages": "read"}
+            continue
+        if name in SHARDED_JOBS and rel == ci.WORKFLOW:
+            assert job["permissions"] == {"contents": "read", "actions": "read"}
+            continue
         assert name == "plan" or job.get("permissions", {}) in ({}, {"contents": "read"})
     assert workflow["concurrency"]["group"]
     uses = re.findall(r"uses: (\S+)(.*)", text)
@@ -313,7 +341,7 @@ def test_least_privilege_pinned_actions_and_no_secrets(rel: str) -> None:
     assert {u.split("@")[0] for u, _ in uses} == {repo for repo, _, _ in ci.ACTIONS.values()
                                                   if rel == ci.WORKFLOW or repo not in pages_only}
     for ref, comment in uses:
-        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)?@[0-9a-f]{40}", ref), ref
         assert re.fullmatch(r" # v\d+\.\d+\.\d+", comment), comment
     for step in (s for j in jobs.values() for s in j["steps"] if "checkout" in s.get("uses", "")):
         assert step["with"]["persist-credentials"] is False
@@ -347,13 +375,20 @@ def _run_plan(tmp_path: Path, event: str, workflow: dict = WORKFLOW, **inputs: s
     env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output), "EVENT": event,
            "CELLS": step["env"]["CELLS"], "JOBS": step["env"]["JOBS"],
            "DEVICES": inputs.get("devices", ""), "TORCH": inputs.get("torch", ""),
-           "PROFILES": inputs.get("profiles", "")}
+           "PROFILES": inputs.get("profiles", ""), "OWNER": inputs.get("owner", "Owner"),
+           "REGISTRY": inputs.get("registry", "")}
     proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
                            step["run"]], env=env, capture_output=True, text=True, timeout=60)
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     picked = {job: [m["cell"] for m in json.loads(v)] for job, v in outputs.items()
-              if job not in ("any", "ref")}   # ref: a dispatched PR's head
+              if job.startswith("cells-")}
+    (tmp_path / "plan_outputs.json").write_text(json.dumps(outputs))
     return proc, picked
+
+
+def _plan_outputs(tmp_path: Path) -> dict[str, str]:
+    """The outputs of the last _run_plan."""
+    return json.loads((tmp_path / "plan_outputs.json").read_text())
 
 
 def test_plan_picks_hosted_cells_for_pull_requests_and_all_nightly(tmp_path) -> None:
@@ -361,17 +396,19 @@ def test_plan_picks_hosted_cells_for_pull_requests_and_all_nightly(tmp_path) -> 
     assert proc.returncode == 0, proc.stderr
     assert set(picked) == {k for k in PR["jobs"] if k.startswith("cells-")}
     assert [c for cells in picked.values() for c in cells] == \
-        [c.name for c in MATRIX.cells if c.hosted]
+        [c.name for c in MATRIX.cells if c.hosted and c.channel == "release"
+         for _ in range(c.shards)]
     proc, picked = _run_plan(tmp_path, "schedule")
     assert sorted(c for cells in picked.values() for c in cells) == \
-        sorted(c.name for c in CI_CELLS)
+        sorted(c.name for c in CI_CELLS for _ in range(c.shards))
 
 
 def test_plan_applies_dispatch_inputs_and_refuses_unknown_values(tmp_path) -> None:
     proc, picked = _run_plan(tmp_path, "workflow_dispatch", devices="xpu, cuda", torch="2.13")
     assert proc.returncode == 0, proc.stderr
     assert sorted(c for cells in picked.values() for c in cells) == sorted(
-        c.name for c in CI_CELLS if c.device in ("xpu", "cuda") and c.torch == "2.13")
+        c.name for c in CI_CELLS if c.device in ("xpu", "cuda") and c.torch == "2.13"
+        for _ in range(c.shards))
     assert picked["cells-cpu"] == []
 
     proc, _ = _run_plan(tmp_path, "workflow_dispatch", devices="tpu\n::warning::injected")

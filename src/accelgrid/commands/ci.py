@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import jinja2
 from .. import __version__
 from ..base.errors import InvalidInput
 from ..base.jsonio import dumps
-from ..config.matrix import Cell, Matrix, injection_problem
+from ..config.matrix import RELEASE, Cell, Matrix, injection_problem
 from ..host import venvs
 
 WORKFLOW = ".github/workflows/accelgrid.yml"        # schedule/dispatch: every cell
@@ -55,6 +56,11 @@ ACTIONS = {
                               "fc324d3547104276b827a68afc52ff2a11cc49c9", "v5.0.0"),
     "deploy-pages": ("actions/deploy-pages", "cd2ce8fcbc39b97be8ca5fce6e763baed58fa128",
                      "v5.0.0"),
+    # restore and save apart: the combined action saves only when the job succeeds, and a
+    # cell job with a failing test still filled its cache.
+    "cache-restore": ("actions/cache/restore", "27d5ce7f107fe9357f9df03efb73ab90386fccae",
+                      "v5.0.5"),
+    "cache-save": ("actions/cache/save", "27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5"),
 }
 
 MAX_MATRIX_JOBS = 256             # GitHub: one job matrix generates at most 256 jobs
@@ -63,6 +69,14 @@ HOSTED_RUNNER = "ubuntu-24.04"    # the plan and grid jobs (no device needed)
 # The label on a pull request that lets a maintainer's dispatch run every cell, GPU
 # runners included, on its head commit (ci/README.md, "GPU cells for a pull request").
 PR_LABEL = "ciflow/gpu"
+# Where the images job pushes and the cell jobs pull (docs/ci.md, "Images"): the repository
+# variable, else GitHub's registry under the repository's owner.
+REGISTRY_VARIABLE = "ACCELGRID_IMAGE_REGISTRY"
+DEFAULT_REGISTRY = "ghcr.io"
+# The suites that read transformers' / accelerate's own checkouts (testing.hf_checkouts).
+HF_SUITES = ("hf_tests", "hf_examples")
+HF_REPOSITORIES = {"transformers": "https://github.com/huggingface/transformers",
+                   "accelerate": "https://github.com/huggingface/accelerate"}
 
 # Labels actionlint already knows for self-hosted runners; only the others need declaring.
 _ACTIONLINT_KNOWN = {"self-hosted", "linux", "macos", "windows", "x64", "x86", "arm", "arm64"}
@@ -166,11 +180,28 @@ def _shard_jobs(cell: Cell) -> list[tuple[str, str]]:
             for k in range(1, cell.shards + 1)]
 
 
+def pins_digest(cell: Cell) -> str:
+    """12 hex of what the cell's env is installed from (Python, pins, packages, index):
+    the key of its uv cache, so a changed pin starts a new cache instead of growing one."""
+    what = {"python": cell.python, "pins": dict(cell.pins), "packages": list(cell.packages),
+            "index": cell.index, "torch": cell.torch_requirement, "channel": cell.channel}
+    return hashlib.sha256(dumps(what).encode()).hexdigest()[:12]
+
+
+def hf_versions(cell: Cell) -> dict[str, str]:
+    """The transformers / accelerate versions whose checkouts CI clones for ``cell``: its
+    pins, when a suite of it reads checkouts and it runs on the runner's own host (the
+    image of a container cell has no mount for them); else empty strings."""
+    wanted = not cell.ci_container and any(s in HF_SUITES for s in cell.suites)
+    return {p: cell.pins.get(p, "") if wanted else "" for p in HF_REPOSITORIES}
+
+
 def _plan_cells(groups: Sequence[JobGroup]) -> list[str]:
     return [
         dumps({"cell": c.name, "id": job, "shard": shard, "job": g.id, "device": c.device,
                "torch": c.torch, "profile": c.profile, "hosted": c.hosted,
-               "timeout": job_minutes(c)})
+               "timeout": job_minutes(c), "container": c.ci_container,
+               "pins": pins_digest(c), **hf_versions(c)})
         for g in groups for c in g.cells for job, shard in _shard_jobs(c)
     ]
 
@@ -234,9 +265,13 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
     workflow_env = _environment(variable_start_string="[[", variable_end_string="]]",
                                 block_start_string="[%", block_end_string="%]",
                                 comment_start_string="[#", comment_end_string="#]")
+    # Pull requests run the hosted cells of released torch: a nightly's breakage is the
+    # nightly's news (the scheduled run), not a pull request's verdict.
+    pr_groups = job_groups([c for c in matrix.cells if c.hosted and c.channel == RELEASE],
+                           limit)
     workflows = {}
     for rel, pr in ((WORKFLOW, False), (PR_WORKFLOW, True)):
-        picked = [g for g in groups if g.hosted or not pr]
+        picked = pr_groups if pr else groups
         text = workflow_env.get_template("workflow.yml.j2").render(
             source=source,
             pr=pr,
@@ -255,6 +290,10 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
             install=install_accelgrid(matrix.root),
             runner=HOSTED_RUNNER,
             pr_label=PR_LABEL,
+            registry_variable=REGISTRY_VARIABLE,
+            default_registry=DEFAULT_REGISTRY,
+            images=not pr and any(g.container for g in picked),
+            hf_repositories=HF_REPOSITORIES,
             devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
             series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
             profiles=sorted({c.profile for c in matrix.cells},
