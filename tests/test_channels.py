@@ -207,9 +207,8 @@ def test_a_nightly_cells_image_takes_the_newest_and_is_rebuilt_daily(
     from accelgrid.commands import containers
 
     path = project / "matrix.yaml"   # the project's matrix with a nightly xpu-2.16
-    text = path.read_text().replace(
-        '  "2.15": {', '  "2.16": {torch: "2.16.0", torchao: "0.18.0", transformers: "5.24.0", '
-        'accelerate: "1.15.0", datasets: "5.2.0", channel: nightly}\n  "2.15": {', 1)
+    text = path.read_text()
+    assert '"2.16": {torch: "2.16.0"' in text and "channel: nightly}" in text  # its series
     path.write_text(text.replace("  include:\n",
                                  '  include:\n    - {device: xpu, torch: "2.16"}\n', 1))
     matrix = load_matrix(path)
