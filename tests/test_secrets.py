@@ -288,7 +288,9 @@ def test_the_cell_session_installs_without_logging_the_password(tmp_path, monkey
     # The session's env: a real one (after installing, the session links it to src/).
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path)], check=True)
     session = _Session(tmp_path)
-    sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
+    # The stand-in's installs install nothing: the check after them refuses the env.
+    with pytest.raises(SystemExit, match="torch: wanted torch==2.13.0.*found nothing"):
+        sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
     assert "p@ss" not in "\n".join(session.logged)
     (args, env), _ = session.installs
     assert args == (install.torch_requirement(MATRIX.cell("cpu-2.13")),)

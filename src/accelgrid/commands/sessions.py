@@ -27,7 +27,7 @@ from .. import __version__, ops, results
 from ..base import contract, jsonio
 from ..base.errors import AccelgridError, InvalidInput
 from ..config.matrix import Cell, Matrix
-from ..host import detect, install, venvs
+from ..host import detect, inputs, install, venvs
 from ..results import environment, history, shards
 from ..run import console, preflight
 from ..run.cell import run_cell
@@ -138,10 +138,17 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
     checked = preflight.check(cell, matrix.root, host=host)
     workers = workers_override()
     python = _python_in(session)
+    accepted: inputs.Checked | None = None
     if isinstance(session.virtualenv, PassthroughEnv):
-        mismatch = preflight.torch_mismatch(cell, python)
-        if mismatch:
-            _fail(session, mismatch + " (--no-venv runs on the current interpreter)")
+        found = _checked_inputs(cell, python)
+        if not found.ok:
+            line = _inputs_line(cell, found)
+            if not inputs.accepted():
+                _fail(session, f"{line} (--no-venv runs on the current interpreter, which "
+                      f"nothing installs into; {inputs.ACCEPT}=1 runs on it anyway, and the "
+                      "results say so)")
+            session.warn(f"{line}: running on them ({inputs.ACCEPT}=1); the results say so")
+            accepted = found
         session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
     else:
         envdir = Path(session.bin).parent
@@ -157,12 +164,18 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
             current = False
         if not current:
             install.forget(envdir)
-        if build_env(session, cell, plan, holds_pins=current, repair=bool(gone)):
+        installed_now = build_env(session, cell, plan, holds_pins=current, repair=bool(gone))
+        if installed_now:
             gpu = install.cuda_build(envdir) if cell.device == install.CPU_DEVICE else None
             if gpu:   # never a cpu cell on a CUDA build without saying so: no stamp, stop
                 _fail(session, f"{cell.name}: {gpu}: a cpu cell takes torch's CPU build "
                       f"({cell.index}, or set {contract.TORCH_INDEX} to an index with it)")
             _verified_or_repaired(session, cell, plan, envdir, python)
+        # Whatever the stamp says: what is installed is what the matrix pins, and the
+        # pinned files are the bytes their wheels' RECORDs name (a fresh env, a warm one,
+        # nox -R alike), before any test.
+        _inputs_as_planned(session, cell, plan, python)
+        if installed_now:
             install.write_stamp(envdir, pins)
         checkout = venvs.runner_checkout()
         if checkout is not None:
@@ -181,8 +194,9 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
         if problem is None:
             raise
         _fail(session, f"{cell.name}: {problem}")
+    folder = results.last_run(out / cell.name)[1]
+    _inputs_after_run(session, cell, folder, accepted)
     if rc != 0:
-        folder = results.last_run(out / cell.name)[1]
         _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
 
 
@@ -202,6 +216,97 @@ def _install_accelgrid(session: nox.Session, cell: Cell, python: str) -> None:
     if got != __version__:
         _fail(session, f"{cell.name}: the env has accelgrid {got} after installing {wanted}, "
                        f"not the runner's {__version__}")
+
+
+def _checked_inputs(cell: Cell, python: str) -> inputs.Checked:
+    try:
+        return inputs.check(cell, install.planned_torch(cell), python)
+    except OSError as exc:
+        raise AccelgridError(f"reading the env's inputs: {exc}") from None
+
+
+def _inputs_line(cell: Cell, found: inputs.Checked) -> str:
+    parts = []
+    if found.differences:
+        parts.append(inputs.one_line(cell.name, found.differences))
+    if found.altered:
+        parts.append(inputs.altered_line(cell.name, found.altered))
+    return "; ".join(p if i == 0 else p.removeprefix(f"{cell.name}: ")
+                     for i, p in enumerate(parts))
+
+
+def _inputs_as_planned(session: nox.Session, cell: Cell, plan: install.InstallPlan,
+                       python: str) -> None:
+    """Stop in one line when the env holds other versions or builds than the matrix pins
+    (under nox -R nothing installs the pins); reinstall, with one line, the pinned
+    distributions whose files are not their RECORD's bytes, even under nox -R: the
+    versions stay, only their files come back."""
+    start = time.monotonic()
+    found = _checked_inputs(cell, python)
+    if found.differences:
+        hint = ("" if _installs(session) else
+                ": nothing was installed (nox -R / --no-install); run without -R to "
+                "install the pins")
+        _fail(session, inputs.one_line(cell.name, found.differences) + hint)
+    if found.altered:
+        names = sorted({a.name for a in found.altered})
+        session.log(f"{inputs.altered_line(cell.name, found.altered)}: reinstalling "
+                    f"{', '.join(names)}")
+        _reinstall(session, cell, plan, python, names)
+        found = _checked_inputs(cell, python)
+        if not found.ok:
+            _fail(session, _inputs_line(cell, found) + " after a reinstall: delete "
+                  f"{Path(session.bin).parent} and run again")
+        session.log(f"{cell.name}: reinstalled {', '.join(names)} "
+                    f"[{time.monotonic() - start:.1f} s]")
+
+
+def _installs(session: nox.Session) -> bool:
+    """Whether nox runs session.install (not under -R / --no-install)."""
+    config = getattr(getattr(session, "_runner", None), "global_config", None)
+    return not getattr(config, "no_install", False)
+
+
+def _reinstall(session: nox.Session, cell: Cell, plan: install.InstallPlan, python: str,
+               names: list[str]) -> None:
+    """``uv pip install --reinstall-package NAME`` for ``names`` through the plan's steps
+    (torch's index is in its own step), straight with uv: nox -R skips session.install."""
+    import subprocess
+
+    from nox.virtualenv import find_uv
+
+    has_uv, uv = find_uv()
+    if not has_uv:
+        _fail(session, f"{cell.name}: uv is not installed: cannot reinstall {names}")
+    for step in plan.steps:
+        again = [a for n in names for a in ("--reinstall-package", n)]
+        done = subprocess.run([uv, "pip", "install", "--python", python, *again, *step.args],
+                              capture_output=True, text=True, check=False,
+                              env={**os.environ, **plan.env, **step.env})
+        if done.returncode != 0:
+            tail = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()][-20:]
+            _fail(session, f"{cell.name}: reinstalling {', '.join(names)} failed:\n"
+                  + "\n".join(tail))
+
+
+def _inputs_after_run(session: nox.Session, cell: Cell, folder: Path,
+                      accepted: inputs.Checked | None) -> None:
+    """env.json names what the run's test processes ran on: the pins (or, with inputs
+    accepted, those inputs, recorded under ``inputs``), else the cell fails in one line."""
+    env_file = folder / contract.ENV_FILE
+    env, err = jsonio.read_json(env_file)
+    if err or not isinstance(env, dict):
+        return   # no env.json: the run failed before it, which its exit status says
+    if accepted is not None:
+        env["inputs"] = {"accepted_mismatch": [str(d) for d in accepted.differences],
+                         "altered": [str(a) for a in accepted.altered],
+                         "accepted_by": f"{inputs.ACCEPT}=1"}
+        jsonio.write_json(env_file, env)
+    wanted = inputs.pins(cell, install.planned_torch(cell))
+    diffs = inputs.after_run(env, wanted, accepted.differences if accepted else ())
+    if diffs:
+        _fail(session, f"{cell.name}: {env_file} says the run ran on other inputs than "
+              "the matrix pins: " + "; ".join(map(str, diffs)))
 
 
 def _install_plan(session: nox.Session, cell: Cell, envdir: Path

@@ -113,6 +113,27 @@ def torch_requirement(cell: Cell, *, tag: str | None = None) -> str:
     return f"{cell.torch_requirement}+{tag}" if tag else cell.torch_requirement
 
 
+def planned_torch(cell: Cell) -> str:
+    """What torch is installed as: the local wheel's path, else :func:`torch_requirement`
+    (what :mod:`accelgrid.host.inputs` checks the env's torch against)."""
+    if cell.torch_wheel is not None:
+        return local_wheel(cell)[0] or cell.torch_requirement
+    return torch_requirement(cell)
+
+
+# uv hardlinks an env's files to its cache by default on Linux: an edit in place of one
+# env's file (a debugging print in site-packages) changes the cache and every env built
+# from it. Cell envs get copies unless the user chose a mode (clone, where the file
+# system has reflinks: as cheap as a link, never shared once written).
+LINK_MODE = ("UV_LINK_MODE", "copy")
+
+
+def link_mode(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """UV_LINK_MODE for a cell env's installs: the user's, else ``copy``."""
+    chosen = (os.environ if env is None else env).get(LINK_MODE[0], "").strip()
+    return {} if chosen else {LINK_MODE[0]: LINK_MODE[1]}
+
+
 def can_fall_back(cell: Cell, torch_index: str | None = None) -> bool:
     """Whether an unreachable torch index lets ``cell`` take torch from pip's configuration
     (a cpu cell on its device's CPU index, not an index the user named: that one must
@@ -169,6 +190,7 @@ def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] |
     index = (torch_index or "").strip() or cell.index
     if uv_env is None:
         uv_env = environment.uv_env_from_pip(environment.pip_settings())
+    uv_env = {**uv_env, **link_mode()}
     requirement = torch_requirement(cell)
     if cpu_fallback and can_fall_back(cell, torch_index):
         return InstallPlan(cell.name, "default", (
