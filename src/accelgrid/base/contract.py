@@ -133,6 +133,8 @@ SOURCE_DIRTY = "ACCELGRID_SOURCE_DIRTY"
 IMAGE = "ACCELGRID_IMAGE"                  # inside an image: its tag
 HISTORY = "ACCELGRID_HISTORY"              # the history database (else results/history.sqlite)
 EXPECT = "ACCELGRID_EXPECT"                # cells a grid must have results of (--expect)
+VERIFY = "ACCELGRID_VERIFY"                # "full": hash every pinned file, not the top-level
+ACCEPT_INPUTS = "ACCELGRID_ACCEPT_INPUTS"  # "1": --no-venv runs on inputs not the cell's pins
 
 # --- the files of a run's results folder (written in the cell, read back outside) --------
 TESTS_FILE = "tests.jsonl"

@@ -174,7 +174,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
         # Whatever the stamp says: what is installed is what the matrix pins, and the
         # pinned files are the bytes their wheels' RECORDs name (a fresh env, a warm one,
         # nox -R alike), before any test.
-        _inputs_as_planned(session, cell, plan, python)
+        _inputs_as_planned(session, cell, plan, python, full=True if gone else None)
         if installed_now:
             install.write_stamp(envdir, pins)
         checkout = venvs.runner_checkout()
@@ -218,9 +218,9 @@ def _install_accelgrid(session: nox.Session, cell: Cell, python: str) -> None:
                        f"not the runner's {__version__}")
 
 
-def _checked_inputs(cell: Cell, python: str) -> inputs.Checked:
+def _checked_inputs(cell: Cell, python: str, full: bool | None = None) -> inputs.Checked:
     try:
-        return inputs.check(cell, install.planned_torch(cell), python)
+        return inputs.check(cell, install.planned_torch(cell), python, full=full)
     except OSError as exc:
         raise AccelgridError(f"reading the env's inputs: {exc}") from None
 
@@ -236,13 +236,14 @@ def _inputs_line(cell: Cell, found: inputs.Checked) -> str:
 
 
 def _inputs_as_planned(session: nox.Session, cell: Cell, plan: install.InstallPlan,
-                       python: str) -> None:
+                       python: str, full: bool | None = None) -> None:
     """Stop in one line when the env holds other versions or builds than the matrix pins
     (under nox -R nothing installs the pins); reinstall, with one line, the pinned
     distributions whose files are not their RECORD's bytes, even under nox -R: the
-    versions stay, only their files come back."""
+    versions stay, only their files come back. ``full``: every hashed file (a repair);
+    a reinstall is checked so too."""
     start = time.monotonic()
-    found = _checked_inputs(cell, python)
+    found = _checked_inputs(cell, python, full)
     if found.differences:
         hint = ("" if _installs(session) else
                 ": nothing was installed (nox -R / --no-install); run without -R to "
@@ -253,7 +254,7 @@ def _inputs_as_planned(session: nox.Session, cell: Cell, plan: install.InstallPl
         session.log(f"{inputs.altered_line(cell.name, found.altered)}: reinstalling "
                     f"{', '.join(names)}")
         _reinstall(session, cell, plan, python, names)
-        found = _checked_inputs(cell, python)
+        found = _checked_inputs(cell, python, full=True)
         if not found.ok:
             _fail(session, _inputs_line(cell, found) + " after a reinstall: delete "
                   f"{Path(session.bin).parent} and run again")
@@ -275,7 +276,7 @@ def _reinstall(session: nox.Session, cell: Cell, plan: install.InstallPlan, pyth
 
     from nox.virtualenv import find_uv
 
-    has_uv, uv = find_uv()
+    has_uv, uv = find_uv()[:2]   # (found, path[, version]): nox's own uv
     if not has_uv:
         _fail(session, f"{cell.name}: uv is not installed: cannot reinstall {names}")
     for step in plan.steps:

@@ -9,7 +9,7 @@ Two checks, both on what is installed (not on a stamp of it):
 * :func:`altered_files`: the files of torch and of each pinned distribution whose bytes are
   not those their RECORD's sha256 names (the wheel spec's urlsafe base64, no padding): on
   every run the top-level Python files (``torch/*.py``: tens of files, milliseconds), with
-  ``ACCELGRID_VERIFY=full`` every file a RECORD hashes.
+  ``ACCELGRID_VERIFY=full`` every file a RECORD hashes (but .pyc: Python rewrites them).
 
 The nox session (:mod:`accelgrid.commands.sessions`) refuses a difference in one line and
 repairs an altered file (``uv pip install --reinstall-package NAME``).
@@ -31,12 +31,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..base import contract
 from ..config.matrix import Cell
 
 # ACCELGRID_VERIFY=full: every file each RECORD hashes, not only the top-level .py files.
-VERIFY = "ACCELGRID_VERIFY"
+VERIFY = contract.VERIFY
 # ACCELGRID_ACCEPT_INPUTS=1: a --no-venv run goes on past differences, recorded in env.json.
-ACCEPT = "ACCELGRID_ACCEPT_INPUTS"
+ACCEPT = contract.ACCEPT_INPUTS
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,9 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
         for row in rows:
             path, hashed = row[0], row[1]
             algorithm, _, expected = hashed.partition("=")
-            if algorithm != "sha256" or not (full or _top_level_python(path)):
+            # A .pyc a wheel ships is Python's to rewrite (its source's time changed).
+            if algorithm != "sha256" or path.endswith(".pyc") or \
+                    not (full or _top_level_python(path)):
                 continue
             got = _sha256(site / path)
             if got != expected:

@@ -108,7 +108,7 @@ def _column(cell: CellResults, key: str) -> Column:
     # A --no-venv run told to accept other inputs than its pins (accelgrid.host.inputs).
     other = mapping(env.get("inputs"))
     ran_on = [str(x) for key in ("accepted_mismatch", "altered")
-              for x in (other.get(key) if isinstance(other.get(key), list) else [])]
+              if isinstance(listed := other.get(key), list) for x in listed]
     if ran_on:
         problems.append("ran on other inputs than its pins (accepted): " + "; ".join(ran_on))
     status: Literal["errored", "partial", "ok"] = (
