@@ -210,6 +210,34 @@ def test_a_reinstall_repairs_what_the_record_check_found(venv, tmp_path) -> None
     assert (_site(env) / "tiny" / "core.py").read_text() == "VALUE = 42\n"
 
 
+def test_an_in_place_edit_through_uvs_links_is_repaired_from_the_wheel(venv, tmp_path
+                                                                        ) -> None:
+    """An env hardlinked to uv's cache, a file edited in place: the cache holds the edit
+    too, a reinstall brings it back; reinstall(clean_cache=True) takes the wheel afresh.
+    (A private cache: nothing here touches the user's.)"""
+    env, python, _ = venv
+    wheel = _wheel(tmp_path, "tiny", "1.0", TINY)
+    uv_env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+              "UV_LINK_MODE": "hardlink", "UV_OFFLINE": "1"}
+    steps = [((str(wheel),), {})]
+    assert inputs.reinstall(str(UV), python, [], steps, uv_env) is None
+    core = _site(env) / "tiny" / "core.py"
+    assert core.stat().st_nlink > 1   # linked to the cache
+    with open(core, "a") as fh:       # in place, as an editor's save or a debugging print
+        fh.write("print('debugging')\n")
+    found = inputs.installed(inputs.search_path(python), ["tiny"])
+    edited = [inputs.Altered("tiny", "tiny/core.py", "differs")]
+    assert inputs.altered_files(found) == edited
+    assert inputs.reinstall(str(UV), python, ["tiny"], steps, uv_env) is None
+    assert inputs.altered_files(found) == edited     # the cache gave the edit back
+    assert inputs.reinstall(str(UV), python, ["tiny"], steps, uv_env, clean_cache=True) is None
+    assert inputs.altered_files(found) == [] and core.read_text() == "VALUE = 42\n"
+    # A failing uv: its last lines.
+    bad = inputs.reinstall(str(UV), python, ["tiny"], [((str(tmp_path / "no.whl"),), {})],
+                           uv_env)
+    assert bad and "no.whl" in bad
+
+
 def test_the_check_of_a_cells_env_costs_little(venv, tmp_path, mini_project) -> None:
     """The whole check (the env's path from its python, the pins, the hashes) on a small
     env; torch's own cost is in docs/running.md."""

@@ -255,6 +255,14 @@ def _inputs_as_planned(session: nox.Session, cell: Cell, plan: install.InstallPl
                     f"{', '.join(names)}")
         _reinstall(session, cell, plan, python, names)
         found = _checked_inputs(cell, python, full=True)
+        if found.altered and not found.differences:
+            # The same bytes again: uv's unpacked copy holds them, an env linked to its
+            # cache (built before cell envs were copies) was edited in place.
+            session.log(f"{inputs.altered_line(cell.name, found.altered)} again: uv's "
+                        "cache holds the same bytes (an env linked to it was edited in "
+                        f"place): uv cache clean {' '.join(names)}, then reinstalling")
+            _reinstall(session, cell, plan, python, names, clean_cache=True)
+            found = _checked_inputs(cell, python, full=True)
         if not found.ok:
             _fail(session, _inputs_line(cell, found) + " after a reinstall: delete "
                   f"{Path(session.bin).parent} and run again")
@@ -269,25 +277,18 @@ def _installs(session: nox.Session) -> bool:
 
 
 def _reinstall(session: nox.Session, cell: Cell, plan: install.InstallPlan, python: str,
-               names: list[str]) -> None:
-    """``uv pip install --reinstall-package NAME`` for ``names`` through the plan's steps
-    (torch's index is in its own step), straight with uv: nox -R skips session.install."""
-    import subprocess
-
+               names: list[str], *, clean_cache: bool = False) -> None:
+    """:func:`accelgrid.host.inputs.reinstall` through the plan's steps, or stop in one
+    line."""
     from nox.virtualenv import find_uv
 
     has_uv, uv = find_uv()[:2]   # (found, path[, version]): nox's own uv
     if not has_uv:
         _fail(session, f"{cell.name}: uv is not installed: cannot reinstall {names}")
-    for step in plan.steps:
-        again = [a for n in names for a in ("--reinstall-package", n)]
-        done = subprocess.run([uv, "pip", "install", "--python", python, *again, *step.args],
-                              capture_output=True, text=True, check=False,
-                              env={**os.environ, **plan.env, **step.env})
-        if done.returncode != 0:
-            tail = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()][-20:]
-            _fail(session, f"{cell.name}: reinstalling {', '.join(names)} failed:\n"
-                  + "\n".join(tail))
+    failed = inputs.reinstall(uv, python, names, [(s.args, s.env) for s in plan.steps],
+                              {**os.environ, **plan.env}, clean_cache=clean_cache)
+    if failed:
+        _fail(session, f"{cell.name}: reinstalling {', '.join(names)} failed:\n{failed}")
 
 
 def _inputs_after_run(session: nox.Session, cell: Cell, folder: Path,

@@ -304,3 +304,28 @@ def check(cell: Cell, torch_requirement: str, python: str, *, full: bool | None 
     found = installed(search_path(python), [p.name for p in wanted])
     return Checked(wanted, differences(wanted, found),
                    altered_files(found, full=full_check() if full is None else full))
+
+
+# --- repair ---------------------------------------------------------------------------
+
+def reinstall(uv: str, python: str, names: Sequence[str],
+              steps: Sequence[tuple[Sequence[str], Mapping[str, str]]],
+              env: Mapping[str, str] | None = None, *, clean_cache: bool = False
+              ) -> str | None:
+    """``uv pip install --reinstall-package NAME`` for ``names`` through each install step
+    (its arguments and variables: torch's index is in its own step), straight with uv (nox
+    -R skips session.install). ``clean_cache``: first ``uv cache clean NAME``, so the
+    files come from the wheels again, not from uv's unpacked copies (which an in-place
+    edit of an env linked to them changed too). None, or uv's last lines when it failed."""
+    base = dict(os.environ if env is None else env)
+    commands = [([uv, "cache", "clean", *names], base)] if clean_cache else []
+    again = [a for n in names for a in ("--reinstall-package", n)]
+    commands += [([uv, "pip", "install", "--python", python, *again, *args],
+                  {**base, **step_env}) for args, step_env in steps]
+    for command, command_env in commands:
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              env=command_env)
+        if done.returncode != 0:
+            tail = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()][-20:]
+            return "\n".join(tail)
+    return None
