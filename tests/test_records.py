@@ -24,7 +24,7 @@ from accelgrid.run.cell import run_cell
 ROOT = Path(__file__).resolve().parents[1]
 # Each schema's top-level type.
 TOP = {"test-record": records.TestRecord, "summary": records.Summary, "env": records.Env,
-       "grid": records.Grid}
+       "grid": records.Grid, "plan": records.Plan}
 
 
 def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
@@ -51,6 +51,10 @@ def _good(name: str) -> dict[str, Any]:
                  "rows": [{"nodeid": "suites/s/t.py::a", "suite": "s", "workload": "a",
                            "test": "a", "cells": {"cpu-2.13": {"outcome": "passed"}}}],
                  "baseline": None, "notes": []},
+        "plan": {"run_id": None, "cell": "cpu-2.13", "shard": None, "passes": [
+            {"name": "single"}], "inputs": {
+                "torch": "2.13.0+cpu", "torch_local": "cpu", "packages": {"numpy": None},
+                "commit": None, "dirty": False, "matrix_digest": None, "flags": {}}},
     }[name]
 
 
@@ -90,6 +94,15 @@ def _bad(name: str) -> dict[str, Any]:
             "a status outside the vocabulary": edit(lambda d: d.update(status="sideways")),
             "cell a number": edit(lambda d: d.update(cell=213)),
             "a flag that is not text": edit(lambda d: d.update(env={"A": 1})),
+        }
+    elif name == "plan":
+        bad = {
+            "no inputs": edit(lambda d: d.pop("inputs")),
+            "inputs without torch": edit(lambda d: d["inputs"].pop("torch")),
+            "a package version a number": edit(
+                lambda d: d["inputs"]["packages"].update(numpy=2)),
+            "a pass without name": edit(lambda d: d["passes"].append({"collected": 1})),
+            "a negative count": edit(lambda d: d["passes"][0].update(collected=-1)),
         }
     else:
         bad = {
@@ -215,7 +228,8 @@ def _validate_run(folder: Path) -> None:
     assert len(lines) == 5
     for line in lines:
         assert _problems("test-record", json.loads(line)) == [], line
-    for name, file in (("summary", contract.SUMMARY_FILE), ("env", contract.ENV_FILE)):
+    for name, file in (("summary", contract.SUMMARY_FILE), ("env", contract.ENV_FILE),
+                       ("plan", contract.PLAN_FILE)):
         assert _problems(name, json.loads((folder / file).read_text())) == [], file
 
 

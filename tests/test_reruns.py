@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import sys
 import tomllib
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import xmlschema
 from mini_projects import RERUN_PAYLOAD
 
 from accelgrid import report
-from accelgrid.base import outcomes
+from accelgrid.base import contract, outcomes
 from accelgrid.config.matrix import RERUN_TOOL, load_matrix
 from accelgrid.config.validation import ValidationFailed
 from accelgrid.host import install
@@ -117,6 +119,26 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
     assert recs["test_passes"]["outcome"] == outcomes.PASSED and "reruns" not in recs["test_passes"]
     env = read_cell(proj / "results" / "cpu-2.13").env
     assert env["selection"] == []  # the reruns did not make it a partial run
+
+    # The cell's own junit.xml (pytest's writer): one testcase per test, no failed attempt
+    # written as a pass (pytest alone wrote each attempt as a testcase, the failed ones as
+    # passes): the flaky test is a pass with its flakyFailure, the failing one a failure
+    # with its two earlier rerunFailures (Surefire's elements, in junit-10.xsd).
+    junit_file = proj / "results" / "cpu-2.13" / "junit.xml"
+    xsd = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-10.xsd")
+    assert [str(e.reason) for e in xsd.iter_errors(str(junit_file))] == []
+    cases = {c.get("name"): c for c in ET.parse(junit_file).iter("testcase")}
+    assert len(list(ET.parse(junit_file).iter("testcase"))) == 3
+    assert [e.tag for e in cases["test_flaky"]] == ["flakyFailure"]
+    assert "fails on its first attempt" in cases["test_flaky"][0].get("message")
+    assert [e.tag for e in cases["test_always_fails"]] == ["failure", "rerunFailure",
+                                                           "rerunFailure"]
+    assert list(cases["test_passes"]) == []
+    # pytest's own counts agree with the records: one test each, not one per attempt.
+    plan = json.loads((proj / "results" / "cpu-2.13" / contract.PLAN_FILE).read_text())
+    assert plan["passes"][0]["collected"] == plan["passes"][0]["reported"] == 3
+    assert "incomplete" not in json.loads(
+        (proj / "results" / "cpu-2.13" / contract.SUMMARY_FILE).read_text())
 
     # The grid, without a history: the flaky result is its own outcome, counted apart.
     plain = report.grid([proj / "results"], tmp_path / "plain")

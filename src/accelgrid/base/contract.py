@@ -42,6 +42,8 @@ SET_VARS = "ACCELGRID_SET_VARS"        # comma-separated names of the variables 
                                        # set for the cell (matrix, profile, hardware, its
                                        # own): env.json records their values, and of any other
                                        # variable under a recorded prefix only its name
+PLAN_INPUTS = "ACCELGRID_PLAN_INPUTS"  # JSON: the cell's pinned names, its matrix entry's
+                                       # digest, its flags' names (results.plan)
 
 # Passes of a cell run (accelgrid.run.passes): one xdist run on the host's device(s), or one
 # worker pinned per device plus a pass for tests that need every device (beside the pinned
@@ -139,6 +141,7 @@ ACCEPT_INPUTS = "ACCELGRID_ACCEPT_INPUTS"  # "1": --no-venv runs on inputs not t
 # --- the files of a run's results folder (written in the cell, read back outside) --------
 TESTS_FILE = "tests.jsonl"
 COLLECTED_FILE = "collected.json"
+PLAN_FILE = "plan.json"                  # each pass's inputs and pytest's own counts (results.plan)
 RUNNING_DIR = "running"
 ENV_FILE = "env.json"
 JUNIT_FILE = "junit.xml"

@@ -655,6 +655,10 @@ def finalize(results: Path, reason: str, run: dict[str, Any] | None = None,
     collected, _ = read_json(results / contract.COLLECTED_FILE)
     incomplete = incompleteness(collected if isinstance(collected, list) else None, seen,
                                 (env or {}).get("passes"))
+    from .plan import count_mismatch, read  # local: plan reads this module's folder files
+    counts = count_mismatch(read(results), records)
+    if counts:
+        incomplete = f"{incomplete}; {counts}" if incomplete else counts
     for nodeid in collected or []:
         if nodeid not in seen:
             append_record(results / contract.TESTS_FILE, stamped(

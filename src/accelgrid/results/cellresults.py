@@ -20,10 +20,11 @@ from ..base import contract, outcomes, text
 from ..base.errors import InvalidInput
 from ..base.jsonio import json_kind, read_json
 from . import RUN_FIELDS, incompleteness, last_outcomes, run_records
+from . import plan as run_plan
 from .environment import redact
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
-    from .records import TestRecord
+    from .records import Plan, TestRecord
 
 # Folders never searched for cells: tool state, and a cell's own per-worker folder.
 SKIP_DIRS = {".git", ".nox", ".venv", "venv", "node_modules", "__pycache__", contract.RUNNING_DIR}
@@ -134,6 +135,8 @@ class CellResults:
     tests: dict[str, TestRecord] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     error: str | None = None
+    # plan.json (results.plan): each pass's inputs and pytest's counts; None before plans
+    plan: Plan | None = None
 
 
 def load_cell(path: Path) -> CellResults:
@@ -183,6 +186,11 @@ def load_cell(path: Path) -> CellResults:
            summary.get("incomplete") if isinstance(summary, dict) else None)
     if why:
         cell.problems.append(INCOMPLETE_PREFIX + str(why))
+    # pytest's own counts against the recorder's (each pass that reached its end).
+    cell.plan = run_plan.read(path)
+    counts = run_plan.count_mismatch(cell.plan, records)
+    if counts:
+        cell.problems.append(INCOMPLETE_PREFIX + counts)
     if run.get("selection"):
         cell.problems.append(f"a selected run (pytest {' '.join(run['selection'])}), "
                              "not the whole cell")

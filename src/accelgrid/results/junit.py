@@ -197,6 +197,16 @@ def testcase(rec: TestRecord, indent: str = "") -> str:
     return "".join(lines)
 
 
+def rerun_element(tag: str, message: str, text: str) -> Any:
+    """A ``<rerunFailure>`` or ``<flakyFailure>`` (junit-10.xsd's rerunType) of one failed
+    attempt, as an ElementTree element for pytest's own JUnit writer."""
+    import xml.etree.ElementTree as ET  # only where a test was rerun
+
+    element = ET.Element(tag, type=outcomes.FAILED, message=_clean(message)[:2000])
+    element.text = _clean(text) or None
+    return element
+
+
 def cell_suites(cell: cellresults.CellResults, prefix: str = "", indent: str = ""
                 ) -> list[tuple[dict[str, int], str, str]]:
     """One ``<testsuite>`` per pass of ``cell``'s run, with its properties, as (counts,

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import devices
 from ..base import contract
-from . import environment
+from . import environment, plan
 
 PACKAGES = (
     "torch", "torchao", "transformers", "accelerate", "torchvision", "triton",
@@ -89,7 +89,8 @@ def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, A
         "torch": torch_facts(device_type) if with_torch else {"pending": True},
         "python": {"version": platform.python_version(), "implementation":
                    platform.python_implementation(), "executable": sys.executable},
-        "packages": package_versions(),
+        # The cell's pinned packages too (results.plan: the names the runner gave).
+        "packages": package_versions(tuple(dict.fromkeys((*PACKAGES, *plan.pinned_names())))),
         "env": environment.recorded_env(),
         "host": {"name": socket.gethostname(), "system": platform.system(),
                  "release": platform.release(), "machine": platform.machine(),

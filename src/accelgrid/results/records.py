@@ -21,7 +21,8 @@ from ..base.outcomes import Outcome
 
 __all__ = [
     "SCHEMA_FILES", "Baseline", "Change", "Column", "ColumnBaseline", "Env", "Grid",
-    "IssueRef", "LostCell", "Outcome", "PassEntry", "PassTiming", "PropertyScalar",
+    "IssueRef", "LostCell", "Outcome", "PassEntry", "PassTiming", "Plan", "PlanInputs",
+    "PlanPass", "PropertyScalar",
     "PropertyValue", "Reason", "Result", "Row",
     "Summary", "TestRecord", "TorchFacts", "load_schema",
 ]
@@ -151,6 +152,44 @@ class Env(TypedDict, total=False):
     pytest_args: list[str]
     selection: list[str]
     passes: list[PassEntry]
+
+
+# --- plan.json ------------------------------------------------------------------------
+
+
+class PlanInputs(TypedDict):
+    """What a pass ran on, as its interpreter saw it before its tests started
+    (:func:`accelgrid.results.plan.inputs`)."""
+
+    torch: str | None                 # the installed version, e.g. 2.13.0+cpu
+    torch_local: str | None           # its local build tag: cpu, cu130, xpu
+    packages: dict[str, str | None]   # each pinned package as installed (None: absent)
+    commit: str | None                # the project's HEAD (None: not a git checkout)
+    dirty: bool
+    matrix_digest: str | None         # digest of the cell's matrix entry (Cell.as_dict)
+    flags: dict[str, str | None]      # the cell's env flags as set
+
+
+class PlanPass(TypedDict, total=False):
+    """One pass in plan.json: its own inputs where they differ from the run's, and
+    pytest's own counts when it ended."""
+
+    name: Required[str]
+    inputs: PlanInputs
+    collected: int | None             # pytest's session.testscollected
+    reported: int                     # tests pytest reported an outcome for
+    outcomes: dict[str, int]          # pytest's terminal summary counts
+    exitstatus: int
+
+
+class Plan(TypedDict):
+    """plan.json (:mod:`accelgrid.results.plan`), written before a pass's tests start."""
+
+    run_id: str | None
+    cell: str
+    shard: str | None                 # K/N of a shard run
+    inputs: PlanInputs
+    passes: list[PlanPass]
 
 
 # --- grid.json (docs/grid-schema.md) ----------------------------------------------------
@@ -293,7 +332,8 @@ class Grid(TypedDict, total=False):
 # --- the schemas ----------------------------------------------------------------------
 
 SCHEMA_FILES = {"test-record": "test_record.schema.json", "summary": "summary.schema.json",
-                "env": "env.schema.json", "grid": "grid.schema.json"}
+                "env": "env.schema.json", "grid": "grid.schema.json",
+                "plan": "plan.schema.json"}
 
 
 def load_schema(name: str) -> dict[str, Any]:

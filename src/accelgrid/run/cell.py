@@ -33,10 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from .. import results
 from ..base import contract, jsonio, lifetime
 from ..base.errors import AccelgridError
 from ..config.matrix import Cell
+from ..results import plan as run_plan
 from ..results.records import Summary
 from . import console, preflight
 from .cellenv import cell_env
@@ -127,6 +130,7 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
         record = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
         env = cell_env(cell, root, folder, checked=checked, python=python)
         env.update({contract.RUN_ID: run_id,
+                    contract.PLAN_INPUTS: plan_inputs(cell),
                     contract.PYTEST_ARGS: json.dumps(jsonio.safe(record["pytest_args"])),
                     contract.SELECTION: json.dumps(jsonio.safe(chosen))})
         if chosen:
@@ -136,6 +140,16 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
             cell, python, root, folder, env, tuple(pytest_args), workers,
             limit_s if limit_s is not None else cell.cell_minutes * 60, record,
             keep_fds=lock_fds, run_start=run_start, finalized=finalized))
+
+
+def plan_inputs(cell: Cell) -> str:
+    """The runner's side of the run's plan (results.plan): the cell's pinned package
+    names, its matrix entry and its env flags' names."""
+    names = ["torch", *cell.pins]
+    for spec in cell.packages:
+        with contextlib.suppress(InvalidRequirement):
+            names.append(Requirement(spec).name)
+    return run_plan.runner_inputs(names, cell.as_dict(), cell.env)
 
 
 def plan(run: CellRun) -> CellRun:

@@ -29,6 +29,7 @@ import pytest
 from .. import devices, results, testing
 from ..base import contract, jsonio, lifetime, outcomes
 from ..results import environment, junit, provenance, shards
+from ..results import plan as run_plan
 from . import known_issues_runtime
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
@@ -109,6 +110,28 @@ def _adding(ids: list[str]) -> Any:
     return add
 
 
+# pytest's terminal summary categories that are a test's outcome (not "rerun": an
+# attempt; not "deselected", "warnings").
+_OUTCOME_STATS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+
+
+def _pytest_counts(config: pytest.Config) -> tuple[int | None, dict[str, int]]:
+    """pytest's own view of the pass: how many tests it reported an outcome for, and its
+    terminal summary's count per outcome (a test whose teardown failed counts in two);
+    None without its terminal reporter (``-p no:terminal``)."""
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is None:
+        return None, {}
+    stats = getattr(terminal, "stats", None) or {}
+    ids: set[str] = set()
+    counts: dict[str, int] = {}
+    for name in _OUTCOME_STATS:
+        reports = [r for r in stats.get(name, ()) if isinstance(r, pytest.TestReport)]
+        counts[name] = len(reports)
+        ids.update(r.nodeid for r in reports)
+    return len(ids), counts
+
+
 class Recorder:
     """Turns the setup/call/teardown reports of each test into one record."""
 
@@ -155,6 +178,8 @@ class Recorder:
             return environment.redact_value(new)
 
         self.env_started = jsonio.update_json(self.folder / contract.ENV_FILE, start)
+        # The plan's inputs, before any test: what readers judge the records against.
+        run_plan.start_pass(self.folder, self.pass_name, self.run["run_id"], self.cell)
         self.records = results.RecordFile(self.folder / contract.TESTS_FILE)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -189,6 +214,8 @@ class Recorder:
             return environment.redact_value(env)
 
         jsonio.update_json(self.folder / contract.ENV_FILE, finish)
+        run_plan.end_pass(self.folder, self.pass_name, session.testscollected,
+                          *_pytest_counts(session.config), exitstatus)
         if self.collected:  # back if a test deleted it: tests it lists never ran
             jsonio.update_json(self.folder / contract.COLLECTED_FILE, _adding(self.collected))
         if self.records is not None:
@@ -478,6 +505,18 @@ class JUnitProperties:
     def __init__(self, config: pytest.Config, folder: Path):
         self.config = config
         self.folder = folder
+        # pytest-rerunfailures: the failed attempts of each test (message, traceback),
+        # and the tests whose attempt is between its failing report and its teardown.
+        self.attempts: dict[str, list[tuple[str, str]]] = {}
+        self.in_attempt: set[str] = set()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Before pytest's LogXML sees the report (tryfirst), so finalize knows it.
+        if report.outcome == "rerun":
+            self.attempts.setdefault(report.nodeid, []).append(
+                (_message(report), str(report.longrepr or "")))
+            self.in_attempt.add(report.nodeid)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -496,6 +535,25 @@ class JUnitProperties:
         def without_properties(report: pytest.TestReport) -> None:
             # LogXML.finalize writes the testcase (reading user_properties) and then
             # drops it; other hooks still see the report's properties.
+            key = (report.id, getattr(report, "node", None))
+            if report.nodeid in self.in_attempt:
+                # The end of a failed attempt (pytest-rerunfailures): pytest would write
+                # it as a passed testcase. Its failure goes into the test's last one.
+                self.in_attempt.discard(report.nodeid)
+                reporter = xml.node_reporters.pop(key, None)
+                if reporter in xml.node_reporters_ordered:
+                    xml.node_reporters_ordered.remove(reporter)
+                return
+            failed = self.attempts.pop(report.nodeid, [])
+            reporter = xml.node_reporters.get(key)
+            if failed and reporter is not None:
+                # Surefire's elements: a test that passed on a rerun is flaky (a pass
+                # with its flakyFailures), one that failed every run a failure with its
+                # earlier rerunFailures.
+                last_failed = any(n.tag in ("failure", "error") for n in reporter.nodes)
+                for message, text in failed:
+                    reporter.nodes.append(junit.rerun_element(
+                        "rerunFailure" if last_failed else "flakyFailure", message, text))
             kept = report.user_properties
             report.user_properties = []
             try:
