@@ -231,3 +231,139 @@ def test_a_shard_run_takes_its_durations_from_the_history(
     monkeypatch.delenv(contract.SHARD_DURATIONS)
     sessions._shard_results(out, cell)
     assert os.environ[contract.SHARD_DURATIONS] == str(out / cell.name)
+
+
+# --- what does not merge into one run's column (issue 36) -----------------------------
+
+INPUTS = {"torch": "2.13.0+cpu", "torch_local": "cpu", "packages": {"numpy": "2.3.0"},
+          "commit": "c1", "dirty": False, "matrix_digest": "m1", "flags": {}}
+
+
+def _shard(root: Path, k: int, n: int, tests: dict[str, str], folder: str | None = None,
+           **inputs: object) -> Path:
+    """A shard's folder as a run writes it: env.json naming the shard, records, a plan."""
+    from report_cases import write_cell
+
+    from accelgrid.base import jsonio
+
+    cell = write_cell(root / (folder or shards.folder_name(k, n)), "cpu-2.13", tests,
+                      env={contract.SHARD: f"{k}/{n}"})
+    jsonio.write_json(cell / contract.PLAN_FILE, {
+        "run_id": None, "cell": "cpu-2.13", "shard": f"{k}/{n}",
+        "inputs": {**INPUTS, **inputs}, "passes": [{"name": "single"}]})
+    return cell
+
+
+def _grid(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    from accelgrid import cli
+
+    capsys.readouterr()
+    rc = cli.main(["grid", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), *args])
+    return rc, capsys.readouterr().err
+
+
+def test_shards_of_equal_inputs_merge_into_an_ok_column(tmp_path, capsys) -> None:
+    _shard(tmp_path / "parts", 1, 2, {"t.py::a": "passed"})
+    _shard(tmp_path / "parts", 2, 2, {"t.py::b": "passed"})
+    (cell,) = shards.merge([read(p) for p in _cells(tmp_path / "parts")])
+    assert cell.problems == [] and set(cell.tests) == {"t.py::a", "t.py::b"}
+    assert cell.env["shards"]["status"] == {"1": "ok", "2": "ok"}
+    assert _grid(tmp_path, capsys)[0] == 0
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("commit", "c2", "commit: 1/2 c1, 2/2 c2"),
+    ("torch", "2.13.0+cu130", "torch: 1/2 2.13.0+cpu, 2/2 2.13.0+cu130"),
+    ("packages", {"numpy": "2.3.1"}, "package numpy: 1/2 2.3.0, 2/2 2.3.1"),
+    ("matrix_digest", "m2", "matrix_digest: 1/2 m1, 2/2 m2"),
+])
+def test_shards_of_other_inputs_are_named_and_gate(tmp_path, capsys, field, value,
+                                                   named) -> None:
+    _shard(tmp_path / "parts", 1, 2, {"t.py::a": "passed"})
+    _shard(tmp_path / "parts", 2, 2, {"t.py::b": "passed"}, **{field: value})
+    rc, err = _grid(tmp_path, capsys)
+    assert rc == 1 and f"shards ran on different inputs ({named})" in err
+    assert _grid(tmp_path, capsys, "--allow-incomplete")[0] == 0  # named, accepted
+    # The flags are not the merge's business (a shard's hardware may set its own).
+    _shard(tmp_path / "p2", 1, 2, {"t.py::a": "passed"})
+    _shard(tmp_path / "p2", 2, 2, {"t.py::b": "passed"}, flags={"X": "1"})
+    (cell,) = shards.merge([read(p) for p in _cells(tmp_path / "p2")])
+    assert cell.problems == []
+
+
+@pytest.mark.parametrize("case", ["missing", "errored", "empty", "twice", "incomplete"])
+def test_a_missing_errored_or_duplicated_shard_is_named_and_gates(tmp_path, capsys,
+                                                                  case) -> None:
+    from accelgrid.base import jsonio
+
+    parts = tmp_path / "parts"
+    one = _shard(parts, 1, 3, {"t.py::a": "passed"})
+    _shard(parts, 2, 3, {"t.py::b": "passed"})
+    three = _shard(parts, 3, 3, {"t.py::c": "passed"})
+    expect = {
+        "missing": "missing shard 3/3", "errored": "shard 3/3 errored: no tests.jsonl",
+        "empty": "shard 3/3 errored: tests.jsonl holds no test records",
+        "twice": "shard 1/3 twice", "incomplete": "shard 3/3: 1 of the 2 collected tests",
+    }[case]
+    if case == "missing":
+        import shutil
+
+        shutil.rmtree(three.parent)
+    elif case == "errored":
+        (three / contract.TESTS_FILE).unlink()
+    elif case == "empty":
+        (three / contract.TESTS_FILE).write_text("")
+    elif case == "twice":
+        _shard(parts, 1, 3, {"t.py::a": "failed"}, folder="shard-1-of-3-again")
+    else:
+        jsonio.write_json(three / contract.COLLECTED_FILE, ["t.py::c", "t.py::gone"])
+    rc, err = _grid(tmp_path, capsys)
+    assert rc == 1 and expect in err, err
+    # Against a baseline of the whole cell: still not zero.
+    base = tmp_path / "baselines"
+    base.mkdir()
+    jsonio.write_json(base / "cpu-2.13.json", {f"t.py::{t}": "passed" for t in "abc"})
+    assert _grid(tmp_path, capsys, "--baseline", str(base))[0] != 0
+    assert one.is_dir()
+
+
+def _cells(root: Path) -> list[Path]:
+    from accelgrid.results import cellresults
+
+    return cellresults.discover([root])[0]
+
+
+def read(path: Path):
+    from accelgrid.results import cellresults
+
+    return cellresults.read_cell(path)
+
+
+def test_real_shards_of_two_commits_gate(mini_project, python: str, tmp_path: Path,
+                                         capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real cell runs: shard 1/2 at one commit of the project, 2/2 at the next."""
+    import subprocess
+
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_s.py").write_text(PAYLOAD)
+    git = ["git", "-C", str(proj), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
+    parts = tmp_path / "parts"
+    heads = []
+    for k in (1, 2):
+        if k == 2:
+            subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "two"], check=True)
+        heads.append(subprocess.run([*git, "rev-parse", "HEAD"], check=True, text=True,
+                                    capture_output=True).stdout.strip())
+        monkeypatch.setenv(contract.SHARD, f"{k}/2")
+        run_cell(cell, python, proj, parts / shards.folder_name(k, 2))
+    monkeypatch.delenv(contract.SHARD)
+    plans = [read(parts / shards.folder_name(k, 2) / cell.name).plan for k in (1, 2)]
+    assert [p["inputs"]["commit"] for p in plans] == heads
+    assert plans[0]["inputs"]["torch"] == plans[1]["inputs"]["torch"]
+    rc, err = _grid(tmp_path, capsys)
+    assert rc == 1
+    assert f"shards ran on different inputs (commit: 1/2 {heads[0]}, 2/2 {heads[1]})" in err

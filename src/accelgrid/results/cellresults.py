@@ -58,6 +58,7 @@ class MergedShards(TypedDict):
     total: int
     present: list[int]
     paths: list[str]
+    status: dict[str, str]   # shard index -> ok, partial or errored
 
 
 class ReadEnv(TypedDict, total=False):

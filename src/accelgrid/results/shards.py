@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import results
 from ..base import contract, jsonio
-from . import cellresults
+from . import cellresults, plan
 
 _SPEC = re.compile(r"^\s*(\d{1,3})\s*/\s*(\d{1,3})\s*$")
 MAX_SHARDS = 64   # as matrix.yaml's shards
@@ -166,10 +166,34 @@ def shard_of(cell: cellresults.CellResults) -> tuple[int, int] | None:
         return None
 
 
+def _differences(keys: Mapping[int, Mapping[str, Any]], total: int) -> list[str]:
+    """What differs between shards' plan inputs (:func:`plan.merge_key`), field by field:
+    ``commit: 1/2 abc, 2/2 def``; a package by its name."""
+    fields: dict[str, dict[int, Any]] = {}
+    for index, key in keys.items():
+        for name, value in key.items():
+            if name == "packages" and isinstance(value, Mapping):
+                continue
+            fields.setdefault(name, {})[index] = value
+        given = key.get("packages")
+        packages: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        names: set[str] = set()
+        for other in keys.values():
+            names.update(other.get("packages") or {})
+        for name in names:
+            fields.setdefault(f"package {name}", {})[index] = packages.get(name)
+    return [f"{name}: " + ", ".join(f"{i}/{total} {v}" for i, v in sorted(values.items()))
+            for name, values in fields.items() if len({json.dumps(v, sort_keys=True)
+                                                       for v in values.values()}) > 1]
+
+
 def merge(cells: list[cellresults.CellResults]) -> list[cellresults.CellResults]:
     """``cells`` with the shards of each cell (same name and shard count) merged into one:
-    every shard's tests, the first shard's env, each shard's problems; a cell missing
-    shards is partial and names them. Cells run whole pass through."""
+    every shard's tests, the first shard's env, each shard's problems. What makes the
+    merged column not one run's is named and gates (an ``incomplete:`` problem, exit 1
+    unless --allow-incomplete): a missing shard, an errored or empty one, a shard index
+    found twice, shards whose plans name other inputs (commit, torch, pins, matrix
+    entry), and a shard's own incompleteness. Cells run whole pass through."""
     out: list[cellresults.CellResults] = []
     groups: dict[tuple[str, int], list[tuple[int, cellresults.CellResults]]] = {}
     place: dict[tuple[str, int], int] = {}
@@ -184,30 +208,46 @@ def merge(cells: list[cellresults.CellResults]) -> list[cellresults.CellResults]
             place[key] = len(out)     # the merged cell takes the first shard's place
             out.append(cell)
         groups[key].append((shard[0], cell))
+    gate = cellresults.INCOMPLETE_PREFIX
     for (name, total), members in groups.items():
         members.sort(key=lambda m: (m[0], str(m[1].env.get("start") or "")))
         first = members[0][1]
-        merged = cellresults.CellResults(name=name, path=first.path, env=first.env.copy())
+        merged = cellresults.CellResults(name=name, path=first.path, env=first.env.copy(),
+                                         plan=first.plan)
         seen: dict[int, cellresults.CellResults] = {}
         for index, cell in members:
             if index in seen:
-                merged.problems.append(f"shard {index}/{total} twice ({seen[index].path} and "
-                                       f"{cell.path}): the later one is used")
+                merged.problems.append(
+                    f"{gate}shard {index}/{total} twice ({seen[index].path} and {cell.path}): "
+                    "not one run's shards; the later one is used")
             seen[index] = cell
+        status: dict[str, str] = {}
         for index, cell in sorted(seen.items()):
             merged.tests.update(cell.tests)
-            merged.problems += [f"shard {index}/{total}: {p}" for p in cell.problems]
+            for p in cell.problems:  # a shard's own incompleteness gates the column too
+                merged.problems.append(
+                    f"{gate}shard {index}/{total}: {p.removeprefix(gate)}"
+                    if p.startswith(gate) else f"shard {index}/{total}: {p}")
             if cell.error:
-                merged.problems.append(f"shard {index}/{total}: {cell.error}")
+                merged.problems.append(f"{gate}shard {index}/{total} errored: {cell.error}")
+            status[str(index)] = ("errored" if cell.error else "partial" if cell.problems
+                                  else "ok")
         missing = [i for i in range(1, total + 1) if i not in seen]
         if missing:
             merged.problems.append(
-                "missing shard" + ("s " if len(missing) > 1 else " ")
+                gate + "missing shard" + ("s " if len(missing) > 1 else " ")
                 + ", ".join(f"{i}/{total}" for i in missing) + ": their tests are not here")
+        keys = {i: k for i, c in seen.items() if c.plan is not None
+                and (k := plan.merge_key(c.plan.get("inputs"))) is not None}
+        differ = _differences(keys, total) if len(keys) > 1 else []
+        if differ:
+            merged.problems.append(f"{gate}shards ran on different inputs ("
+                                   + "; ".join(differ) + "): not one column")
         if not merged.tests:
             merged.error = f"no shard of {name} holds test records"
         merged.env["shards"] = {"total": total, "present": sorted(seen),
-                                "paths": [str(seen[i].path) for i in sorted(seen)]}
+                                "paths": [str(seen[i].path) for i in sorted(seen)],
+                                "status": status}
         out[place[(name, total)]] = merged
     return out
 
