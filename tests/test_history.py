@@ -489,3 +489,39 @@ def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatc
     assert got["test_always_fails"]["history"] == "F"
     assert got["test_passes"]["history"] == "P"
     assert [f["nodeid"].split("::")[1] for f in made.model["history"]["flaky"]] == ["test_flaky"]
+
+
+def _planned(folder: Path, packages: dict[str, str | None]) -> Path:
+    """``folder``'s plan.json naming ``packages`` as installed (results.plan's inputs)."""
+    from accelgrid.base import contract, jsonio
+
+    jsonio.write_json(folder / contract.PLAN_FILE, {
+        "run_id": None, "cell": "cpu-2.13", "shard": None, "passes": [{"name": "single"}],
+        "inputs": {"torch": "2.13.0+cpu", "torch_local": "cpu", "packages": packages,
+                   "commit": None, "dirty": False, "matrix_digest": "m", "flags": {}}})
+    return folder
+
+
+@pytest.mark.parametrize("where", ["plan", "env"])
+def test_a_package_bump_between_nights_is_not_the_same_inputs(tmp_path: Path,
+                                                               where: str) -> None:
+    """PFPFP with a pinned package bumped every night is no flaky test (each flip comes
+    with other inputs); the same strip on one version is."""
+    word = {"P": "passed", "F": "failed"}
+
+    def nights(root: Path, versions: list[str]) -> list[Path]:
+        out = []
+        for i, (s, v) in enumerate(zip("PFPFP", versions, strict=True)):
+            extra = {"packages": {"bitsandbytes": v}} if where == "env" else {}
+            folder = night(root, i, {T + "t": word[s]}, **extra)
+            out.append(_planned(folder, {"bitsandbytes": v} if where == "plan" else {}))
+        return out
+
+    for root, versions, flaky in (("bumped", [f"0.4{i}.0" for i in range(5)], []),
+                                  ("same", ["0.45.0"] * 5, [T + "t"])):
+        folders = nights(tmp_path / root, versions)
+        db = tmp_path / f"{root}.sqlite"
+        with open_store(db) as store:
+            store.add(folders[:-1])
+        made = report.grid(folders[-1:], tmp_path / f"out-{root}", history_db=db)
+        assert [f["nodeid"] for f in made.model["history"]["flaky"]] == flaky, root

@@ -119,6 +119,11 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
     assert recs["test_passes"]["outcome"] == outcomes.PASSED and "reruns" not in recs["test_passes"]
     env = read_cell(proj / "results" / "cpu-2.13").env
     assert env["selection"] == []  # the reruns did not make it a partial run
+    # The cell's pins as installed, in env.json (the history's inputs) and the plan.
+    import importlib.metadata
+
+    installed = importlib.metadata.version("pytest-rerunfailures")
+    assert env["packages"]["pytest-rerunfailures"] == installed
 
     # The cell's own junit.xml (pytest's writer): one testcase per test, no failed attempt
     # written as a pass (pytest alone wrote each attempt as a testcase, the failed ones as
@@ -137,6 +142,8 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
     # pytest's own counts agree with the records: one test each, not one per attempt.
     plan = json.loads((proj / "results" / "cpu-2.13" / contract.PLAN_FILE).read_text())
     assert plan["passes"][0]["collected"] == plan["passes"][0]["reported"] == 3
+    assert plan["inputs"]["packages"]["pytest-rerunfailures"] == installed
+    assert plan["inputs"]["torch"] == importlib.metadata.version("torch")
     assert "incomplete" not in json.loads(
         (proj / "results" / "cpu-2.13" / contract.SUMMARY_FILE).read_text())
 

@@ -151,17 +151,21 @@ def _faults(path: Path) -> Iterator[None]:
         raise _why(path, exc) from exc
 
 
-def inputs_digest(env: Mapping[str, Any]) -> str:
+def inputs_digest(env: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> str:
     """What a cell ran on, as a short digest: torch build and git version, the installed
-    packages, the env flags, the devices and driver. Not the project's commit: a nightly
-    run has a new one every night, and a test flipping under one commit per night is
-    exactly what flaky detection has to see."""
+    packages (env.json's and every pinned one as its plan found it installed: a package
+    bump between nights is not the same inputs), the env flags, the devices and driver.
+    Not the project's commit: a nightly run has a new one every night, and a test
+    flipping under one commit per night is exactly what flaky detection has to see."""
     torch = mapping(env.get("torch"))
     devices = sorted(str(d.get("name")) for d in torch.get("devices") or [] if isinstance(d, dict))
+    planned = mapping(mapping(plan).get("inputs"))
     key = {"torch": [torch.get("version"), torch.get("git_version"), torch.get("cuda_runtime"),
                      torch.get("xpu_runtime"), torch.get("driver")],
            "devices": devices, "packages": env.get("packages") or {},
            "env": env.get("env") or {}, "python": mapping(env.get("python")).get("version")}
+    if planned:  # runs before plans keep their digest
+        key["planned"] = [planned.get("torch"), planned.get("packages") or {}]
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -206,7 +210,7 @@ def run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
         "device_name": ", ".join(names) or None, "device_count": torch.get("device_count"),
         "driver": torch.get("driver"), "python": mapping(env.get("python")).get("version"),
         "selection": json.dumps([str(a) for a in run.get("selection") or []]),
-        "inputs": inputs_digest(env), "total": len(cell.tests),
+        "inputs": inputs_digest(env, cell.plan), "total": len(cell.tests),
         "counts": json.dumps(counts, sort_keys=True), "source": str(source), "added": now(),
         "ci_url": environment.ci_run_url(mapping(env.get("ci"))),
     }
