@@ -56,16 +56,46 @@ def test_a_file_that_sys_exits_at_import_is_named_and_the_rest_runs(
     assert "exited at import (SystemExit: 0)" in recs["suites/payload/test_b.py"]["message"]
 
 
-def test_a_file_that_os_exits_at_import_is_incomplete(mini_project, python, capsys) -> None:
+def test_a_file_that_os_exits_at_import_is_named_and_the_rest_runs(
+        mini_project, python, capsys) -> None:
+    """Every test process dies importing the file (xdist replaces its workers until
+    --max-worker-restart, then pytest ends): the runner names the file in one line, it is
+    an error record, and the pass runs again without it."""
     proj = mini_project()
     (proj / "suites" / "payload" / "test_b.py").write_text(
         "import os\nos._exit(0)\n\ndef test_never():\n    pass\n")
     rc, summary, err = _run(proj, python, capsys)
-    # Every worker dies collecting (xdist replaces it until --max-worker-restart): pytest
-    # exits 5, no collection is recorded, and the run says so.
-    assert rc != 0
-    assert "no collection was recorded" in summary["incomplete"]
-    assert "incomplete: no collection was recorded" in err
+    assert rc == 1
+    assert summary["counts"]["passed"] == 2 and summary["counts"]["error"] == 1
+    assert "incomplete" not in summary
+    named = [ln for ln in err.splitlines() if "suites/payload/test_b.py" in ln]
+    assert len(named) == 1 and "ended its test process at import" in named[0]
+    recs = {r["nodeid"]: r for r in results.read_records(
+        proj / "results" / "cpu-2.13" / contract.TESTS_FILE)[0]}
+    assert recs["suites/payload/test_b.py"]["outcome"] == "error"
+    assert not (proj / "results" / "cpu-2.13" / results.IMPORTING_DIR).exists()
+
+
+def test_a_spec_file_that_os_exits_at_import_is_named(mini_project, python, capsys) -> None:
+    """A device spec file that calls os._exit at import: it ended the runner itself while
+    loading the matrix (exit 0, no word) and every test process; now loading it is a
+    SpecDidNotRun (the matrix falls back to its literal facts), the cell's pytest stops
+    with a usage error naming the file, and the run fails."""
+    from test_devices import FAKE_DEVICE
+
+    proj = mini_project()
+    text = (proj / "matrix.yaml").read_text().replace("devices:\n", FAKE_DEVICE, 1)
+    (proj / "matrix.yaml").write_text(text.replace("  device: [cpu, xpu]",
+                                                   "  device: [cpu, xpu, fakeacc]"))
+    (proj / "fake_device_spec.py").write_text(
+        "DEVICE_NAME = 'fakeacc'\nimport os\nos._exit(0)\n")
+    (proj / "suites" / "payload" / "test_a.py").write_text(TWO_TESTS)
+    cell = load_matrix(proj / "matrix.yaml").cell("fakeacc-2.13")
+    rc = run_cell(cell, python, proj, proj / "results")
+    err = capsys.readouterr().err
+    assert rc == 4
+    named = [ln for ln in err.splitlines() if "fake_device_spec.py" in ln]
+    assert len(named) == 1 and "it calls os._exit(0) at import" in named[0], err
 
 
 @pytest.mark.parametrize(("collected", "recorded", "passes", "expect"), [
@@ -107,3 +137,81 @@ def test_records_lost_after_the_run_make_it_incomplete(tmp_path, capsys) -> None
     jsonio.write_json(cell / contract.COLLECTED_FILE, ["t.py::a", "t.py::gone"])
     assert cli.main(["grid", str(cell), "--out", str(tmp_path / "out")]) == 1
     assert "1 of the 2 collected tests have no record: t.py::gone" in capsys.readouterr().err
+
+
+# --- pytest's own counts against the recorder's (results.plan) -------------------------
+
+def _plan(*passes: dict) -> dict:
+    return {"run_id": "r", "cell": "cpu-2.13", "shard": None, "inputs": {}, "passes": list(passes)}
+
+
+REC = [{"nodeid": "t.py::a", "outcome": "passed", "pass": "single"},
+       {"nodeid": "t.py::b", "outcome": "failed", "pass": "single"},
+       {"nodeid": "t.py", "outcome": "error", "pass": "single", "phase": "collect"},
+       {"nodeid": "t.py::c", "outcome": "passed", "pass": "host-accelerators"}]
+
+
+@pytest.mark.parametrize(("passes", "expect"), [
+    ([{"name": "single", "collected": 2, "reported": 2}], None),
+    ([{"name": "single", "collected": 3, "reported": 2}],
+     "pass single: pytest collected 3 and reported 2, the recorder wrote 2"),
+    ([{"name": "single", "collected": 2, "reported": 3}],
+     "pass single: pytest collected 2 and reported 3, the recorder wrote 2"),
+    ([{"name": "single", "collected": 1, "reported": 1}],
+     "pass single: pytest collected 1 and reported 1, the recorder wrote 2"),
+    ([{"name": "single", "collected": 2}], None),              # no terminal reporter
+    ([{"name": "single"}], None),                              # pytest never reached its end
+    ([{"name": "single", "collected": 2, "reported": 2},
+      {"name": "host-accelerators", "collected": 1, "reported": 1}], None),
+    ([{"name": "host-accelerators", "collected": 2, "reported": 2}],
+     "pass host-accelerators: pytest collected 2 and reported 2, the recorder wrote 1"),
+    ([{"name": "device-alone", "collected": 1, "reported": 1}],
+     "pass device-alone: pytest collected 1 and reported 1, the recorder wrote 0"),
+])
+def test_pytest_counts_against_the_records(passes, expect) -> None:
+    from accelgrid.results import plan
+
+    assert plan.count_mismatch(_plan(*passes), REC) == expect
+    assert plan.count_mismatch(None, REC) is None  # a folder from before plans
+
+
+def test_records_lost_in_place_are_caught_by_pytests_counts(mini_project, python,
+                                                            capsys, tmp_path) -> None:
+    """A real run whose last test empties tests.jsonl in place (the same file, so the
+    recorder's restore does not see it) and collected.json: pytest's own counts in
+    plan.json still say 3 tests ran, and the run and the grid say incomplete."""
+    proj = mini_project()
+    (proj / "suites" / "payload" / "test_z.py").write_text(
+        "import os, pathlib\n\ndef test_z():\n"
+        "    folder = pathlib.Path(os.environ['ACCELGRID_RESULTS'])\n"
+        "    open(folder / 'tests.jsonl', 'w').close()\n"
+        "    (folder / 'collected.json').write_text('[]')\n")
+    rc, summary, err = _run(proj, python, capsys)
+    assert rc == 1
+    line = "pass single: pytest collected 3 and reported 3, the recorder wrote 1"
+    assert line in summary["incomplete"] and line in err
+    folder = proj / "results" / "cpu-2.13"
+    assert cli.main(["grid", str(folder), "--out", str(tmp_path / "out")]) == 1
+    assert line in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("import os\nos._exit(3)\n", "it calls os._exit(3) at import"),
+    ("import sys\nsys.exit(2)\n", "it exits at import (SystemExit: 2)"),
+])
+def test_a_spec_that_exits_at_import_did_not_run(tmp_path, body, why) -> None:
+    """Loading a spec that ends its process at import raises (the runner and the test
+    processes live on to say so); os._exit is the real one again afterwards."""
+    import os
+
+    from accelgrid.devices import spec
+
+    real = os._exit
+    path = tmp_path / "exits_spec.py"
+    path.write_text("DEVICE_NAME = 'exitacc'\n" + body)
+    with pytest.raises(spec.SpecDidNotRun, match=f"{path}: running the device spec failed: "
+                       + why.replace("(", r"\(").replace(")", r"\)")):
+        spec.load(path)
+    assert os._exit is real
+    # The matrix's view: its literal facts, the reason in its source.
+    assert why in spec.resolve(path).source and spec.resolve(path).name == "exitacc"

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import re
 import runpy
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from .base import APIS, DeviceType
 
@@ -161,12 +162,34 @@ def load(path: str | Path) -> DeviceType:
     path = Path(path)
     if path.suffix != ".py" or not path.is_file():
         raise SpecError(f"{path}: a device spec is a Python file (.py); none is there")
+    real_exit = os._exit
+
+    def exit_at_import(status: int) -> NoReturn:
+        raise _ExitAtImport(status)
+
+    # A spec that ends its process at import (sys.exit, os._exit) would end the runner
+    # loading the matrix, or every test process, with no word of why (exit 0 included).
+    os._exit = exit_at_import
     try:
         ns = runpy.run_path(str(path), run_name=f"accelgrid_device_spec_{path.stem}")
+    except _ExitAtImport as exc:
+        why = f"it calls os._exit({exc.code!r}) at import"
+        raise SpecDidNotRun(f"{path}: running the device spec failed: {why}", why) from None
+    except SystemExit as exc:
+        why = f"it exits at import (SystemExit: {exc.code!r})"
+        raise SpecDidNotRun(f"{path}: running the device spec failed: {why}", why) from None
     except Exception as exc:  # noqa: BLE001 - whatever the file raises, said in one line
         why = f"{type(exc).__name__}: {exc}"
         raise SpecDidNotRun(f"{path}: running the device spec failed: {why}", why) from exc
+    finally:
+        os._exit = real_exit
     return from_namespace(ns, str(path))
+
+
+class _ExitAtImport(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def literal_facts(path: str | Path) -> dict[str, Any]:

@@ -457,6 +457,50 @@ def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None,
         fh.write(data)
 
 
+IMPORTING_DIR = "importing"  # a run's folder: what each test process is importing now
+
+
+def mark_importing(results: Path, what: str, path: str) -> Path:
+    """Note that this process is importing ``path`` (a test file, the device spec file:
+    ``what``), in ``importing/<pid>.json``: a process that ends itself there (``os._exit``
+    at import) leaves the note, which the runner reads (:func:`import_deaths`)."""
+    marker = results / IMPORTING_DIR / f"{os.getpid()}.json"
+    data = safe_dumps({"path": path, "what": what})
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        fd = open_nofollow(marker, flags)
+    except FileNotFoundError:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        fd = open_nofollow(marker, flags)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(data)
+    return marker
+
+
+def clear_importing(results: Path) -> None:
+    """This process got through the import :func:`mark_importing` noted."""
+    with contextlib.suppress(OSError):
+        (results / IMPORTING_DIR / f"{os.getpid()}.json").unlink()
+
+
+def import_deaths(results: Path) -> list[dict[str, str]]:
+    """The imports test processes never came back from (``path``, ``what``), once each,
+    and the notes cleared: call it once the pass's processes have ended."""
+    folder = results / IMPORTING_DIR
+    found: dict[str, dict[str, str]] = {}
+    if folder.is_dir() and not folder.is_symlink():
+        for marker in sorted(folder.glob("*.json")):
+            data, err = read_json(marker)
+            if not err and isinstance(data, dict) and isinstance(data.get("path"), str):
+                found.setdefault(data["path"], {"path": data["path"],
+                                                "what": str(data.get("what"))})
+            with contextlib.suppress(OSError):
+                marker.unlink()
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return list(found.values())
+
+
 def clear_running(results: Path, worker: str) -> None:
     """Clear ``running/<worker>.json`` (``worker``: the slot :func:`mark_running` used)."""
     path = results / contract.RUNNING_DIR / f"{worker}.json"

@@ -36,7 +36,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from .. import results
-from ..base import contract, jsonio, lifetime
+from ..base import contract, jsonio, lifetime, outcomes
 from ..base.errors import AccelgridError
 from ..config.matrix import Cell
 from ..results import plan as run_plan
@@ -79,6 +79,7 @@ class CellRun:
     timed: list[dict[str, object]] = field(default_factory=list)   # per pass, as run
     rc: int = 0
     summary: Summary | None = None
+    ignored: list[str] = field(default_factory=list)   # test files that ended their process
 
     @property
     def log(self) -> Path:
@@ -186,10 +187,42 @@ def run_passes(run: CellRun) -> CellRun:
     stopped (a signal, the time limit)."""
     assert run.plan is not None
     for stage in stages(run.plan.passes):
+        before = run.rc
         _run_stage(run, stage)
+        # A test file that ended its test processes at import (os._exit): named, an
+        # error of its own, and the stage again without it (the other files' tests run;
+        # the run fails on the error, not on the dead attempt's exit code).
+        for _ in range(MAX_IMPORT_DEATHS):
+            if run.stop_reason or not _import_deaths(run, stage):
+                break
+            run.rc = before or 1
+            _run_stage(run, stage)
         if run.stop_reason:
             break
     return run
+
+
+MAX_IMPORT_DEATHS = 5  # test files a stage is run again without, one round each
+
+
+def _import_deaths(run: CellRun, stage: list[Pass]) -> bool:
+    """Say each test file the stage's test processes never came back from importing: it
+    becomes an error record and is left out of the stage's next run. Whether the stage
+    must run again."""
+    again = False
+    for death in results.import_deaths(run.folder):
+        path, what = death["path"], death["what"]
+        why = (f"the {what} ended its test process at import (os._exit or a signal, "
+               "before pytest could report it)")
+        run.say(f"{jsonio.safe_text(path)}: {why}; the other files' tests run without it",
+                err=True)
+        results.append_record(run.folder / contract.TESTS_FILE, {
+            "nodeid": path, "outcome": outcomes.ERROR, "phase": "collect", "message": why,
+            "cell": run.cell.name, "pass": stage[0].name, "run_id": str(run.record["run_id"]),
+            "duration": None})
+        run.ignored.append(path)
+        again = True
+    return again
 
 
 def _run_stage(run: CellRun, stage: list[Pass]) -> None:
@@ -201,10 +234,11 @@ def _run_stage(run: CellRun, stage: list[Pass]) -> None:
         if args is None:
             continue
         # The planned command, unless the pass got the tests an earlier one left.
-        jobs.append((run_pass, planned.commands[planned.passes.index(run_pass)]
-                     if args == list(run.pytest_args) else
-                     pytest_command(cell, run.python, folder, args, run.workers, run.root,
-                                    run_pass)))
+        jobs.append((run_pass, [*(planned.commands[planned.passes.index(run_pass)]
+                                  if args == list(run.pytest_args) else
+                                  pytest_command(cell, run.python, folder, args, run.workers,
+                                                 run.root, run_pass)),
+                                *(f"--ignore={p}" for p in run.ignored)]))
     if not jobs:
         return
     left = run.deadline - time.monotonic()

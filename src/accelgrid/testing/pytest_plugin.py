@@ -408,6 +408,16 @@ class WorkerMarker:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._torch_report()
 
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        # A test file that ends its process at import (os._exit) leaves this note: the
+        # runner names the file and runs the pass again without it.
+        if isinstance(collector, pytest.Module):
+            results.mark_importing(self.folder, "test file", collector.nodeid)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.fspath.endswith(".py"):  # (a module's report: it came back)
+            results.clear_importing(self.folder)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._torch_report()  # a test that imported torch itself
