@@ -179,7 +179,8 @@ def test_records_lost_in_place_are_caught_by_pytests_counts(mini_project, python
                                                             capsys, tmp_path) -> None:
     """A real run whose last test empties tests.jsonl in place (the same file, so the
     recorder's restore does not see it) and collected.json: pytest's own counts in
-    plan.json still say 3 tests ran, and the run and the grid say incomplete."""
+    plan.json say 3 tests ran against the recorder's 1, and the run and the grid say
+    incomplete in one line naming the counts."""
     proj = mini_project()
     (proj / "suites" / "payload" / "test_z.py").write_text(
         "import os, pathlib\n\ndef test_z():\n"
