@@ -210,8 +210,16 @@ def _import_deaths(run: CellRun, stage: list[Pass]) -> bool:
     becomes an error record and is left out of the stage's next run. Whether the stage
     must run again."""
     again = False
+    collected, _ = jsonio.read_json(run.folder / contract.COLLECTED_FILE)
+    imported = {str(i).split("::", 1)[0] for i in collected or ()} \
+        if isinstance(collected, list) else set()
     for death in results.import_deaths(run.folder):
         path, what = death["path"], death["what"]
+        if path in imported:
+            # Another process got through importing it: this one was ended while it
+            # collected (xdist ends a worker it started in place of a crashed one when
+            # no test is left), not by the file.
+            continue
         why = (f"the {what} ended its test process at import (os._exit or a signal, "
                "before pytest could report it)")
         run.say(f"{jsonio.safe_text(path)}: {why}; the other files' tests run without it",
