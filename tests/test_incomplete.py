@@ -18,11 +18,11 @@ from accelgrid.run.cell import run_cell
 TWO_TESTS = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
 
 
-def _run(proj: Path, python: str, capsys: pytest.CaptureFixture[str]
-         ) -> tuple[int, dict, str]:
+def _run(proj: Path, python: str, capsys: pytest.CaptureFixture[str],
+         posargs: list[str] | None = None) -> tuple[int, dict, str]:
     (proj / "suites" / "payload" / "test_a.py").write_text(TWO_TESTS)
     rc = run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
-                  proj / "results")
+                  proj / "results", posargs or [])
     folder = proj / "results" / "cpu-2.13"
     summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     return rc, summary, capsys.readouterr().err
@@ -36,8 +36,11 @@ def test_a_normal_run_stays_complete(mini_project, python, capsys) -> None:
 
 def test_a_run_without_the_plugin_is_incomplete(mini_project, python, capsys) -> None:
     proj = mini_project()
-    (proj / "conftest.py").write_text("")  # pytest runs both tests, nothing records them
-    rc, summary, err = _run(proj, python, capsys)
+    # The runner names the plugin itself (PYTEST_PLUGINS); pytest's own -p no: blocks it:
+    # pytest runs both tests, nothing records them.
+    (proj / "conftest.py").write_text("")
+    rc, summary, err = _run(proj, python, capsys,
+                            ["-p", "no:accelgrid.testing.pytest_plugin"])
     assert rc == 1
     assert "the recorder never ran" in summary["incomplete"]
     assert "incomplete: the recorder never ran" in err
