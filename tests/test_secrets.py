@@ -406,3 +406,100 @@ def test_a_credential_under_any_name_appears_nowhere(mini_project, python, tmp_p
     # The test saw the values: what it printed of them is in pytest.log, names only.
     log = (results_dir / "cpu-2.13" / "pytest.log").read_text()
     assert "HF_HUB_BEARER" in log
+
+
+# Credentials under names and in shapes no recorded-prefix rule knows, and an ordinary
+# value (a path) beside them: a test prints them all and fails with them in its message.
+PRINTED = {"HF_HUB_BEARER": "bearer-9f8e7d6c5b4a", "TORCH_HUB_TKN": "tkn.4242.zz",
+           "PYTORCH_NOTIFY": "https://hooks.example/T000/B000/XXXX",
+           "ACCELGRID_X_PASS": "hunter2-horse", "CUDA_MIRROR_CREDS": "alice:wonderland",
+           "MY_THING": GH, "SOME_AUTH_HEADER": "Zm9vOmJhcjEyMw",
+           "MIRROR_URL": "https://bob:s3cr3t-pw@mirror.example/simple"}
+# The part of each that is the credential (a webhook's host and a URL's are no secret).
+SECRET_PART = {**PRINTED, "PYTORCH_NOTIFY": "T000/B000/XXXX", "MIRROR_URL": "s3cr3t-pw"}
+PRINTS_VALUES = '''
+import os
+
+NAMES = {names!r}
+
+def test_prints_the_values():
+    for name in NAMES + ["PLAIN_DATA_DIR"]:
+        print(name, "=", os.environ[name])
+
+def test_fails_with_the_values_in_its_message():
+    seen = " ".join(os.environ[name] for name in NAMES + ["PLAIN_DATA_DIR"])
+    print("stdout:", seen)
+    import sys
+    print("stderr:", seen, file=sys.stderr)
+    assert not seen, "saw " + seen
+'''
+
+
+def test_values_a_test_prints_or_asserts_with_are_nowhere(mini_project, python,
+                                                          tmp_path) -> None:
+    """A real run whose test prints credentials (any name, any shape) and fails with
+    them in its assert message: no file of the results, the grid or the site holds them
+    (tests.jsonl's message and traceback, junit.xml's system-out, pytest.log), nor the
+    console; the ordinary value printed beside them (a path) is kept."""
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_env.py").write_text(
+        PRINTS_VALUES.format(names=sorted(PRINTED)))
+    plain = str(tmp_path / "plain-data-dir")
+    results_dir, grid, site = proj / "results", tmp_path / "grid", tmp_path / "site"
+    env = {**os.environ, **PRINTED, "PLAIN_DATA_DIR": plain,
+           contract.RESULTS_DIR: str(results_dir)}
+    console = []
+    for args in (["--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
+                 ["grid", str(results_dir / "cpu-2.13"), "--out", str(grid)],
+                 ["publish", str(results_dir / "cpu-2.13"), "--out", str(site)]):
+        done = subprocess.run([python, "-m", "accelgrid", *args], cwd=proj, env=env,
+                              capture_output=True, text=True, timeout=600)
+        console.append(done.stdout + done.stderr)
+        assert "Traceback" not in console[-1], console[-1][-3000:]
+    assert "test_fails_with_the_values_in_its_message" in console[0], console[0][-3000:]
+    written = {p: p.read_bytes() for base in (results_dir, grid, site)
+               for p in base.rglob("*") if p.is_file()}
+    names = {p.name for p in written}
+    assert {contract.TESTS_FILE, "junit.xml", "pytest.log", "grid.json"} <= names, names
+    for name, secret in SECRET_PART.items():
+        # The whole credential, and what a repr cut short leaves of it ('ghp_A1b2...').
+        for part in {secret, secret[:10], secret[-10:]}:
+            leaked = sorted(str(p) for p, data in written.items() if part.encode() in data)
+            assert not leaked, (name, part, leaked)
+            assert not [text for text in console if part in text], (name, part)
+    # What the test printed is there, the credentials replaced; the path is as it was.
+    for name in (contract.TESTS_FILE, "junit.xml", "pytest.log"):
+        data = (results_dir / "cpu-2.13" / name).read_text()
+        assert plain in data and "saw " + environment.REDACTED in data, name
+    assert "HF_HUB_BEARER = " + environment.REDACTED in (
+        results_dir / "cpu-2.13" / "pytest.log").read_text()
+
+
+def test_secret_values_of_the_environment(monkeypatch) -> None:
+    """Which values of an environment are credentials: any name that looks secret (not a
+    path, a number or a short value), any value shaped like one; and redact_text of this
+    process replaces them, also where a repr cut them short."""
+    env = {**PRINTED, "PWD": "/home/me/work", "XDG_SESSION_ID": "12345678",
+           "HF_TOKEN_SET": "1", "PLAIN": "/srv/data", "NOTE": "hello world",
+           "SOME_KEY": "short", "MY_KEY": "sixsix"}
+    found = environment.secret_values(env)
+    assert set(found) == {*SECRET_PART.values(), "bob:s3cr3t-pw", "sixsix"} - {"s3cr3t-pw"}
+    assert [len(v) for v in found] == sorted((len(v) for v in found), reverse=True)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    text = " ".join(f"{k}={v}" for k, v in env.items())
+    out = environment.redact_text(text)
+    for name, secret in SECRET_PART.items():
+        assert secret not in out, name
+    for kept in ("/home/me/work", "12345678", "HF_TOKEN_SET=1", "/srv/data", "hello world",
+                 "SOME_KEY=short", "https://hooks.example/", "@mirror.example/simple"):
+        assert kept in out, kept
+    # What pytest's repr leaves of a long one: its start or end beside '...' goes, down
+    # to MIN_SECRET_VALUE characters; a shorter piece, or one with no '...', stays.
+    n = environment.MIN_SECRET_VALUE
+    assert environment.redact_text(f"'a {GH[:14]}...' == 'b'") == f"'a {R}...' == 'b'"
+    assert environment.redact_text(f"'...{GH[-n:]} c'") == f"'...{R} c'"
+    assert environment.redact_text(f"'...{GH[-n + 1:]} c'") == f"'...{GH[-n + 1:]} c'"
+    assert environment.redact_text(f"'{GH[:14]} d'") == f"'{GH[:14]} d'"
+    monkeypatch.delenv("MY_KEY")
+    assert environment.redact_text("MY_KEY=sixsix") == "MY_KEY=sixsix"

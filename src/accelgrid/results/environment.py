@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from .. import devices
 from ..base import contract
@@ -32,7 +32,8 @@ INTEGER_FLAGS = frozenset(
 
 # A variable whose name holds one of these is a secret, whatever its value looks like.
 SECRET_MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "PASS", "PWD", "CREDENTIAL",
-                  "AUTH", "COOKIE", "SESSION", "PRIVATE", "CERT_PASS", "SIGNATURE")
+                  "AUTH", "COOKIE", "SESSION", "PRIVATE", "CERT_PASS", "SIGNATURE", "TKN",
+                  "BEARER", "CREDS", "WEBHOOK")
 # accelgrid's own variables that a marker would catch but that hold no secret.
 NOT_SECRET = frozenset({contract.PASS})
 REDACTED = "<redacted>"
@@ -73,6 +74,11 @@ _NAMED_TOKEN = re.compile(
     + r"(?P<value>" + _NOT_A_VALUE + r"(?-i:(?=[^\s\"',;&<>\\]*[0-9A-Z+/=]))" + _VALUE + ")",
     re.IGNORECASE)
 _NAMED_HINTS = ("secret", "token", "passw", "key", "credential", "auth")
+# A webhook URL is its own credential (whoever has it can post): its path goes, the host
+# stays. Slack's hooks.slack.com/services/..., any host named hooks.*, a .../webhook(s)/...
+_WEBHOOK = re.compile(
+    r"(?P<keep>\bhttps?://(?:hooks\.[^\s/\"'<>]+|[^\s/\"'<>]*webhook[^\s/\"'<>]*"
+    r"|[^\s/\"'<>]+(?:/[^\s/\"'<>]+)*?/(?:hooks|webhooks?))/)[^\s\"'<>]+", re.IGNORECASE)
 # user[:password]@ in a URL. The userinfo runs to the *last* '@' before the path, so a
 # password with an unencoded '@' goes entirely.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/?#\s@]*(?:@[^/?#\s@]*)*@",
@@ -118,10 +124,27 @@ _TOKEN_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "A
 
 
 def redact_text(text: str) -> str:
-    """``text`` with credentials removed: user:password@ of every URL and every token of
-    a known format become ``<redacted>``."""
+    """``text`` with credentials removed: the value of every variable of this process's
+    environment that :func:`secret_values` names (a test that prints its HF_HUB_BEARER),
+    then user:password@ of every URL and every token of a known format (any name) become
+    ``<redacted>``."""
     if not text:
         return text
+    values, cut = _env_secrets()
+    for value in values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    if cut is not None and ("..." in text or "\u2026" in text):
+        text = cut.sub(REDACTED, text)  # what is left of one that a repr cut short
+    return _redact_shapes(text)
+
+
+def _redact_shapes(text: str) -> str:
+    """:func:`redact_text` by shape alone (what a credential looks like)."""
+    if not text:
+        return text
+    if "://" in text and "hook" in text.lower():
+        text = _WEBHOOK.sub(r"\g<keep>" + REDACTED, text)
     if "@" in text and "://" in text:
         text = _URL_USERINFO.sub(r"\g<scheme>" + REDACTED + "@", text)
     if any(hint in text for hint in _TOKEN_HINTS):
@@ -135,6 +158,73 @@ def redact_text(text: str) -> str:
         for pattern in (_NAMED_SECRET, _NAMED_TOKEN):
             text = pattern.sub(lambda m: m["key"] + REDACTED, text)
     return text
+
+
+# Shorter values are not replaced in text by name (a "1", a "true" would go everywhere).
+MIN_SECRET_VALUE = 6
+
+
+def _plain_value(value: str) -> bool:
+    """A value no rule by name redacts in text: short, a number, or an absolute path (the
+    PWD, SSH_AUTH_SOCK or XDG_SESSION_* of a shell are no credentials)."""
+    return (len(value) < MIN_SECRET_VALUE or value.isdigit()
+            or (value.startswith("/") and not any(c.isspace() for c in value)))
+
+
+def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The values in ``env`` that are credentials, longest first: each of a variable whose
+    name looks secret (:func:`is_secret`: HF_HUB_BEARER, TORCH_HUB_TKN, ...) unless it is
+    plain (:func:`_plain_value`), and the credential in each whose shape is one (a token,
+    a URL's password, a webhook's path) whatever its name (MY_THING=ghp_...)."""
+    found = set()
+    for name, value in env.items():
+        if not isinstance(value, str):
+            continue
+        if is_secret(str(name)) and not _plain_value(value):
+            found.add(value)
+            continue
+        part = _shaped_part(value)
+        if len(part) >= MIN_SECRET_VALUE:
+            found.add(part)
+    return tuple(sorted(found, key=lambda v: (-len(v), v)))
+
+
+def _shaped_part(value: str) -> str:
+    """The part of ``value`` that :func:`_redact_shapes` replaces ("" when none): an index
+    URL's user:password, not its host, so text naming the index still says which."""
+    clean = _redact_shapes(value)
+    if clean == value:
+        return ""
+    start = len(os.path.commonprefix([value, clean]))
+    end = len(os.path.commonprefix([value[start:][::-1], clean[start:][::-1]]))
+    return value[start:len(value) - end]
+
+
+def _cut_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    """The start or end of each of ``values`` (:data:`MIN_SECRET_VALUE` characters or
+    more) beside an ellipsis: what pytest's assertion rewriting leaves of a long string
+    (``'ghp_A1b2C3d4...'``)."""
+    parts = []
+    for value in values:
+        for k in range(len(value) - 1, MIN_SECRET_VALUE - 1, -1):
+            parts.append(re.escape(value[:k]) + r"(?=\.\.\.|\u2026)")
+            parts.append(r"(?:(?<=\.\.\.)|(?<=\u2026))" + re.escape(value[-k:]))
+    return re.compile("|".join(parts)) if parts else None
+
+
+_ENV_CACHE: list[Any] = [None, ((), None)]  # os.environ's items when read, what they give
+
+
+def _env_secrets() -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """:func:`secret_values` of os.environ and their :func:`_cut_pattern`, worked out
+    again only when os.environ changed (this runs for every text a record, log or grid
+    holds)."""
+    data = getattr(os.environ, "_data", None)  # CPython's raw mapping: cheap to compare
+    key = tuple(data.items()) if isinstance(data, dict) else tuple(os.environ.items())
+    if key != _ENV_CACHE[0]:
+        values = secret_values(os.environ)
+        _ENV_CACHE[:] = [key, (values, _cut_pattern(values))]
+    return cast(tuple[tuple[str, ...], "re.Pattern[str] | None"], _ENV_CACHE[1])
 
 
 @overload
