@@ -3,10 +3,37 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import signal
+import sys
+from collections.abc import Callable
 
+from ..base.lifetime import Stopped, stoppable
 from ..config.matrix import DEFAULT_MATRIX, Matrix, load_matrix
 
-__all__ = ["DEFAULT_MATRIX", "common_parser", "matrix_of"]
+__all__ = ["DEFAULT_MATRIX", "common_parser", "matrix_of", "writes_a_set"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def writes_a_set(handler: Handler) -> Handler:
+    """``handler`` (a command that writes a set of files: base.outputs) stopped by
+    SIGTERM/SIGINT cleanly: the files it was writing are removed, one line, exit 128 +
+    the signal's number (the old set stays, or the whole new one when the stop came
+    while it was being swapped in)."""
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            with stoppable():
+                return handler(args)
+        except Stopped as exc:
+            name = " ".join(w for w in (args.command, getattr(args, "action", None),
+                                        getattr(args, "what", None)) if w)
+            print(f"accelgrid {name}: stopped by {signal.Signals(exc.signum).name}; the "
+                  "files it writes are the previous ones or the whole new set",
+                  file=sys.stderr)
+            return 128 + exc.signum
+    return run
 
 
 def common_parser() -> argparse.ArgumentParser:

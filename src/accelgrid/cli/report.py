@@ -15,7 +15,7 @@ from ..base.errors import AccelgridError, InvalidInput
 from ..base.jsonio import dumps
 from ..report import compare, ops_pages
 from ..results.cellresults import require_runs
-from ._common import matrix_of
+from ._common import matrix_of, writes_a_set
 
 BASELINE_DESCRIPTION = """\
 Baselines: the expected outcome of every test per cell, kept in baselines/<cell>.json.
@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="exit 0 even where a baseline's test has no record in its column "
                         "(a lost test; else exit 3: docs/results.md)")
     add_history_options(p)
-    p.set_defaults(func=_grid)
+    p.set_defaults(func=writes_a_set(_grid))
     _register_baseline(sub, common)
     _register_ops(sub, common)
     p = sub.add_parser("hf-tests", parents=[common],
@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="results/<cell>/ folders, or folders holding them (artifacts)")
     p.add_argument("--out", default="results", help="where to write hf-tests.md/.json "
                                                     "(%(default)s)")
-    p.set_defaults(func=_hf_tests)
+    p.set_defaults(func=writes_a_set(_hf_tests))
 
 
 def _register_baseline(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
@@ -100,7 +100,7 @@ def _register_baseline(sub: argparse._SubParsersAction, common: argparse.Argumen
                         "(a partial run, e.g. -k); default: the results replace the baseline")
     p.add_argument("--allow-partial", action="store_true",
                    help="also use results of runs that did not finish or have unreadable parts")
-    p.set_defaults(func=_baseline_update)
+    p.set_defaults(func=writes_a_set(_baseline_update))
 
     p = actions.add_parser("show", parents=[common],
                            help="a cell's baseline: counts and tests not expected to pass")
@@ -123,13 +123,13 @@ def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentPars
     p = actions.add_parser("build", parents=[common],
                            help="ops.json/.md/.html for each results/<cell>/ given")
     p.add_argument("results", nargs="+", help="results/<cell>/ folders")
-    p.set_defaults(func=_ops)
+    p.set_defaults(func=writes_a_set(_ops))
     p = actions.add_parser("grid", parents=[common],
                            help="op x cell view from results folders (builds each cell's too)")
     p.add_argument("results", nargs="+", help="results/<cell>/ folders")
     p.add_argument("--out", default="results",
                    help="where to write ops-grid.* (%(default)s)")
-    p.set_defaults(func=_ops)
+    p.set_defaults(func=writes_a_set(_ops))
     p = actions.add_parser("predict", parents=[common],
                            help="predict captured ops per XPU release (ops-predicted.*)",
                            description=PREDICT_DESCRIPTION,
@@ -149,7 +149,7 @@ def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentPars
                         "results/ for several)")
     p.add_argument("--json", action="store_true",
                    help="print ops-predicted.json instead of the counts")
-    p.set_defaults(func=_ops_predict)
+    p.set_defaults(func=writes_a_set(_ops_predict))
 
 
 # --- grid ------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..base import outcomes
+from ..base import outcomes, outputs
 from ..base.errors import AccelgridError, Regression
-from ..base.jsonio import mapping, refuse_symlink, write_text
+from ..base.jsonio import mapping
 from ..results import junit
 from ..results.cellresults import INCOMPLETE_PREFIX
 from ..results.records import Change, Grid, LostCell
@@ -43,16 +43,24 @@ def build_model(folders: Iterable[Path], baseline_dir: Path | None = None,
     return grid_model
 
 
-def write(grid_model: Grid, out: Path) -> dict[str, Path]:
-    """Write grid.json, grid.md and grid.html into ``out``; returns their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "grid.json", "md": out / "grid.md", "html": out / "grid.html"}
-    for path in paths.values():  # refused before anything is written
-        refuse_symlink(path)
-    write_text(paths["json"], render_json.render(grid_model))
-    write_text(paths["md"], render_markdown.render(grid_model))
-    write_text(paths["html"], render_html.render(grid_model))
+GRID_KIND = "grid"  # its manifest: .accelgrid-grid.json beside the files
+
+
+def write(grid_model: Grid, out: Path, junit_xml: str | None = None) -> dict[str, Path]:
+    """Write grid.json, grid.md and grid.html (and junit.xml, given its text) into
+    ``out`` as one set (:func:`accelgrid.base.outputs.replace_files`); returns their
+    paths."""
+    files: dict[str, outputs.Content] = {
+        "grid.json": render_json.render(grid_model), "grid.md": render_markdown.render(grid_model),
+        "grid.html": render_html.render(grid_model)}
+    if junit_xml is not None:
+        # As ElementTree writes: a character UTF-8 cannot hold becomes a reference.
+        files[junit.MERGED] = junit_xml.encode("utf-8", errors="xmlcharrefreplace")
+    written = outputs.replace_files(Path(out), files, GRID_KIND, "accelgrid grid")
+    paths = {"json": written["grid.json"], "md": written["grid.md"],
+             "html": written["grid.html"]}
+    if junit_xml is not None:
+        paths["junit"] = written[junit.MERGED]
     return paths
 
 
@@ -214,9 +222,8 @@ def grid(folders: Iterable[Path], out: Path, baseline_dir: Path | None = None,
     read: list[Any] = []
     grid_model = build_model(folders, baseline_dir, read)
     added = with_history(grid_model, read, history_db, expect, window)
-    paths = write(grid_model, Path(out))
     # The same results as one JUnit file for other tools (the grid job uploads it).
-    paths["junit"] = junit.write_merged(folders, Path(out) / junit.MERGED, read)[0]
+    paths = write(grid_model, Path(out), junit.merged(folders, read)[0])
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(paths["md"].read_text(encoding="utf-8"))

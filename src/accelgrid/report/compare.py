@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..base import outcomes
+from ..base import outcomes, outputs
 from ..base.errors import InvalidInput, UnknownName
 from ..base.jsonio import dumps, mapping, read_json, write_text
 from ..results import shards, verdict
@@ -228,6 +228,7 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
     wanted = set(cells or ())
     folders, notes = discover([Path(p) for p in results])
     done: list[CellUpdate] = []
+    new: dict[str, str] = {}
     loaded = []
     for found in folders:
         cell = load_cell(found)
@@ -256,8 +257,13 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
         if keep_missing or (cell.env or {}).get("selection"):
             doc["tests"] = dict(sorted({**entry.old, **doc["tests"]}.items()))
         entry.tests = doc["tests"]
-        write(path, doc)
+        new[path.name] = dumps(doc, indent=1, sort_keys=False) + "\n"
         done.append(entry)
+    if new:
+        # One set: a stop mid-update leaves every baseline as it was or every one updated
+        # (the folder is accelgrid's own: a baseline written by hand is one too).
+        outputs.replace_files(folder, new, "baselines", "accelgrid baseline update",
+                              own_folder=True)
     return done, notes
 
 

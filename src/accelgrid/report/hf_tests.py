@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..base import contract, outcomes
-from ..base.jsonio import read_jsonl, write_json
+from ..base import contract, outcomes, outputs
+from ..base.jsonio import read_jsonl, safe_dumps
 from ..ops import xpu_prediction
 from ..results.cellresults import CellResults, discover, read_cell
 
@@ -213,7 +213,7 @@ def _prediction_markdown(pred: dict[str, Any]) -> list[str]:
 def write(folders: Iterable[Path], out: Path) -> tuple[dict[str, Any], dict[str, Path]]:
     """Build the model and write ``hf-tests.json`` / ``hf-tests.md`` into ``out``."""
     model = summary(folders)
-    paths = {"json": Path(out) / "hf-tests.json", "md": Path(out) / "hf-tests.md"}
-    write_json(paths["json"], model)
-    paths["md"].write_text(markdown(model), encoding="utf-8")
-    return model, paths
+    written = outputs.replace_files(
+        Path(out), {"hf-tests.json": safe_dumps(model, indent=2, sort_keys=False) + "\n",
+                    "hf-tests.md": markdown(model)}, "hf-tests", "accelgrid hf-tests")
+    return model, {"json": written["hf-tests.json"], "md": written["hf-tests.md"]}

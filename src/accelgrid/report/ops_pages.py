@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import ops
-from ..base import contract
+from ..base import contract, outputs
 from ..base.errors import InvalidInput
-from ..base.jsonio import refuse_symlink, write_json, write_text
+from ..base.jsonio import safe_dumps
 from ..ops import xpu_prediction
 from ._common import templates
 from .render_markdown import _md
@@ -162,15 +162,12 @@ def cell_html(data: dict[str, Any]) -> str:
 def _write_pages(out: Path, stem: str, data: dict[str, Any], markdown: str,
                  html: str) -> dict[str, Path]:
     """``out/<stem>.json`` / ``.md`` / ``.html``; returns their paths."""
-    out = Path(out)
-    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md",
-             "html": out / f"{stem}.html"}
-    for path in paths.values():  # refused before anything is written
-        refuse_symlink(path)
-    write_json(paths["json"], data)   # makes the folder too
-    write_text(paths["md"], markdown)
-    write_text(paths["html"], html)
-    return paths
+    written = outputs.replace_files(
+        Path(out), {f"{stem}.json": safe_dumps(data, indent=2, sort_keys=False) + "\n",
+                    f"{stem}.md": markdown, f"{stem}.html": html},
+        stem, f"accelgrid ops ({stem}.*)", own_folder=stem == "ops")  # ops.*: a cell's folder
+    return {"json": written[f"{stem}.json"], "md": written[f"{stem}.md"],
+            "html": written[f"{stem}.html"]}
 
 
 def write_cell(folder: Path, data: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -18,7 +18,6 @@ file:// URL as from GitHub Pages.
 from __future__ import annotations
 
 import html
-import json
 import os
 import re
 import shutil
@@ -29,8 +28,8 @@ from typing import Any
 from markupsafe import Markup
 
 from .. import __version__, ops
+from ..base import outputs
 from ..base.errors import AccelgridError, InvalidInput
-from ..base.jsonio import write_json
 from ..base.lifetime import signals_held
 from ..ops import xpu_prediction
 from ..results.cellresults import discover
@@ -226,7 +225,8 @@ class Site:
         return out
 
 
-MANIFEST = ".accelgrid-site.json"  # the files a publish wrote: the only ones it replaces
+SITE_KIND = "site"
+MANIFEST = outputs.manifest_name(SITE_KIND)  # the files a publish wrote: the only ones it replaces
 _NEW, _OLD = "accelgrid-new", "accelgrid-old"  # beside the site while it is swapped
 
 
@@ -246,17 +246,7 @@ def _manifest(target: Path, shown: Path) -> set[str] | None:
     if not path.is_file():
         raise InvalidInput(f"--out {shown} holds files that accelgrid publish did not write "
                            f"(no {MANIFEST}): not replacing them; name an empty or new folder")
-    try:
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(f"{path}: not a manifest accelgrid publish wrote ({exc})") from None
-    # Only plain relative paths inside the site count as the site's own files.
-    if not isinstance(files, list) or not all(
-            isinstance(f, str) and f and not PurePosixPath(f).is_absolute()
-            and ".." not in PurePosixPath(f).parts for f in files):
-        raise InvalidInput(f"{path}: not a manifest accelgrid publish wrote (its files are "
-                           "not a list of relative paths)")
-    return set(files)
+    return outputs.listed(path, "accelgrid publish")
 
 
 def _files(root: Path) -> list[str]:
@@ -339,8 +329,7 @@ def publish(folders: list[Path], out: Path, history_db: Path | None = None,
         runs = _hud_runs(history_db, read)
         pages, notes = _write_site(new, folders, model, runs)
         written = _files(new)
-        write_json(new / MANIFEST, {"written_by": f"accelgrid publish {__version__}",
-                                    "files": written})
+        outputs.record(new, SITE_KIND, f"accelgrid publish {__version__}", set(written))
         if ours is not None:
             _keep_others(target, new, ours, set(written))
         _swap(new, target)
