@@ -274,3 +274,34 @@ def test_repro_unknown_or_excluded_cell_is_one_line(repro_project: Path) -> None
     proc = _cli(repro_project, "repro", "acme/widgets#2", "--cell", "xpu-2.31")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "unknown cell 'xpu-2.31'; did you mean 'xpu-2.13'?" in proc.stderr
+
+
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+def test_bisect_repro_and_predict_outputs_are_no_cell_columns(repro_project: Path,
+                                                              tmp_path: Path) -> None:
+    """Real ``accelgrid run``, ``bisect``, ``repro`` and ``ops predict --out
+    results/predicted`` (issue 36, item 5): ``accelgrid grid results/*`` and ``publish``
+    show the cell's column alone, and say in one line each what they passed over."""
+    import json
+
+    proj, res = repro_project, repro_project / "results"
+    assert _cli(proj, "run", "cpu-2.13", "--no-venv").returncode in (0, 1)
+    _cli(proj, "bisect", "suites/repro/test_acme_widgets_2.py", "--device", "cpu",
+         "--no-venv", "--all")
+    _cli(proj, "repro", "acme/widgets#2", "--cell", "cpu-2.13", "--no-venv")
+    done = _cli(proj, "ops", "predict", str(ROOT / "docs" / "cuda" / "ops-cuda-2.11.json"),
+                "--series", "2.8", "--out", str(res / "predicted"))
+    assert done.returncode == 0, done.stderr
+    given = sorted(str(p) for p in res.iterdir())
+    assert {Path(p).name for p in given} >= {"cpu-2.13", "bisect", "repro", "predicted"}
+    grid = _cli(proj, "grid", *given, "--out", str(tmp_path / "g"))
+    site = _cli(proj, "publish", *given, "--out", str(tmp_path / "site"))
+    for done, doc in ((grid, tmp_path / "g" / "grid.json"),
+                      (site, tmp_path / "site" / "grid.json")):
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        columns = [c["name"] for c in json.loads(doc.read_text())["columns"]]
+        assert columns == ["cpu-2.13"], (columns, done.stderr[-3000:])
+    notes = grid.stderr
+    assert f"{res / 'predicted'}: accelgrid's own output (ops-predicted)" in notes, notes
+    assert "a bisection's runs (accelgrid bisect), left out" in notes, notes
+    assert f"{res / 'repro'}: reproductions (accelgrid repro), left out" in notes, notes

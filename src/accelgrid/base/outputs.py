@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 
 from .errors import InvalidInput
-from .jsonio import read_json, refuse_symlink, write_json
+from .jsonio import naming_path, read_json, refuse_symlink, write_json
 from .lifetime import signals_held
 
 PREFIX = ".accelgrid-"  # a manifest's (a kind marker's) file name: PREFIX + kind + ".json"
@@ -98,14 +98,17 @@ def replace_files(folder: Path, files: Mapping[str, Content], kind: str, command
             with signals_held():  # a stop between the two would leave the file unknown
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.{_NEW}-")
                 new[name] = Path(tmp)
-            os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
-            with os.fdopen(fd, "wb") as fh:
-                if isinstance(content, str):
-                    fh.write(content.encode("utf-8"))
-                elif isinstance(content, bytes):
-                    fh.write(content)
-            if callable(content):
-                content(new[name])
+            try:
+                os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
+                with os.fdopen(fd, "wb") as fh:
+                    if isinstance(content, str):
+                        fh.write(content.encode("utf-8"))
+                    elif isinstance(content, bytes):
+                        fh.write(content)
+                if callable(content):
+                    content(new[name])
+            except OSError as exc:  # a full disk: the one line names the file
+                raise naming_path(exc, folder / name) from exc
         with signals_held():
             if not own_folder:  # listed before they land: a kill leaves none unlisted
                 record(folder, kind, command, ours | set(files))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import results
-from ..base import contract
+from ..base import contract, outputs
 from ..base.errors import AccelgridError, InvalidInput
 from ..base.text import one_line
 from ..base.versions import version_key
@@ -155,6 +155,7 @@ def bisect(matrix: Matrix, test: str, device: str, *, profile: str | None = None
         raise InvalidInput(f"{path} does not exist under {matrix.root}")
     slug = re.sub(r"[^A-Za-z0-9]+", "-", test).strip("-")[-120:]
     out = results_dir or results.results_root(matrix.root) / "bisect" / slug
+    outputs.mark(out, "bisect", test=test, device=device)  # the grid passes its runs over
     if raw:
         os.environ[known_issues.ENV_DISABLE] = "1"  # read by the runner in the nox session
     print(f"bisect {test} on {device} ({profile}) over torch "

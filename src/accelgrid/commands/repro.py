@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import results
-from ..base import contract, outcomes
+from ..base import contract, outcomes, outputs
 from ..base.errors import AccelgridError, InvalidInput
 from ..base.text import one_line
 from ..config import known_issues
@@ -199,6 +199,8 @@ def reproduce(matrix: Matrix, registry: known_issues.Registry, issue_id: str, *,
         raise AccelgridError(f"no cell of {matrix.path.name} is in the scope of {issue.id}; "
                              "name one with --cell")
     out = results_dir or results.results_root(matrix.root) / contract.REPRO_DIR / _slug(issue.id)
+    if not dry_run:  # its kind, so a grid of results/* passes these runs over
+        outputs.mark(out, "repro", issue=issue.id)
     pytest_args = [repro, f"--upstream={issue.id}"]
     print(f"{issue.id}: {issue.title}\n{issue.url}\nreproduction: {repro}; results in {out}/",
           flush=True)

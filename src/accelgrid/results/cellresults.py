@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from ..base import contract, outcomes, text
+from ..base import contract, outcomes, outputs, text
 from ..base.errors import InvalidInput
 from ..base.jsonio import json_kind, read_json
 from . import RUN_FIELDS, incompleteness, last_outcomes, run_records
@@ -247,11 +247,18 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
     folder is searched (depth <= 6) for such folders, e.g. an artifacts download; a folder
     with none, or a path that does not exist, is kept so it shows as an errored cell.
     A file is ignored (``results/*`` also matches the grids themselves) unless it is one of
-    a cell's files, which stands for its folder.
+    a cell's files, which stands for its folder. Folders of another kind (their
+    ``.accelgrid-<kind>.json``, :mod:`accelgrid.base.outputs`) are passed over with a note:
+    a bisection's or a reproduction's runs found in a search (naming one shows them), and
+    the output of a report (``ops predict --out``, ``grid --out``, a site) named here.
     """
     found: list[Path] = []
     notes: list[str] = []
     for path in map(Path, paths):
+        passed = _passed_over(path)
+        if passed:
+            notes.append(passed)
+            continue
         if path.is_file():
             if path.name in contract.CELL_FILES:
                 found.append(path.parent)
@@ -263,8 +270,10 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
             notes.append(f"{path}: reproductions (accelgrid repro), left out of the cells' "
                          f"grid; name {path}/<issue> to show them")
         else:
-            inner = _search(path)
-            found += inner or [path]
+            inner, runs = _search(path)
+            notes += [f"{folder}: {RUN_KINDS[kind]}, left out of the cells' grid; name "
+                      f"{folder} to show them" for folder, kind in runs]
+            found += inner or ([] if runs else [path])
     unique: dict[Path, Path] = {}
     for folder in found:
         try:
@@ -276,9 +285,9 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
 
 
 def require_runs(paths: Iterable[Path]) -> list[Path]:
-    """``paths`` less any folder of accelgrid's own pages (:data:`REPORT_FILES`: an ``ops
-    predict --out`` among the results), when each path exists and every
-    folder among them holds at least one cell run; else :class:`InvalidInput`, one line
+    """``paths``, when each path exists and every folder among them holds at least one
+    cell run or is one :func:`discover` passes over with a note (an ``ops predict
+    --out`` among the results, a bisection's runs); else :class:`InvalidInput`, one line
     naming the first path that does not (absent, unreadable, too long a name, a folder with
     no cell under it), or all of them when they hold no cell at all. A plain file that is
     not a cell's (``results/*`` matches the grids too) is passed over, as :func:`discover`
@@ -292,15 +301,15 @@ def require_runs(paths: Iterable[Path]) -> list[Path]:
         try:
             exists = path.exists()
             plain_file = exists and path.is_file() and path.name not in contract.CELL_FILES
-            folders = [f for f in discover([path])[0] if f.is_dir() and is_cell(f)] \
-                if exists and not plain_file else []
+            inside, notes = discover([path]) if exists and not plain_file else ([], [])
+            folders = [f for f in inside if f.is_dir() and is_cell(f)]
         except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES: said, not a traceback
             raise InvalidInput(f"{shown}: cannot be read ({exc.strerror or exc})") from None
         if not exists:
             raise InvalidInput(f"{shown}: no such file or folder")
-        if not folders and not plain_file and _outputs(path):
-            continue  # accelgrid's own pages (grid, ops predict): not a cell, not a typo
         usable.append(path)
+        if not folders and not plain_file and notes:
+            continue  # passed over with a note (a report's output, a bisection): no typo
         if not folders and not plain_file:
             raise InvalidInput(f"{shown}: holds no cell run (no {contract.TESTS_FILE}, "
                                f"{contract.ENV_FILE} or {contract.SUMMARY_FILE} under it)")
@@ -321,8 +330,36 @@ def _outputs(folder: Path) -> bool:
     return folder.is_dir() and any((folder / name).is_file() for name in REPORT_FILES)
 
 
-def _search(top: Path) -> list[Path]:
+# Folders of runs that are not the matrix's cells (:func:`accelgrid.base.outputs.mark`).
+RUN_KINDS = {"bisect": "a bisection's runs (accelgrid bisect)",
+             "repro": "a reproduction's runs (accelgrid repro)"}
+
+
+def _passed_over(path: Path) -> str | None:
+    """The note for ``path`` when it is a report's output, not a cell run: a folder with
+    no cell's file of its own holding a manifest of a kind not in :data:`RUN_KINDS`
+    (``ops predict --out results/predicted``) or, from before manifests, report files
+    (:data:`REPORT_FILES`), and no cell below it (``grid --out results`` writes beside
+    the cells)."""
+    try:
+        if not path.is_dir() or is_cell(path):
+            return None
+        kinds = [k for k in outputs.kinds(path) if k not in RUN_KINDS]
+        if not kinds and not _outputs(path):
+            return None
+        if _search(path)[0]:
+            return None
+    except OSError:
+        return None
+    what = ", ".join(kinds) if kinds else "report files"
+    return f"{path}: accelgrid's own output ({what}), not a cell run; passed over"
+
+
+def _search(top: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Cell folders under ``top``, and the folders of runs of :data:`RUN_KINDS` passed
+    over (with their kind)."""
     cells = []
+    runs: list[tuple[Path, str]] = []
     base = len(top.parts)
     for dirpath, dirnames, _ in os.walk(top):
         here = Path(dirpath)
@@ -330,11 +367,17 @@ def _search(top: Path) -> list[Path]:
             cells.append(here)
             dirnames[:] = []  # a cell's subfolders are its own (running/)
             continue
+        kind = next((k for k in outputs.kinds(here) if k in RUN_KINDS), None) \
+            if here != top else None
+        if kind:
+            runs.append((here, kind))
+            dirnames[:] = []
+            continue
         if len(here.parts) - base >= MAX_DEPTH:
             dirnames[:] = []
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
                              and d != contract.REPRO_DIR)
-    return cells
+    return cells, runs
 
 
 def fill_cell_name(cell: CellResults) -> None:
