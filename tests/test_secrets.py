@@ -376,14 +376,12 @@ def test_cell_env_lists_what_the_cell_set(mini_project, tmp_path) -> None:
         k: R for k in UNUSUAL if k.startswith(environment.RECORDED_PREFIXES)}
 
 
-def test_a_credential_under_any_name_appears_nowhere(mini_project, python, tmp_path) -> None:
-    """A real run (``accelgrid run --no-venv``), its grid and its published site, with
-    credentials under names and in shapes no redaction rule knows: the values are in no
-    file and not on the console; the variable the cell set is recorded with its value."""
-    proj = _project_with_flag(mini_project)
-    (proj / "suites" / "payload" / "test_env.py").write_text(PRINTS_ENV)
+def _run_grid_publish(python: str, proj: Path, extra: dict[str, str], tmp_path: Path
+                      ) -> tuple[list[str], dict[Path, bytes]]:
+    """``accelgrid run cpu-2.13 --no-venv`` of ``proj`` with ``extra`` in the environment,
+    then its grid and its site: (each command's console, every file they wrote)."""
     results_dir, grid, site = proj / "results", tmp_path / "grid", tmp_path / "site"
-    env = {**os.environ, **UNUSUAL, contract.RESULTS_DIR: str(results_dir)}
+    env = {**os.environ, **extra, contract.RESULTS_DIR: str(results_dir)}
     console = []
     for args in (["--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
                  ["grid", str(results_dir / "cpu-2.13"), "--out", str(grid)],
@@ -392,9 +390,20 @@ def test_a_credential_under_any_name_appears_nowhere(mini_project, python, tmp_p
                               capture_output=True, text=True, timeout=600)
         console.append(done.stdout + done.stderr)
         assert "Traceback" not in console[-1], console[-1][-3000:]
-    assert "test_fails_naming_a_variable" in console[0], console[0][-3000:]
     written = {p: p.read_bytes() for base in (results_dir, grid, site)
                for p in base.rglob("*") if p.is_file()}
+    return console, written
+
+
+def test_a_credential_under_any_name_appears_nowhere(mini_project, python, tmp_path) -> None:
+    """A real run (``accelgrid run --no-venv``), its grid and its published site, with
+    credentials under names and in shapes no redaction rule knows: the values are in no
+    file and not on the console; the variable the cell set is recorded with its value."""
+    proj = _project_with_flag(mini_project)
+    (proj / "suites" / "payload" / "test_env.py").write_text(PRINTS_ENV)
+    results_dir = proj / "results"
+    console, written = _run_grid_publish(python, proj, UNUSUAL, tmp_path)
+    assert "test_fails_naming_a_variable" in console[0], console[0][-3000:]
     names = {p.name for p in written}
     assert {"env.json", contract.TESTS_FILE, "summary.json", "junit.xml", "pytest.log",
             "grid.json", "grid.md", "grid.html", "index.html"} <= names, sorted(names)
@@ -445,20 +454,10 @@ def test_values_a_test_prints_or_asserts_with_are_nowhere(mini_project, python,
     (proj / "suites" / "payload" / "test_env.py").write_text(
         PRINTS_VALUES.format(names=sorted(PRINTED)))
     plain = str(tmp_path / "plain-data-dir")
-    results_dir, grid, site = proj / "results", tmp_path / "grid", tmp_path / "site"
-    env = {**os.environ, **PRINTED, "PLAIN_DATA_DIR": plain,
-           contract.RESULTS_DIR: str(results_dir)}
-    console = []
-    for args in (["--matrix", str(proj / "matrix.yaml"), "run", "cpu-2.13", "--no-venv"],
-                 ["grid", str(results_dir / "cpu-2.13"), "--out", str(grid)],
-                 ["publish", str(results_dir / "cpu-2.13"), "--out", str(site)]):
-        done = subprocess.run([python, "-m", "accelgrid", *args], cwd=proj, env=env,
-                              capture_output=True, text=True, timeout=600)
-        console.append(done.stdout + done.stderr)
-        assert "Traceback" not in console[-1], console[-1][-3000:]
+    results_dir = proj / "results"
+    console, written = _run_grid_publish(python, proj, {**PRINTED, "PLAIN_DATA_DIR": plain},
+                                         tmp_path)
     assert "test_fails_with_the_values_in_its_message" in console[0], console[0][-3000:]
-    written = {p: p.read_bytes() for base in (results_dir, grid, site)
-               for p in base.rglob("*") if p.is_file()}
     names = {p.name for p in written}
     assert {contract.TESTS_FILE, "junit.xml", "pytest.log", "grid.json"} <= names, names
     for name, secret in SECRET_PART.items():
