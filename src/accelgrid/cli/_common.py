@@ -29,9 +29,10 @@ def writes_a_set(handler: Handler) -> Handler:
         except Stopped as exc:
             name = " ".join(w for w in (args.command, getattr(args, "action", None),
                                         getattr(args, "what", None)) if w)
-            print(f"accelgrid {name}: stopped by {signal.Signals(exc.signum).name}; the "
-                  "files it writes are the previous ones or the whole new set",
-                  file=sys.stderr)
+            # As main says it for any command: Ctrl-C "interrupted", else the signal.
+            said = ("interrupted" if exc.signum == signal.SIGINT
+                    else f"stopped by {signal.Signals(exc.signum).name}")
+            print(f"accelgrid {name}: {said}", file=sys.stderr)
             return 128 + exc.signum
     return run
 
