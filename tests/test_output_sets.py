@@ -78,6 +78,27 @@ def _start_grid(cells: list[Path], out: Path) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
+def _wait_for_its_handler(proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Until the process catches SIGTERM (Linux's SigCgt mask), or has ended."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            # Before its exec the child still has this process's handlers: look only once
+            # it runs the command.
+            started = b"accelgrid" in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            return
+        if not started:
+            time.sleep(0.002)
+            continue
+        caught = next(int(line.split()[1], 16) for line in status.splitlines()
+                      if line.startswith("SigCgt:"))
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.002)
+
+
 def test_grid_stopped_while_it_writes_leaves_the_old_set_or_the_new(tmp_path: Path) -> None:
     """A real ``accelgrid grid`` of 4 cells x 3,000 tests, SIGTERM sent the moment its
     first new file appears beside the old set (polled), and at a spread of moments:
@@ -92,14 +113,20 @@ def test_grid_stopped_while_it_writes_leaves_the_old_set_or_the_new(tmp_path: Pa
     outcomes = []
     for delay in (None, 0.3, 0.8, 1.5):
         proc = _start_grid(big, out)
+        _wait_for_its_handler(proc)  # a SIGTERM during Python's start kills it outright
         if delay is None:  # the moment the new set is being written
             deadline = time.monotonic() + 120
             while proc.poll() is None and time.monotonic() < deadline and not any(
                     outputs.is_leftover(p.name) for p in out.iterdir()):
                 time.sleep(0.0005)
+            # Frozen where it was seen writing (its first file has tens of ms to go), so
+            # the stop lands before the swap however loaded the host is.
+            proc.send_signal(signal.SIGSTOP)
+            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGCONT)
         else:
             time.sleep(delay)
-        proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         now = {n: b for n, b in _snapshot(out).items() if n in GRID_FILES}
         same = {n for n in GRID_FILES if now.get(n) == old[n]}

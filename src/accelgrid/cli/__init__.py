@@ -148,10 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         term = signal.getsignal(signal.SIGTERM)
         if term in (signal.SIG_DFL, _interrupted_while_starting):
             signal.signal(signal.SIGTERM, _interrupted_while_starting)
+    args = None
     try:
         args = parse(list(sys.argv[1:] if argv is None else argv))
     finally:
-        if own:
+        # A command that handles stops itself (_common.writes_a_set) keeps the starting
+        # handlers until its own replace them: no moment where SIGTERM kills it outright.
+        if own and not getattr(getattr(args, "func", None), "handles_stops", False):
             signal.signal(signal.SIGINT, signal.default_int_handler)
             if term in (signal.SIG_DFL, _interrupted_while_starting):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -34,6 +34,7 @@ def writes_a_set(handler: Handler) -> Handler:
                     else f"stopped by {signal.Signals(exc.signum).name}")
             print(f"accelgrid {name}: {said}", file=sys.stderr)
             return 128 + exc.signum
+    run.handles_stops = True  # type: ignore[attr-defined]  # read by main
     return run
 
 
