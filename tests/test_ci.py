@@ -230,7 +230,9 @@ def test_every_cell_runs_once_on_its_devices_runner_with_its_timeout() -> None:
 
 def test_no_pull_request_starts_a_workflow_with_a_self_hosted_job() -> None:
     triggers = _triggers(WORKFLOW)
-    assert set(triggers) == {"schedule", "workflow_dispatch"}
+    # repository_dispatch: PyTorch's CI relay (tests/test_relay.py); like schedule, it runs
+    # the default branch's workflow, and only the relay's GitHub App can send it.
+    assert set(triggers) == {"schedule", "workflow_dispatch", "repository_dispatch"}
     assert set(triggers["workflow_dispatch"]["inputs"]) == {"devices", "torch", "profiles",
                                                             "pull_request"}
     assert triggers["schedule"][0]["cron"]
@@ -245,7 +247,8 @@ def test_no_pull_request_starts_a_workflow_with_a_self_hosted_job() -> None:
             # (after the images job, whatever became of it, for the container cells)
             cond = cond.removeprefix("!cancelled() && needs.plan.result == 'success' && ")
             assert cond.startswith("(github.event_name == 'schedule' || "
-                                   "github.event_name == 'workflow_dispatch') && ")
+                                   "github.event_name == 'workflow_dispatch' || "
+                                   "github.event_name == 'repository_dispatch') && ")
     # The pull-request workflow has no self-hosted job and only hosted cells.
     pr_jobs = {k: v for k, v in PR["jobs"].items() if k.startswith("cells-")}
     assert set(pr_jobs) == {f"cells-{d}" for d in hosted}
@@ -334,13 +337,30 @@ def test_least_privilege_pinned_actions_and_no_secrets(rel: str) -> None:
         if name in SHARDED_JOBS and rel == ci.WORKFLOW:
             assert job["permissions"] == {"contents": "read", "actions": "read"}
             continue
+        if name in ("relay", "relay-report") and rel == ci.WORKFLOW:
+            # The relay callback's OIDC token (tests/test_relay.py); nothing more.
+            assert job["permissions"] == {"contents": "read", "id-token": "write"}
+            continue
+        if name == "status":
+            # The verdict as a commit status on the PR's head (tests/test_relay.py).
+            assert job["permissions"] == {"contents": "read", "statuses": "write"}
+            continue
         assert name == "plan" or job.get("permissions", {}) in ({}, {"contents": "read"})
     assert workflow["concurrency"]["group"]
-    uses = re.findall(r"uses: (\S+)(.*)", text)
+    uses = re.findall(r"(?m)^\s*(?:- )?uses: (\S+)(.*)", text)
     pages_only = {"actions/upload-pages-artifact", "actions/deploy-pages"}
-    assert {u.split("@")[0] for u, _ in uses} == {repo for repo, _, _ in ci.ACTIONS.values()
-                                                  if rel == ci.WORKFLOW or repo not in pages_only}
+    relay_action = ci.RELAY_ACTION[0]
+    assert {u.split("@")[0] for u, _ in uses} == {
+        repo for repo, _, _ in ci.ACTIONS.values()
+        if rel == ci.WORKFLOW or repo not in pages_only} | (
+        {relay_action} if rel == ci.WORKFLOW else set())
     for ref, comment in uses:
+        if ref.startswith(relay_action + "@"):
+            # pytorch/test-infra tags no releases: the commit, and the day of its main.
+            assert ref == f"{relay_action}@{ci.RELAY_ACTION[1]}"
+            assert comment == f" # {ci.RELAY_ACTION[2]}"
+            assert re.fullmatch(r"[0-9a-f]{40}", ci.RELAY_ACTION[1])
+            continue
         assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)?@[0-9a-f]{40}", ref), ref
         assert re.fullmatch(r" # v\d+\.\d+\.\d+", comment), comment
     for step in (s for j in jobs.values() for s in j["steps"] if "checkout" in s.get("uses", "")):

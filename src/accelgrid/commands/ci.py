@@ -63,6 +63,14 @@ ACTIONS = {
     "cache-save": ("actions/cache/save", "27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5"),
 }
 
+# PyTorch's CI relay callback (docs/ci.md, "PyTorch's CI relay"): a composite action in
+# pytorch/test-infra, which tags no releases; pinned to the newest commit read for this
+# (2026-08-21), whose action.yml last changed in c0b0155 (#8303, delivery-id/event-type).
+RELAY_ACTION = ("pytorch/test-infra/.github/actions/cross-repo-ci-relay-callback",
+                "61a77570f45416dc425c17d4a648376541a84732", "main of 2026-08-21")
+# The commit status a run for a pull request posts (its context, shown on the PR).
+STATUS_CONTEXT = "accelgrid"
+
 MAX_MATRIX_JOBS = 256             # GitHub: one job matrix generates at most 256 jobs
 MAX_WORKFLOW_BYTES = 500 * 1024   # GitHub: a workflow file over 500 KB starts no runs
 HOSTED_RUNNER = "ubuntu-24.04"    # the plan and grid jobs (no device needed)
@@ -286,6 +294,9 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
             plan_cells=_plan_cells(picked),
             actions={k: {"uses": f"{repo}@{sha}", "version": version}
                      for k, (repo, sha, version) in ACTIONS.items()},
+            relay_action={"uses": f"{RELAY_ACTION[0]}@{RELAY_ACTION[1]}",
+                          "version": RELAY_ACTION[2]},
+            status_context=STATUS_CONTEXT,
             python=matrix.default_python,
             install=install_accelgrid(matrix.root),
             runner=HOSTED_RUNNER,
