@@ -164,16 +164,29 @@ def test_resolve_step_reads_a_recorded_pull_request_event(nightly_project: Path,
     assert gh(started["if"], _event("schedule")) is False
 
 
-def test_resolve_on_the_committed_matrix_runs_nothing_and_says_why(tmp_path: Path) -> None:
+def _resolve(matrix: Path, tmp_path: Path) -> dict[str, str]:
     out = tmp_path / "out"
     out.write_text("")
     os.environ["GITHUB_OUTPUT"] = str(out)
     try:
-        assert cli.main(["--matrix", str(ROOT / "matrix.yaml"), "ci", "relay", "resolve",
+        assert cli.main(["--matrix", str(matrix), "ci", "relay", "resolve",
                          str(DATA / "pull_request.json")]) == 0
     finally:
         del os.environ["GITHUB_OUTPUT"]
-    got = _outputs(out)
+    return _outputs(out)
+
+
+def test_resolve_on_the_committed_matrix_picks_its_nightly_series(tmp_path: Path) -> None:
+    nightly = sorted({c.torch for c in load_matrix(ROOT / "matrix.yaml").cells
+                      if c.channel == "nightly" and not c.manual})
+    assert nightly, "the committed matrix has a nightly-channel cell (#39 item 5)"
+    got = _resolve(ROOT / "matrix.yaml", tmp_path)
+    assert got["run"] == "true" and got["torch"] == ",".join(nightly)
+
+
+def test_a_matrix_without_a_nightly_series_runs_nothing_and_says_why(tmp_path: Path) -> None:
+    proj = _project(tmp_path, (ROOT / "tests" / "base_matrix.yaml").read_text())
+    got = _resolve(proj / "matrix.yaml", tmp_path)
     assert got["run"] == "false" and got["torch"] == ""
     assert "no cell of a nightly torch series" in got["why"]
     # ... and the plan job, so no cell, does not run.
@@ -480,7 +493,8 @@ def test_a_relayed_run_reaches_the_self_hosted_cells() -> None:
             continue
         for event, runs in (("repository_dispatch", True), ("schedule", True),
                             ("pull_request", False)):
-            ctx = _event(event, needs={"plan": {"outputs": {name: '[{"cell": "x"}]'}}})
+            ctx = _event(event, needs={"plan": {"result": "success",
+                                                "outputs": {name: '[{"cell": "x"}]'}}})
             assert gh(job["if"], ctx) is runs, (name, event)
 
 
@@ -497,8 +511,9 @@ def test_only_the_status_job_writes_statuses_and_only_relay_jobs_and_pages_mint_
         perms = _permissions(workflow)
         assert [n for n, p in perms.items() if "statuses" in p] == ["status"]
         assert perms["status"] == {"contents": "read", "statuses": "write"}
+        # Beside it: OIDC tokens (relay, pages), Pages, and the images job's packages.
         assert not any(v == "write" for n, p in perms.items() if n != "status"
-                       for k, v in p.items() if k not in ("id-token", "pages"))
+                       for k, v in p.items() if k not in ("id-token", "pages", "packages"))
     perms = _permissions(WORKFLOW)
     assert sorted(n for n, p in perms.items() if "id-token" in p) == [
         "pages", "relay", "relay-report"]
