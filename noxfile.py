@@ -26,7 +26,7 @@ from accelgrid.commands import sessions  # noqa: E402
 from accelgrid.config.matrix import load_matrix, matrix_path  # noqa: E402
 from accelgrid.results.environment import redact_text  # noqa: E402
 
-nox.needs_version = ">=2025.2.9"
+nox.needs_version = ">=2026.7.11"  # pyproject.toml: the oldest nox tested
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_venv = "yes"
 if os.environ.get(contract.ENVDIR):  # envs outside the checkout (venvs.env_dir agrees)

@@ -162,7 +162,7 @@ def test_init_writes_a_project_whose_matrix_and_ci_work(tmp_path: Path, capsys) 
 
 def test_accelgrids_own_workflows_install_its_checkout() -> None:
     files = ci.render(load_matrix(ROOT / "matrix.yaml"))
-    assert "pip install --quiet --editable ." in files[ci.WORKFLOW]
+    assert "pip install --quiet --constraint constraints.txt --editable ." in files[ci.WORKFLOW]
     assert "accelgrid==" not in files[ci.WORKFLOW]
 
 

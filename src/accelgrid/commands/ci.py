@@ -239,10 +239,17 @@ def _matrix_label(matrix: Matrix) -> str:
         return str(matrix.path)
 
 
+# accelgrid's own exact pins (pyproject.toml holds ranges).
+CONSTRAINTS = "constraints.txt"
+
+
 def install_accelgrid(root: Path) -> str:
     """What the workflows' "Install accelgrid" steps hand pip: accelgrid's own checkout
-    itself (editable), any other project the accelgrid version that rendered them."""
-    return "--editable ." if venvs.is_accelgrid_checkout(root) else f"accelgrid=={__version__}"
+    itself (editable, at the versions it tests with: constraints.txt), any other project the
+    accelgrid version that rendered them."""
+    if venvs.is_accelgrid_checkout(root):
+        return f"--constraint {CONSTRAINTS} --editable ."
+    return f"accelgrid=={__version__}"
 
 
 def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
