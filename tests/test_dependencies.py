@@ -151,7 +151,7 @@ def test_the_lowest_bounds_pass_a_part_of_the_quick_set(tmp_path: Path) -> None:
     """The wheel (whose METADATA has no exact runtime pin) installed in a fresh venv with
     every runtime dependency at its lower bound (torch as constraints.txt pins it) runs
     :data:`LOWEST_TESTS`, then a mini cell through nox (its env built by the lowest uv) to a
-    grid (its env built by uv 0.5.0). Measured here at load ~5: 11-15 s to install, 24-33 s
+    grid. Measured here at load ~5: 11-15 s to install, 24-33 s
     of tests, 15 s for the cell and its grid (50-70 s in all)."""
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv"
     dist = tmp_path / "dist"
