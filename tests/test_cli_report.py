@@ -326,7 +326,7 @@ def test_ops_exit_codes(tmp_path: Path, capsys) -> None:
     (["grid", "--help"], ["--out", "--baseline"]),
     (["baseline", "--help"], ["update", "show", "list", "exits 3"]),
     (["baseline", "update", "--help"],
-     ["--dir", "--cell", "--keep-missing", "--allow-partial", "--matrix"]),
+     ["--dir", "--cell", "--add-new", "--keep-missing", "--allow-partial", "--matrix"]),
     (["baseline", "show", "--help"], ["--json", "--dir"]),
     (["baseline", "list", "--help"], ["--dir"]),
     (["ops", "--help"], ["build", "grid", "predict", "ACCELGRID_CAPTURE_OPS"]),

@@ -95,11 +95,18 @@ def _register_baseline(sub: argparse._SubParsersAction, common: argparse.Argumen
                    help="results/<cell>/ folders, or folders holding them (an artifacts dir)")
     p.add_argument("--dir", help=dir_help)
     p.add_argument("--cell", action="append", help="only this cell (repeatable)")
+    p.add_argument("--add-new", action="store_true",
+                   help="add only the tests the baseline does not have (new tests), from any "
+                        "run of the cell, a selected one (nox -s CELL -- -k NEW) included; "
+                        "every entry the baseline has stays as it is")
     p.add_argument("--keep-missing", action="store_true",
-                   help="keep baseline entries of tests absent from the results "
-                        "(a partial run, e.g. -k); default: the results replace the baseline")
+                   help="keep the baseline's entries of tests the results do not have (a "
+                        "selected run keeps them anyway); default: the results replace the "
+                        "baseline")
     p.add_argument("--allow-partial", action="store_true",
-                   help="also use results of runs that did not finish or have unreadable parts")
+                   help="also use partial results: a run that did not finish, has unreadable "
+                        "parts or ran a selection (-k, a path, -x; --add-new needs no flag "
+                        "for a selection)")
     p.set_defaults(func=writes_a_set(_baseline_update))
 
     p = actions.add_parser("show", parents=[common],
@@ -243,7 +250,7 @@ def _baseline_update(args: argparse.Namespace) -> int:
     given = require_runs([Path(p) for p in args.results])  # a mistyped path writes nothing
     done, notes = compare.update(given, _baseline_dir(args),
                                  cells=args.cell, keep_missing=args.keep_missing,
-                                 allow_partial=args.allow_partial)
+                                 allow_partial=args.allow_partial, add_new=args.add_new)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for u in done:
@@ -255,7 +262,8 @@ def _baseline_update(args: argparse.Namespace) -> int:
         counts = Counter(u.tests.values())
         print(f"{u.cell}: wrote {u.path} ({len(u.tests)} tests: "
               + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
-              + (f"; {u.changed} changed, {u.dropped} dropped)" if u.old else "; new)"))
+              + (f"; {u.added} added)" if args.add_new and u.old else
+                 f"; {u.changed} changed, {u.dropped} dropped)" if u.old else "; new)"))
     missing = sorted(set(args.cell or ()) - {u.cell for u in done})
     if not done:
         where = " ".join(args.results)

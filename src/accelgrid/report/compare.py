@@ -26,7 +26,13 @@ from ..base import outcomes, outputs
 from ..base.errors import InvalidInput, UnknownName
 from ..base.jsonio import dumps, mapping, read_json, write_text
 from ..results import shards, verdict
-from ..results.cellresults import CellResults, discover, fill_cell_name, load_cell
+from ..results.cellresults import (
+    SELECTED_RUN,
+    CellResults,
+    discover,
+    fill_cell_name,
+    load_cell,
+)
 from ..results.provenance import now
 from ..results.records import Baseline as GridBaseline
 from ..results.records import Change, ColumnBaseline, Grid
@@ -216,14 +222,20 @@ class CellUpdate:
     def dropped(self) -> int:
         return len(set(self.old) - set(self.tests))
 
+    @property
+    def added(self) -> int:
+        return len(set(self.tests) - set(self.old))
+
 
 def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = None,
-           keep_missing: bool = False, allow_partial: bool = False
+           keep_missing: bool = False, allow_partial: bool = False, add_new: bool = False
            ) -> tuple[list[CellUpdate], list[str]]:
     """Write ``folder/<cell>.json`` from each cell found in ``results`` (only ``cells``
     when given). Errored cells are refused, and partial ones (run never finished,
     unreadable parts, a selected run) unless ``allow_partial``; ``keep_missing`` keeps
     baseline entries of tests absent from the results (always, for a selected run).
+    ``add_new`` adds only the tests the baseline lacks and changes no entry it has; a
+    selected run is then no partial run (``-k test_new`` is how one runs a new test).
     Returns what happened per cell, in the order found, and a note per path ignored."""
     wanted = set(cells or ())
     folders, notes = discover([Path(p) for p in results])
@@ -239,8 +251,9 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
         if wanted and cell.name not in wanted:
             continue
         path = path_for(folder, cell.name)
-        unusable = cell.error or (not allow_partial and cell.problems and
-                                  "; ".join(cell.problems))
+        problems = [p for p in cell.problems
+                    if not (add_new and p.startswith(SELECTED_RUN))]
+        unusable = cell.error or (not allow_partial and problems and "; ".join(problems))
         if unusable:
             hint = "" if cell.error else "; --allow-partial to use them anyway"
             done.append(CellUpdate(cell.name, path, refused=f"not updated ({unusable}){hint}"))
@@ -252,9 +265,16 @@ def update(results: Iterable[Path], folder: Path, cells: Iterable[str] | None = 
                 entry.old = read(path)
             except ValueError as exc:
                 entry.unreadable = str(exc)
+        if add_new and entry.unreadable:
+            done.append(CellUpdate(cell.name, path, refused=(
+                f"not updated (its baseline is unreadable: {entry.unreadable}); without "
+                "--add-new the results replace it")))
+            continue
+        if add_new:
+            doc["tests"] = dict(sorted({**doc["tests"], **entry.old}.items()))
         # A selected run (-k, a path, -x) says nothing of the tests outside its selection:
         # they keep their baseline entries rather than being dropped.
-        if keep_missing or (cell.env or {}).get("selection"):
+        elif keep_missing or (cell.env or {}).get("selection"):
             doc["tests"] = dict(sorted({**entry.old, **doc["tests"]}.items()))
         entry.tests = doc["tests"]
         new[path.name] = dumps(doc, indent=1, sort_keys=False) + "\n"

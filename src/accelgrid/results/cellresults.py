@@ -193,7 +193,7 @@ def load_cell(path: Path) -> CellResults:
     if counts:
         cell.problems.append(INCOMPLETE_PREFIX + counts)
     if run.get("selection"):
-        cell.problems.append(f"a selected run (pytest {' '.join(run['selection'])}), "
+        cell.problems.append(f"{SELECTED_RUN} (pytest {' '.join(run['selection'])}), "
                              "not the whole cell")
     return cell
 
@@ -222,6 +222,9 @@ def _links_out(path: Path) -> dict[str, str]:
 # A cell's problem that says its run recorded less than it collected (summary.json's
 # ``incomplete``): the grid gates on it (exit 1) unless --allow-incomplete.
 INCOMPLETE_PREFIX = "incomplete: "
+# A cell's problem that says its run ran a selection (-k, a path, -x): `baseline update
+# --add-new` accepts it, since a new test is run that way.
+SELECTED_RUN = "a selected run"
 
 
 def run_of(path: Path, env: Mapping[str, Any] | None = None, read_summary: bool = True
