@@ -133,7 +133,9 @@ def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentPars
     p.set_defaults(func=writes_a_set(_ops))
     p = actions.add_parser("grid", parents=[common],
                            help="op x cell view from results folders (builds each cell's too)")
-    p.add_argument("results", nargs="+", help="results/<cell>/ folders")
+    p.add_argument("results", nargs="+",
+                   help="results/<cell>/ folders, each read at its latest capture (a selected "
+                        "run's runs/<id>/ too); plain files (results/*) are passed over")
     p.add_argument("--out", default="results",
                    help="where to write ops-grid.* (%(default)s)")
     p.set_defaults(func=writes_a_set(_ops))
@@ -142,8 +144,10 @@ def _register_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentPars
                            description=PREDICT_DESCRIPTION,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="RESULTS_OR_OPS_JSON",
-                   help="a results/<cell>/ folder with ops-raw/ (or ops.json), or an "
-                        "ops.json; several are merged")
+                   help="a results/<cell>/ folder (its latest capture: ops-raw/ or "
+                        "ops.json, a selected run's under runs/<id>/ too), or an ops.json; "
+                        "several are merged (of several, plain files that are no ops.json "
+                        "are passed over)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--series", action="append", metavar="X.Y",
                        help="an xpu torch series (repeatable; default: the matrix's xpu "
@@ -312,7 +316,9 @@ def _baseline_list(args: argparse.Namespace) -> int:
 def _ops(args: argparse.Namespace) -> int:
     found = []
     for path in map(Path, args.results):
-        data = ops_pages.write_cell(path) if path.is_dir() else None
+        if path.is_file():
+            continue  # results/* also matches the grids themselves
+        data = ops_pages.write_cell(ops_model.capture_folder(path)) if path.is_dir() else None
         if data is None:
             print(f"{path}: no captured ops (run with {contract.CAPTURE_OPS}=1 or the "
                   "op-capture profile)")

@@ -23,6 +23,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from .. import results
 from ..base import contract
 from ..base.errors import InvalidInput
 from ..base.jsonio import read_json, read_jsonl
@@ -41,6 +42,26 @@ def _matching(name: str, ops: Iterable[str]) -> list[str]:
     """The captured ops a message's kernel name belongs to (same base op)."""
     base = base_op(name)
     return sorted(op for op in ops if base_op(op) == base)
+
+
+def _captured(folder: Path) -> bool:
+    raw = folder / contract.OPS_RAW_DIR
+    return (raw.is_dir() and any(raw.glob("*.jsonl"))) or (folder / contract.OPS_FILE).is_file()
+
+
+def capture_folder(folder: Path) -> Path:
+    """Where a results/<cell>/ folder's latest captured ops are: its latest run's folder
+    (last-run.json: a selected run writes runs/<id>/) when that run captured ops, else the
+    folder itself when its last whole run did, else its newest run under runs/ that did;
+    the folder itself when none did (the caller then says nothing was captured)."""
+    folder = Path(folder)
+    latest = results.last_run(folder)[1]
+    if _captured(latest) or _captured(folder):
+        return latest if _captured(latest) else folder
+    runs = folder / contract.RUNS_DIR
+    older = sorted((p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()),
+                   key=lambda p: p.stat().st_mtime, reverse=True) if runs.is_dir() else []
+    return next((p for p in older if _captured(p)), folder)
 
 
 def aggregate(folder: Path) -> dict[str, Any] | None:
@@ -231,6 +252,7 @@ def load_captured(path: Path) -> dict[str, Any]:
     Anything else is an :class:`InvalidInput`."""
     path = Path(path)
     if path.is_dir():
+        path = capture_folder(path)
         data = aggregate(path)
         if data is None and (path / contract.OPS_FILE).is_file():
             return load_captured(path / contract.OPS_FILE)

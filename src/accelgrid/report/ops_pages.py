@@ -392,6 +392,27 @@ def write_predicted(doc: dict[str, Any], out: Path) -> dict[str, Path]:
                         predicted_html(doc))
 
 
+def _load_all(inputs: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each input's captured ops. One input must have them; of several (``results/*``), a
+    plain file that is no ops.json (the grids) is passed over silently and a folder
+    without captured ops with a note, as long as one input has them."""
+    if len(inputs) == 1:
+        return [ops.load_captured(inputs[0])], []
+    loaded: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for path in inputs:
+        try:
+            loaded.append(ops.load_captured(path))
+        except InvalidInput as exc:
+            if not path.exists():
+                raise
+            if not path.is_file():
+                notes.append(f"{exc}; left out")
+    if not loaded:
+        raise InvalidInput("no captured ops in " + " ".join(map(str, inputs)))
+    return loaded, notes
+
+
 def default_predicted_out(inputs: list[Path]) -> Path:
     """Beside the one input (in a cell's folder, or beside an ops.json); ``results/`` for
     several."""
@@ -433,8 +454,10 @@ def predict(inputs: list[Path], series: list[str] | None = None, all_series: boo
     inputs = [Path(p) for p in inputs]
     if not inputs:
         raise InvalidInput("name a results/<cell>/ folder or an ops.json")
-    captured = ops.merge([ops.load_captured(p) for p in inputs])
+    loaded, skipped = _load_all(inputs)
+    captured = ops.merge(loaded)
     chosen, notes = xpu_prediction.choose_series(series, cells, all_series)
+    notes = [*skipped, *notes]
     doc = xpu_prediction.predicted_view(captured, chosen)
     paths = write_predicted(doc, Path(out) if out else default_predicted_out(inputs))
     return PredictedReport(doc, paths, notes)
