@@ -57,7 +57,7 @@ from ._common import DEFAULT_MATRIX, common_parser  # noqa: E402
 GROUPS: dict[str, tuple[str, ...]] = {
     "init": ("init",),
     "matrix": ("validate", "cells", "plan", "schema"),
-    "run": ("run",),
+    "run": ("run", "prune"),
     "shell": ("env", "shell"),
     "report": ("grid", "baseline", "ops", "hf-tests"),
     "history": ("history", "publish"),

@@ -27,6 +27,49 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "durations; results in results/shard-K-of-N/<cell>/, merged by the "
                         f"grid); the same as {contract.SHARD}=K/N nox -s CELL")
     p.set_defaults(func=_run, passthrough="pytest_args")
+    p = sub.add_parser(
+        "prune", parents=[common],
+        help="remove all but the newest N selected runs under results/<cell>/runs/",
+        description="Selected runs (nox -s CELL -- -k ...) each leave results/<cell>/runs/"
+                    "<run-id>/; a cell keeps its newest 20 by itself. prune removes all but "
+                    "the newest N (by modification time) of each cell given, never the run "
+                    "last-run.json names (the latest), nor the cell's whole run. It removes "
+                    "at once; --dry-run only lists.")
+    p.add_argument("results", nargs="*",
+                   help="results/<cell>/ folders, or folders holding them (default: results/ "
+                        f"or ${contract.RESULTS_DIR}); plain files are passed over")
+    p.add_argument("--keep", type=int, required=True, metavar="N",
+                   help="selected runs to keep per cell, the newest (0: only the latest)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list what would be removed, remove nothing")
+    p.set_defaults(func=_prune)
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from .. import results
+    from ..base.errors import InvalidInput
+
+    if args.keep < 0:
+        raise InvalidInput(f"--keep {args.keep}: a number of runs, 0 or more")
+    paths = [Path(p) for p in args.results] or [results.results_root(Path.cwd())]
+    cells: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise InvalidInput(f"{path}: no such folder")
+        if (path / contract.RUNS_DIR).is_dir():
+            cells.append(path)
+        elif path.is_dir():
+            cells += sorted(p for p in path.iterdir() if (p / contract.RUNS_DIR).is_dir())
+    verb = "would remove" if args.dry_run else "removed"
+    for cell in cells:
+        total = len(results.selected_runs(cell))
+        gone = results.prune_runs(cell, args.keep, dry_run=args.dry_run)
+        print(f"{cell}: {verb} {len(gone)} of {total} selected runs")
+        for run in gone:
+            print(f"  {run}")
+    if not cells:
+        print("no selected runs under " + " ".join(map(str, paths)))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -819,13 +819,24 @@ def last_run(cell_folder: Path) -> tuple[str | None, Path]:
     return data.get("run_id"), folder
 
 
-def prune_runs(cell_folder: Path, keep: int) -> None:
-    """Keep the ``keep`` newest of ``runs/*`` (by modification time)."""
+def selected_runs(cell_folder: Path) -> list[Path]:
+    """The run folders under ``runs/`` (selected runs), newest first (by modification
+    time); links are never followed."""
     runs = cell_folder / contract.RUNS_DIR
     refuse_symlink(runs)
     if not runs.is_dir():
-        return
-    folders = sorted((p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in folders[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
+        return []
+    return sorted((p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()),
+                  key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def prune_runs(cell_folder: Path, keep: int, dry_run: bool = False) -> list[Path]:
+    """Remove all but the ``keep`` newest of ``runs/*``, never the run last-run.json names
+    (the latest, perhaps still running); returns what was (with ``dry_run``: would be)
+    removed."""
+    latest = last_run(cell_folder)[1]
+    gone = [p for p in selected_runs(cell_folder)[keep:] if p.resolve() != latest]
+    if not dry_run:
+        for old in gone:
+            shutil.rmtree(old, ignore_errors=True)
+    return gone
