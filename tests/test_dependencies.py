@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -208,3 +209,15 @@ def test_the_lowest_bounds_pass_a_part_of_the_quick_set(tmp_path: Path) -> None:
     assert "test_one" in (proj / "results" / "grid.json").read_text()
     print(f"lowest bounds: installed in {installing:.0f} s, tested in {tested:.0f} s, "
           f"a mini cell and its grid in {time.monotonic() - started - installing - tested:.0f} s")
+
+
+def test_the_pinned_installs_use_the_constraints() -> None:
+    """.ci/run and the README's first command install with constraints.txt; the README
+    says what that first command costs (time and disk)."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pip install -q -c constraints.txt -e '.[dev]'" in ci
+    readme = (ROOT / "README.md").read_text()
+    first = readme.split("```sh\n", 1)[1].splitlines()[0]
+    assert "pip install -c constraints.txt -e '.[dev]'" in first
+    cost = readme.split("```\n", 2)[1]  # the paragraph after the commands
+    assert re.search(r"about [0-9½]+ minutes and [0-9.]+ GB of disk", cost), cost[:300]
