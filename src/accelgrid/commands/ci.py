@@ -239,16 +239,12 @@ def _matrix_label(matrix: Matrix) -> str:
         return str(matrix.path)
 
 
-# accelgrid's own exact pins (pyproject.toml holds ranges).
-CONSTRAINTS = "constraints.txt"
-
-
 def install_accelgrid(root: Path) -> str:
     """What the workflows' "Install accelgrid" steps hand pip: accelgrid's own checkout
     itself (editable, at the versions it tests with: constraints.txt), any other project the
     accelgrid version that rendered them."""
     if venvs.is_accelgrid_checkout(root):
-        return f"--constraint {CONSTRAINTS} --editable ."
+        return f"--constraint {venvs.CONSTRAINTS} --editable ."
     return f"accelgrid=={__version__}"
 
 

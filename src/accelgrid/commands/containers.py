@@ -36,7 +36,7 @@ from .. import results
 from ..base import contract
 from ..base.errors import InvalidInput
 from ..config.matrix import Cell, Matrix, Runtime, control_problem
-from ..host import install
+from ..host import install, venvs
 from ..results import environment, provenance
 
 TEMPLATES_DIR = "containers"
@@ -129,15 +129,32 @@ def base_problem(base: str | None) -> str | None:
 
 
 def runtime_requirements(root: Path) -> list[str]:
-    """accelgrid's own runtime dependencies, as pinned in the project's pyproject.toml."""
+    """accelgrid's own runtime dependencies from the project's pyproject.toml, each as
+    its constraints.txt pins it where that file does (an image is built from exact
+    versions; pyproject.toml holds ranges)."""
     import tomllib  # Python 3.11+; the images and the dev venv have it
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
     path = root / "pyproject.toml"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ContainerError(f"cannot read accelgrid's dependencies from {path}: {exc}") from None
-    return list(data.get("project", {}).get("dependencies", []))
+    pinned: dict[str, str] = {}
+    constraints = root / venvs.CONSTRAINTS
+    lines = constraints.read_text(encoding="utf-8").splitlines() if constraints.is_file() else []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        try:
+            req = Requirement(line) if line else None
+        except InvalidRequirement as exc:
+            raise ContainerError(f"{constraints}: {exc}") from None
+        if req is not None and any(s.operator == "==" for s in req.specifier):
+            pinned[canonicalize_name(req.name)] = line
+    deps = list(data.get("project", {}).get("dependencies", []))
+    return [pinned.get(canonicalize_name(Requirement(d).name), d) for d in deps]
 
 
 def cell_for(matrix: Matrix, name: str) -> Cell:

@@ -97,6 +97,11 @@ def link_project(python: str | Path, root: Path) -> tuple[Path, str | None]:
     return pth, before if before not in (None, line) else None
 
 
+# accelgrid's own exact pins beside its pyproject.toml, whose dependencies are ranges: its
+# workflows install with it (commands/ci.py), its images take their versions from it.
+CONSTRAINTS = "constraints.txt"
+
+
 def is_accelgrid_checkout(root: Path) -> bool:
     """Whether ``root`` is accelgrid's own source (its pyproject.toml names the project
     accelgrid): its cell envs link to it, its CI installs it editable."""
