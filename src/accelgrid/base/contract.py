@@ -16,6 +16,10 @@ from typing import NamedTuple
 
 # --- set by the runner for each pytest it starts ---------------------------------------
 CELL = "ACCELGRID_CELL"                # cell name; the plugin is inert without it
+# The in-cell pytest plugin, by module name (its entry point, the root conftest and the
+# runner's PYTEST_PLUGINS name it so): here, so the runner names it without importing
+# accelgrid.testing, which imports pytest.
+PLUGIN = "accelgrid.testing.pytest_plugin"
 DEVICE = "ACCELGRID_DEVICE"            # cpu | cuda | xpu | mps | a spec file's DEVICE_NAME
 DEVICE_SPEC = "ACCELGRID_DEVICE_SPEC"  # the spec file of a device outside the four
                                        # (matrix devices.<d>.spec; accelgrid.devices.spec)

@@ -146,3 +146,25 @@ def range_is_empty(text: str) -> bool:
     spec = parse_range(text)
     bounds = {Version(s.version.removesuffix(".*")) for s in spec}
     return not any(spec.contains(v) for v in _probes(bounds))
+
+
+def installed_version(name: str) -> str | None:
+    """The version of the installed distribution ``name`` (None: not installed), as
+    :func:`importlib.metadata.version` says it, from the metadata's header lines only.
+    importlib parses the whole METADATA with the email package: torch's and
+    transformers' run to thousands of lines, and env.json's 35 packages took 0.3 s of
+    every run's start that way."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    for line in text.splitlines():
+        if not line.strip():
+            break   # the headers end here; the description follows
+        key, sep, value = line.partition(":")
+        if sep and key.lower() == "version":
+            return value.lstrip(" \t")   # as the email parser leaves a header's value
+    return dist.version   # no plain Version header: importlib's own parse decides

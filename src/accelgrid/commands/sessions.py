@@ -23,7 +23,7 @@ import nox
 from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
-from .. import __version__, ops, results
+from .. import __version__, results
 from ..base import contract, jsonio
 from ..base.errors import AccelgridError, InvalidInput
 from ..config.matrix import Cell, Matrix
@@ -78,6 +78,10 @@ def write_op_pages(cell: Cell, folder: Path) -> None:
     """The session step after a run: the cell's op coverage pages (ops.json, ops.md,
     ops.html) where its tests captured ops (the run leaves report pages to its caller:
     run and report are siblings)."""
+    if not (folder / contract.OPS_RAW_DIR).is_dir():
+        return   # nothing captured: ops (and through it pytest) need not be imported
+    from .. import ops
+
     captured = ops.aggregate(folder)
     if captured is not None:
         from ..report import ops_pages  # only then: the report package brings jinja2

@@ -476,6 +476,7 @@ def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = ()) -> s
             infos = sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))
         except OSError:
             continue
+        listed = _Listing(str(site))
         for info in infos:
             if info.removesuffix(".dist-info").rsplit("-", 1)[0] in skip:
                 continue
@@ -487,12 +488,35 @@ def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = ()) -> s
                 if (site / info / "METADATA").exists():
                     continue  # an installer that writes no RECORD: nothing to check
                 return f"{info.removesuffix('.dist-info')}: its metadata is incomplete"
-            gone = [p for p in paths if not os.path.lexists(site / p)]
+            gone = [p for p in paths if not listed.has(p)]
             if gone:
                 shown = ", ".join(gone[:limit])
                 return (f"{info.removesuffix('.dist-info')}: {len(gone)} of {len(paths)} "
                         f"files missing, e.g. {shown}")
     return None
+
+
+class _Listing:
+    """Whether paths under ``site`` exist, as :func:`os.path.lexists` says, from one
+    listing per folder: torch's RECORD names 16 000 files in 2 500 folders, and a warm
+    run checks them all (an lstat each took 0.3 s a run, the listings 0.09 s). A name a
+    listing lacks is asked again with lexists (a case-insensitive file system, a file
+    made since), so only what lexists misses is missing."""
+
+    def __init__(self, site: str) -> None:
+        self.site = site
+        self.folders: dict[str, frozenset[str]] = {}
+
+    def has(self, path: str) -> bool:
+        folder, _, name = path.replace("\\", "/").rpartition("/")
+        names = self.folders.get(folder)
+        if names is None:
+            try:
+                names = frozenset(os.listdir(os.path.join(self.site, folder)))
+            except OSError:
+                names = frozenset()
+            self.folders[folder] = names
+        return name in names or os.path.lexists(os.path.join(self.site, path))
 
 
 def verify(envdir: Path, python: str, module: str = "torch", timeout: float = 600

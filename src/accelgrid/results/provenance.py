@@ -7,7 +7,6 @@ profile's flags are in the environment.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata
 import os
 import platform
 import socket
@@ -18,6 +17,7 @@ from typing import Any
 
 from .. import devices
 from ..base import contract
+from ..base.versions import installed_version
 from . import environment, plan
 
 PACKAGES = (
@@ -39,13 +39,7 @@ def iso(epoch: float) -> str:
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
-    out = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return out
+    return {name: found for name in names if (found := installed_version(name)) is not None}
 
 
 def torch_facts(device_type: str) -> dict[str, Any]:
@@ -113,12 +107,9 @@ def worker_torch_report(device_type: str, imported: bool = True) -> dict[str, An
     if imported:
         facts = torch_facts(device_type)
     else:
-        from importlib import metadata
-
-        try:
-            facts = {"version": metadata.version("torch"), "imported": False}
-        except metadata.PackageNotFoundError:
-            facts = {"error": "torch is not installed", "imported": False}
+        version = installed_version("torch")
+        facts = ({"version": version, "imported": False} if version is not None
+                 else {"error": "torch is not installed", "imported": False})
     facts["pinned_index"] = os.environ.get(contract.DEVICE_INDEX)
     return facts
 

@@ -11,13 +11,12 @@ from ..base.errors import AccelgridError
 from ..config import known_issues
 from ..config.matrix import Cell
 from ..results.provenance import project_commit
-from ..testing import autoload
 from . import preflight
 from .console import say
 
 # The pytest plugins of every run: crash isolation and time limits (the matrix's tools),
 # and accelgrid's own (by module name, as its entry point and a conftest name it: once).
-RUN_PLUGINS = ("xdist.plugin", "pytest_timeout", autoload.PLUGIN)
+RUN_PLUGINS = ("xdist.plugin", "pytest_timeout", contract.PLUGIN)
 
 
 def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None,

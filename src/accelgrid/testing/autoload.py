@@ -14,6 +14,6 @@ import os
 
 from ..base import contract
 
-PLUGIN = "accelgrid.testing.pytest_plugin"
+PLUGIN = contract.PLUGIN
 
 pytest_plugins = [PLUGIN] if os.environ.get(contract.CELL) else []

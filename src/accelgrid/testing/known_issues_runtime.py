@@ -24,7 +24,6 @@ For a test an entry covers:
 from __future__ import annotations
 
 import fnmatch
-import importlib.metadata
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from typing import Any
 import pytest
 
 from ..base import contract
-from ..base.versions import in_range
+from ..base.versions import in_range, installed_version
 
 ENV_KNOWN_ISSUES = contract.KNOWN_ISSUES
 UPSTREAM_MARKER = "upstream"
@@ -77,10 +76,7 @@ def _within(version: str, text: str) -> bool:
 
 # --- the plugin --------------------------------------------------------------------------
 def _installed(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version(package)
 
 
 def out_of_scope_reason(entry: dict[str, Any],
