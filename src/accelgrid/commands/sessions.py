@@ -178,17 +178,23 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
         # Whatever the stamp says: what is installed is what the matrix pins, and the
         # pinned files are the bytes their wheels' RECORDs name (a fresh env, a warm one,
         # nox -R alike), before any test.
-        _inputs_as_planned(session, cell, plan, python, full=True if gone else None)
+        # One subprocess asks the env's python its import path (the inputs' check) and its
+        # site-packages (the link to the checkout): a python started costs a warm run.
+        try:
+            path, site = inputs.interpreter(python)
+        except OSError as exc:
+            raise AccelgridError(f"reading the env's inputs: {exc}") from None
+        _inputs_as_planned(session, cell, plan, python, full=True if gone else None,
+                           path=path)
         if installed_now:
             install.write_stamp(envdir, pins)
         checkout = venvs.runner_checkout()
         if checkout is not None:
             # Its python imports accelgrid from the runner's checkout by itself (venvs.PTH).
-            venvs.link_project(python, checkout)
+            venvs.link_project(python, checkout, site=site)
         else:
             _install_accelgrid(session, cell, python)
-    # session.run returns None under --install-only: the env is ready, run nothing.
-    if session.run(python, "-c", "pass", silent=True, external=True, log=False) is None:
+    if _install_only(session):   # the env is ready, run nothing
         return
     try:
         rc = run_cell(cell, python, matrix.root, out, session.posargs, workers=workers,
@@ -222,9 +228,21 @@ def _install_accelgrid(session: nox.Session, cell: Cell, python: str) -> None:
                        f"not the runner's {__version__}")
 
 
-def _checked_inputs(cell: Cell, python: str, full: bool | None = None) -> inputs.Checked:
+def _install_only(session: nox.Session) -> bool:
+    """Whether nox runs with --install-only: its option, where this nox keeps it, else
+    session.run's answer (None under --install-only), at the cost of a python started."""
+    config = getattr(getattr(session, "_runner", None), "global_config", None)
+    flag = getattr(config, "install_only", None)
+    if isinstance(flag, bool):
+        return flag
+    return session.run(sys.executable, "-c", "pass", silent=True, external=True,
+                       log=False) is None
+
+
+def _checked_inputs(cell: Cell, python: str, full: bool | None = None,
+                    path: list[str] | None = None) -> inputs.Checked:
     try:
-        return inputs.check(cell, install.planned_torch(cell), python, full=full)
+        return inputs.check(cell, install.planned_torch(cell), python, full=full, path=path)
     except OSError as exc:
         raise AccelgridError(f"reading the env's inputs: {exc}") from None
 
@@ -240,14 +258,16 @@ def _inputs_line(cell: Cell, found: inputs.Checked) -> str:
 
 
 def _inputs_as_planned(session: nox.Session, cell: Cell, plan: install.InstallPlan,
-                       python: str, full: bool | None = None) -> None:
+                       python: str, full: bool | None = None,
+                       path: list[str] | None = None) -> None:
     """Stop in one line when the env holds other versions or builds than the matrix pins
     (under nox -R nothing installs the pins); reinstall, with one line, the pinned
     distributions whose files are not their RECORD's bytes, even under nox -R: the
     versions stay, only their files come back. ``full``: every hashed file (a repair);
-    a reinstall is checked so too."""
+    a reinstall is checked so too (its env asked again: a reinstall may add a .pth).
+    ``path``: the env's import path, when asked already."""
     start = time.monotonic()
-    found = _checked_inputs(cell, python, full)
+    found = _checked_inputs(cell, python, full, path)
     if found.differences:
         hint = ("" if _installs(session) else
                 ": nothing was installed (nox -R / --no-install); run without -R to "

@@ -108,18 +108,26 @@ def _torch_pin(requirement: str) -> Pin:
     return Pin("torch", requirement)   # a nightly range: its build is resolved at run time
 
 
-# Printed by the env's Python: its path in order (the first distribution of a name wins,
-# as importlib.metadata finds it).
-_PATH_QUERY = "import json, sys; print(json.dumps(sys.path))"
-
-
+# The env's Python prints its path in order (the first distribution of a name wins, as
+# importlib.metadata finds it).
 def search_path(python: str) -> list[str]:
     """``python``'s import path (one subprocess, tens of milliseconds)."""
-    done = subprocess.run([python, "-c", _PATH_QUERY], capture_output=True, text=True,
-                          timeout=120, check=False)
+    return interpreter(python)[0]
+
+
+# And where its env installs (sysconfig's purelib): a warm run asks both in one process.
+_INTERPRETER_QUERY = ("import json, sys, sysconfig; "
+                      "print(json.dumps([sys.path, sysconfig.get_path('purelib')]))")
+
+
+def interpreter(python: str) -> tuple[list[str], Path]:
+    """``python``'s import path and its site-packages (purelib), from one subprocess."""
+    done = subprocess.run([python, "-c", _INTERPRETER_QUERY], capture_output=True,
+                          text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise OSError(f"{python} could not run: {(done.stderr.strip() or 'no output')[-300:]}")
-    return [p for p in json.loads(done.stdout) if isinstance(p, str)]
+    path, purelib = json.loads(done.stdout)
+    return [p for p in path if isinstance(p, str)], Path(purelib)
 
 
 def installed(path: Sequence[str], names: Iterable[str]) -> dict[str, Installed]:
@@ -295,13 +303,15 @@ class Checked:
         return not self.differences and not self.altered
 
 
-def check(cell: Cell, torch_requirement: str, python: str, *, full: bool | None = None
-          ) -> Checked:
+def check(cell: Cell, torch_requirement: str, python: str, *, full: bool | None = None,
+          path: Sequence[str] | None = None) -> Checked:
     """``python``'s env against ``cell``'s pins (:func:`differences`) and the pinned
     distributions' files against their RECORDs (:func:`altered_files`; ``full``: every
-    hashed file, default :func:`full_check`)."""
+    hashed file, default :func:`full_check`). ``path``: its import path, when the caller
+    asked it already (:func:`interpreter`)."""
     wanted = pins(cell, torch_requirement)
-    found = installed(search_path(python), [p.name for p in wanted])
+    found = installed(search_path(python) if path is None else path,
+                      [p.name for p in wanted])
     return Checked(wanted, differences(wanted, found),
                    altered_files(found, full=full_check() if full is None else full))
 

@@ -82,11 +82,13 @@ def site_packages(python: str | Path) -> Path:
     return Path(proc.stdout.strip())
 
 
-def link_project(python: str | Path, root: Path) -> tuple[Path, str | None]:
-    """Make ``python``'s env import accelgrid from ``root``'s ``src`` (:data:`PTH`).
-    Returns the file and what it named before when that was something else (an env
-    copied from another checkout), else None."""
-    pth = site_packages(python) / PTH
+def link_project(python: str | Path, root: Path, site: Path | None = None
+                 ) -> tuple[Path, str | None]:
+    """Make ``python``'s env import accelgrid from ``root``'s ``src`` (:data:`PTH`);
+    ``site``: its site-packages, when the caller knows them. Returns the file and what
+    it named before when that was something else (an env copied from another
+    checkout), else None."""
+    pth = (site if site is not None else site_packages(python)) / PTH
     line = str((root / "src").absolute())
     try:
         before = pth.read_text(encoding="utf-8").strip()
