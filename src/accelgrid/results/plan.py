@@ -13,13 +13,13 @@ Readers judge the records against the plan: :func:`count_mismatch` (pytest's cou
 the recorder's), and shards merge only with equal :func:`merge_key` (commit, torch, pins,
 matrix entry).
 
-Standard library only: the pytest plugin writes it inside the cell.
+Standard library and pytest's `packaging` only (base.versions): the pytest plugin writes it
+inside the cell.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..base import contract, jsonio
+from ..base.versions import installed_version
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import Plan, PlanInputs, TestRecord
@@ -61,8 +62,8 @@ def pinned_names(env: Mapping[str, str] | None = None) -> list[str]:
 
 def _version(name: str) -> str | None:
     try:
-        return importlib.metadata.version(name)
-    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return installed_version(name)
+    except ValueError:   # a name importlib refuses
         return None
 
 
