@@ -107,6 +107,25 @@ def test_sigterm_while_accelgrid_starts_is_one_line_143() -> None:
     assert (proc.returncode, proc.stderr) == (143, "accelgrid: stopped by SIGTERM\n")
 
 
+def test_a_stop_once_the_command_is_over_leaves_its_exit_code(capsys) -> None:
+    """SIGTERM/SIGINT after the command returned land in the interpreter's shutdown, which
+    has put the default handlers back: held there, the process exits with the command's
+    code (0 here), not killed by the signal (-15, no line). A program calling main() (this
+    pytest) keeps its signals: its children would inherit a held SIGTERM."""
+    code = ("import os, signal, sys; sys.argv = ['accelgrid']; from accelgrid import cli\n"
+            "rc = cli.main(['cells', '--device', 'cpu'])\n"
+            "os.kill(os.getpid(), signal.SIGTERM); os.kill(os.getpid(), signal.SIGINT)\n"
+            "sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert "cpu-2.13" in proc.stdout
+    assert main(["cells", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.SIGTERM not in held and signal.SIGINT not in held
+
+
 def test_ctrl_c_at_moments_of_a_real_grid(tmp_path: Path, made) -> None:
     """A real `accelgrid grid` sent SIGINT at several moments: never a traceback; exit 130
     (or 0 where it had already finished, or -SIGINT where the signal came while Python was

@@ -36,8 +36,12 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
 
 # Only when this process is the command (the console script, python -m accelgrid): a
 # program importing accelgrid.cli (pytest) keeps its own Ctrl-C.
-if (os.path.basename(sys.argv[0] if sys.argv else "") in ("accelgrid", "__main__.py", "-m")
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+# (`python -m pytest` runs a __main__.py too: the module's name tells them apart.)
+THE_COMMAND = (
+    getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
+    in ("accelgrid", "accelgrid.__main__")
+    or os.path.basename(sys.argv[0] if sys.argv else "") == "accelgrid")
+if THE_COMMAND and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupted_while_starting)
@@ -140,6 +144,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (see ``accelgrid --help``)."""
+    try:
+        return _main(argv)
+    finally:
+        if THE_COMMAND and threading.current_thread() is threading.main_thread():
+            # The command is over (its files written or not, its line said): a stop now
+            # would land in the interpreter's shutdown, which has put the default handlers
+            # back, and kill the process by the signal (-15, no line) instead of its exit
+            # code. Held, it is never delivered: the process exits with the command's code.
+            signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+
+
+def _main(argv: list[str] | None) -> int:
     tolerant_console()
     # Signal handlers belong to the main thread (a caller's thread keeps Python's default).
     own = threading.current_thread() is threading.main_thread()
