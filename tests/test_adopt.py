@@ -3,18 +3,21 @@ cell envs that install accelgrid itself, CI that installs it by version."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from accelgrid import __version__, cli
+from accelgrid import __version__, cli, results
 from accelgrid.base import contract
 from accelgrid.base.errors import AccelgridError
 from accelgrid.commands import ci, init
@@ -206,55 +209,146 @@ def test_newest_series_is_the_newest_release() -> None:
     assert init.newest_series(torch) == "2.13"
 
 
-@pytest.mark.slow
-def test_the_wheel_in_a_fresh_venv_runs_an_init_projects_cpu_cell(tmp_path: Path) -> None:
-    """accelgrid's wheel, installed (not editable) in a fresh venv: `accelgrid init` in an
-    empty git repository, its cpu cell (nox) to a grid naming the example test; the cell
-    env has accelgrid from the wheel and pytest finds the plugin through the entry point
-    (no conftest)."""
+@dataclass(frozen=True)
+class Adopted:
+    """accelgrid's wheel installed (not editable) in a fresh venv, and an empty git
+    repository that its ``accelgrid init`` set up."""
+
+    tmp: Path
+    repo: Path
+    accelgrid: str
+    env: dict[str, str]
+    series: str
+
+    def run(self, *args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([self.accelgrid, *args], cwd=self.repo, env={**self.env, **env},
+                              capture_output=True, text=True, timeout=timeout)
+
+    def cell_python(self, cell: str) -> Path:
+        return self.tmp / "envs" / cell.replace(".", "-") / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def adopted(tmp_path_factory) -> Adopted:
+    """Built and installed once for the wheel tests below: the build, the venv and its
+    install are most of a minute."""
+    tmp = tmp_path_factory.mktemp("adopt")
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv"
-    dist = tmp_path / "dist"
+    dist = tmp / "dist"
     subprocess.run([uv, "build", "--wheel", "-o", str(dist), str(ROOT)], check=True,
                    capture_output=True, timeout=300)
     wheel = next(dist.glob("accelgrid-*.whl"))
-    venv = tmp_path / "venv"
+    venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     # pip: the host's pip configuration (its indexes) is where the dependencies come from.
     subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", str(wheel)],
                    check=True, capture_output=True, timeout=600)
-    repo = tmp_path / "repo"
+    repo = tmp / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(contract.PREFIX)
            and k not in ("PYTEST_PLUGINS", "PYTEST_ADDOPTS", "PYTHONPATH")}
-    env.update({contract.WHEEL: str(wheel), contract.ENVDIR: str(tmp_path / "envs")})
-    accelgrid = str(venv / "bin/accelgrid")
-    series = "2.13"  # the torch this host has a wheel of
-    run = subprocess.run([accelgrid, "init", "--torch", series], cwd=repo, env=env,
-                         capture_output=True, text=True, timeout=120)
+    env.update({contract.WHEEL: str(wheel), contract.ENVDIR: str(tmp / "envs")})
+    # 2.13: the torch this host has a wheel of.
+    adopted = Adopted(tmp, repo, str(venv / "bin/accelgrid"), env, "2.13")
+    run = adopted.run("init", "--torch", adopted.series, timeout=120)
     assert run.returncode == 0, run.stderr
     assert not (repo / "conftest.py").exists()
-    cell = f"cpu-{series}"
-    run = subprocess.run([accelgrid, "run", cell], cwd=repo, env=env, capture_output=True,
-                         text=True, timeout=1200)
+    return adopted
+
+
+@pytest.mark.slow
+def test_the_wheel_in_a_fresh_venv_runs_an_init_projects_cpu_cell(adopted: Adopted) -> None:
+    """accelgrid's wheel, installed (not editable) in a fresh venv: `accelgrid init` in an
+    empty git repository, its cpu cell (nox) to a grid naming the example test; the cell
+    env has accelgrid from the wheel and pytest finds the plugin through the entry point
+    (no conftest)."""
+    cell = f"cpu-{adopted.series}"
+    run = adopted.run("run", cell, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"installing accelgrid {__version__}" in run.stdout + run.stderr
-    run = subprocess.run([accelgrid, "grid", f"results/{cell}"], cwd=repo, env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = adopted.run("grid", f"results/{cell}")
     assert run.returncode == 0, run.stderr
-    grid = json.loads((repo / "results" / "grid.json").read_text())
+    grid = json.loads((adopted.repo / "results" / "grid.json").read_text())
     assert "test_add_matches_cpu" in json.dumps(grid)
     # The cell env's accelgrid is the wheel's, and its pytest finds the plugin by the
     # entry point alone.
-    python = tmp_path / "envs" / cell.replace(".", "-") / "bin" / "python"
-    probe = repo / "probe"
+    python = adopted.cell_python(cell)
+    probe = adopted.tmp / "probe"
     probe.mkdir()
     (probe / "test_probe.py").write_text(PROBE)
     shown = subprocess.run([str(python), "-m", "pytest", "-s", "-p", "no:cacheprovider",
                             "-p", "no:xdist", "test_probe.py"], cwd=probe,
-                           env={**env, contract.CELL: cell, contract.DEVICE: "cpu"},
+                           env={**adopted.env, contract.CELL: cell, contract.DEVICE: "cpu"},
                            capture_output=True, text=True, timeout=300)
     assert _probe(shown) == ["True", "True", "1"]
     located = subprocess.run([str(python), "-c", "import accelgrid; print(accelgrid.__file__)"],
-                             capture_output=True, text=True, check=True, env=env)
+                             capture_output=True, text=True, check=True, env=adopted.env)
     assert str(ROOT) not in located.stdout and "site-packages" in located.stdout
+
+
+def _doc_section(path: Path, heading: str) -> str:
+    """The text of a markdown file's section: from the line starting with ``heading`` to
+    the next heading of its level."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index("\n" + heading) + 1
+    level = heading.split(" ")[0] + " "
+    end = text.find("\n" + level, start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def _fenced(section: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```$", section, flags=re.M | re.S)
+
+
+@pytest.mark.slow
+def test_the_wheel_in_a_fresh_venv_runs_a_spec_devices_cell(adopted: Adopted) -> None:
+    """docs/adopting.md's section 3 walked as written in the repository init set up, its
+    device (npu there) being tests/fake_device_spec.py's fakeacc (a PrivateUse1-style
+    device on the CPU's kernels): the spec file where the section's matrix names it, the
+    section's matrix lines, then its commands, to a grid naming the example test with
+    fakeacc in the cell's records and env.json."""
+    section = _doc_section(ROOT / "docs" / "adopting.md", "## 3. ")
+    (block,), (commands,) = _fenced(section, "yaml"), _fenced(section, "sh")
+    # The doc's device under the name the spec file declares (DEVICE_NAME).
+    doc_device, device = "npu", "fakeacc"
+    lines = yaml.safe_load(block.replace(doc_device, device))
+    entry = lines["devices"][device]
+    spec = adopted.repo / entry["spec"]
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "tests" / "fake_device_spec.py", spec)
+    matrix_file = adopted.repo / "matrix.yaml"
+    matrix = yaml.safe_load(matrix_file.read_text())
+    assert set(matrix["matrix"]["device"]) < set(lines["matrix"]["device"])  # init's kept
+    matrix["devices"].update(lines["devices"])
+    matrix["matrix"]["device"] = lines["matrix"]["device"]
+    matrix_file.write_text(yaml.safe_dump(matrix, sort_keys=False))
+
+    cell = f"{device}-{adopted.series}"
+    steps = []
+    for line in commands.splitlines():
+        args = shlex.split(line, comments=True)
+        assert args[0] == "accelgrid", line
+        steps.append([re.sub(rf"\b{doc_device}-[0-9.]+", cell, a) for a in args[1:]])
+    assert ["run", cell] in steps and ["grid", f"results/{cell}"] in steps
+    # The doc's detection finds no such device here: its cell stops before building an
+    # env, and runs with ACCELGRID_SKIP_DETECT=1, as the section says.
+    if not any(glob.glob(p) for p in entry["detect"].get("paths_any", [])):
+        run = adopted.run("run", cell)
+        assert run.returncode != 0 and f"{cell}: " in run.stdout + run.stderr
+        assert not adopted.cell_python(cell).exists()
+    for args in steps:
+        run = adopted.run(*args, timeout=1200, **{contract.SKIP_DETECT: "1"})
+        assert run.returncode == 0, (args, run.stdout[-3000:] + run.stderr[-3000:])
+    assert adopted.run("ci", "check").returncode == 0  # the render step made them current
+
+    grid = json.loads((adopted.repo / "results" / "grid.json").read_text())
+    assert "test_add_matches_cpu" in json.dumps(grid) and cell in json.dumps(grid)
+    folder = adopted.repo / "results" / cell
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
+    assert not problems
+    assert {r["device"] for r in recs} == {device}
+    assert {r["outcome"] for r in recs if "test_add_matches_cpu" in r["nodeid"]} == {"passed"}
+    env = json.loads((folder / contract.ENV_FILE).read_text())
+    assert env["device_type"] == device
+    assert env["env"][contract.DEVICE_SPEC] == entry["spec"]
