@@ -27,6 +27,7 @@ from accelgrid.commands import sessions
 from accelgrid.config.matrix import load_matrix
 from accelgrid.host import venvs
 from accelgrid.results import environment
+from accelgrid.run.cell import plan_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOW = ("import json, os, sys; print(json.dumps({'prefix': sys.prefix, "
@@ -105,7 +106,10 @@ def test_env_prints_the_variables_of_a_run_for_eval(project: Path) -> None:
         "ACCELGRID_CELL": "cpu-2.13", "ACCELGRID_DEVICE": "cpu", "ACCELGRID_TORCH": "2.13",
         "ACCELGRID_PROFILE": "default", "ACCELGRID_PASS": "single",
         "ACCELGRID_TORCH_CHANNEL": "release",
-        "ACCELGRID_RESULTS": str(debug)}
+        "ACCELGRID_RESULTS": str(debug),
+        # The run's side of the plan (as a run's pytest gets it): pins, matrix entry, flags.
+        "ACCELGRID_PLAN_INPUTS": plan_inputs(load_matrix(project / "matrix.yaml").cell(
+            "cpu-2.13"))}
     assert found["set"]["CUDA_VISIBLE_DEVICES"] == ""   # a cpu cell's tests see no GPU
     # A pytest started by hand records what the cell set as a run does (env.json's values).
     assert {"ACCELGRID_CELL", "ACCELGRID_RESULTS", "PYTHONPATH"} <= set(
@@ -161,8 +165,16 @@ def test_no_venv_gives_this_interpreter_the_variables_and_activates_nothing(
     assert inside["env"]["VIRTUAL_ENV"] == "/somewhere/else"   # left as the caller had it
     refused = accelgrid("--matrix", matrix, "env", "cpu-2.4", "--no-venv")
     assert refused.returncode == 2
-    assert re.search(r"cpu-2\.4: \S+ has torch 2\.13\.\S*, the cell needs torch 2\.4\.x "
-                     r".*\(--no-venv runs on the current interpreter\)", refused.stderr)
+    assert re.search(r"^accelgrid env: cpu-2\.4: the env's inputs are not the matrix's: (.*; )?"
+                     r"torch: wanted torch==2\.4\.\S+, found 2\.13\.\S+ \(--no-venv runs on the "
+                     r"current interpreter; ACCELGRID_ACCEPT_INPUTS=1 runs on it anyway\)\n$",
+                     refused.stderr), refused.stderr
+    # Told to accept them, as the run is: the variables, and the plan's inputs beside them.
+    taken = accelgrid("--matrix", matrix, "env", "cpu-2.4", "--no-venv", "--json",
+                      env={"ACCELGRID_ACCEPT_INPUTS": "1"})
+    assert taken.returncode == 0, taken.stderr
+    planned = json.loads(json.loads(taken.stdout)["set"]["ACCELGRID_PLAN_INPUTS"])
+    assert "torch" in planned["pins"] and planned["matrix_digest"]
 
 
 def test_shell_without_a_command_starts_SHELL_there(project: Path) -> None:

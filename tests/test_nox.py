@@ -126,12 +126,23 @@ def test_real_cpu_cell_end_to_end(tmp_path: Path, outside_envdir: Path) -> None:
 
 @pytest.mark.slow
 def test_no_venv_runs_on_current_interpreter(tmp_path: Path) -> None:
+    """--no-venv: this interpreter, which holds torch 2.13 but not the cell's other pins
+    (numpy, transformers, ...): refused in one line before any test, then run when told
+    to accept them, and env.json says it ran on other inputs (issue 36)."""
+    refused = nox("--no-venv", "-s", "cpu-2.13", "--", "suites/smoke", "-k", "matmul",
+                  env={"ACCELGRID_RESULTS_DIR": str(tmp_path)})
+    assert refused.returncode == 1
+    assert re.search(r"cpu-2\.13: the env's inputs are not the matrix's: .*found nothing "
+                     r"installed.*\(--no-venv runs on the current interpreter", refused.stderr)
+    assert not (tmp_path / "cpu-2.13").exists()
     proc = nox("--no-venv", "-s", "cpu-2.13", "--", "suites/smoke", "-k", "matmul",
-               env={"ACCELGRID_RESULTS_DIR": str(tmp_path)})
+               env={"ACCELGRID_RESULTS_DIR": str(tmp_path), "ACCELGRID_ACCEPT_INPUTS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     folder = results.last_run(tmp_path / "cpu-2.13")[1]
     env = json.loads((folder / "env.json").read_text())
     assert env["python"]["executable"] == sys.executable
+    assert env["inputs"]["accepted_by"] == "ACCELGRID_ACCEPT_INPUTS=1"
+    assert any(d.startswith("numpy: wanted numpy==") for d in env["inputs"]["accepted_mismatch"])
     recs = (folder / "tests.jsonl").read_text().splitlines()
     assert len(recs) == 1 and json.loads(recs[0])["outcome"] == "passed"
 

@@ -19,7 +19,7 @@ from accelgrid.base import contract, jsonio
 from accelgrid.config.matrix import load_matrix
 from accelgrid.results import cellresults
 from accelgrid.run import passes as pass_plan
-from accelgrid.run import preflight, selection, supervise
+from accelgrid.run import selection, supervise
 from accelgrid.run.cell import run_cell
 
 PAYLOAD = '''
@@ -193,17 +193,6 @@ def test_killed_runner_keeps_what_was_recorded(mini_project, python) -> None:
     after = cellresults.load_cell(folder)
     assert after.tests[[n for n in after.tests if n.endswith("test_3")][0]]["outcome"] in (
         "crashed", "not-run")
-
-
-def test_torch_mismatch_message(mini_project, tmp_path: Path) -> None:
-    proj = mini_project()
-    cell = _cell(proj)
-    fake = tmp_path / "fakepy"
-    fake.write_text("#!/bin/sh\necho 2.11.0+cu130\n")
-    fake.chmod(0o755)
-    msg = preflight.torch_mismatch(cell, str(fake))
-    assert msg == (f"cpu-2.13: {fake} has torch 2.11.0+cu130, the cell needs torch 2.13.x "
-                   "(pin torch==2.13.0)")
 
 
 @pytest.mark.parametrize("args,expect_suites", [

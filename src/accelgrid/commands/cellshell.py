@@ -27,9 +27,10 @@ from .. import results
 from ..base import contract, jsonio
 from ..base.errors import InvalidInput
 from ..config.matrix import Cell, Matrix
-from ..host import detect, venvs
-from ..run import cellenv, preflight
+from ..host import detect, inputs, install, venvs
+from ..run import cellenv
 from ..run import passes as pass_plan
+from ..run.cell import plan_inputs
 
 DEBUG = ".debug"   # results/<cell>/.debug/: a dot folder, so grids never take it for a cell
 
@@ -112,16 +113,20 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     ``.debug`` folder, which it empties first. Notes (the runner's hardware line, a
     relinked env) go to ``note`` (a file; default stderr), never to stdout, which is for
     ``eval``. ``no_venv``: as ``nox --no-venv -s CELL`` runs it, on this interpreter
-    with its installed packages (InvalidInput when its torch is not the cell's, as the run
-    refuses it)."""
+    with its installed packages (InvalidInput when they are not the cell's pins, torch's
+    version and build among them, as the run refuses them, unless
+    ``ACCELGRID_ACCEPT_INPUTS=1``)."""
     note = note or sys.stderr
     cell = matrix.cell(name)
     root = matrix.root.resolve()   # as the noxfile's ROOT: every path printed is absolute
     if no_venv:
         python = Path(sys.executable)
-        mismatch = preflight.torch_mismatch(cell, str(python))
-        if mismatch:
-            raise InvalidInput(mismatch + " (--no-venv runs on the current interpreter)")
+        # The run's own check (pins, not only torch's series); RECORD hashes are the run's.
+        found = inputs.check(cell, install.planned_torch(cell), str(python), full=False)
+        if found.differences and not inputs.accepted(base):
+            raise InvalidInput(inputs.one_line(cell.name, found.differences) +
+                               " (--no-venv runs on the current interpreter; "
+                               f"{inputs.ACCEPT}=1 runs on it anyway)")
     else:
         python = venvs.built_python(root, cell)
         _, before = venvs.link_project(python, root)
@@ -137,7 +142,9 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     with contextlib.redirect_stdout(note):
         env = cellenv.cell_env(cell, root, folder, base, python=python)
     first = _first_pass(cell, env, str(python))
-    env.update({**dict(first.env), contract.PASS: first.name})
+    # As the run: the recorder's plan.json in .debug names the cell's pins and matrix entry.
+    env.update({**dict(first.env), contract.PASS: first.name,
+                contract.PLAN_INPUTS: plan_inputs(cell)})
     return CellEnv(
         cell=cell.name, env_dir=None if no_venv else venvs.env_dir(root, cell), python=python,
         results=folder, pass_name=first.name,

@@ -10,12 +10,10 @@ session adds the registry and passes the :class:`Preflight` to
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.versions import version_key
 from ..config import known_issues
 from ..config.matrix import Cell
 from ..host import detect
@@ -66,27 +64,3 @@ def check(cell: Cell, root: Path, env: Mapping[str, str] | None = None,
     anything is touched), then ``host`` or the host checked now."""
     registry = known_issues.registry_for_run(root)
     return Preflight(host or host_check(cell, env), registry)
-
-
-def installed_version(python: str, package: str = "torch") -> str | None:
-    """``package``'s version in ``python``'s environment, without importing it."""
-    code = ("import importlib.metadata as m, sys\n"
-            f"try: print(m.version({package!r}))\n"
-            "except m.PackageNotFoundError: sys.exit(3)\n")
-    try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                              timeout=60, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def torch_mismatch(cell: Cell, python: str) -> str | None:
-    """Why ``python``'s torch cannot run ``cell`` (wrong or missing), or None."""
-    version = installed_version(python)
-    if version is None:
-        return f"{cell.name}: torch is not installed for {python}"
-    if version_key(version).release[:2] != version_key(cell.torch).release[:2]:
-        return (f"{cell.name}: {python} has torch {version}, the cell needs torch "
-                f"{cell.torch}.x (pin {cell.torch_requirement})")
-    return None
