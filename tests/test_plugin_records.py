@@ -1,0 +1,259 @@
+"""The in-cell plugin's records (accelgrid.testing.pytest_plugin's Recorder) from real
+pytest runs in process (pytester): each way a test can end, as tests.jsonl, env.json,
+collected.json and plan.json get it. Each case pins a behaviour a planted fault changed
+unseen (docs/mutation.md, ``python tools/mutate.py plugin``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelgrid import results
+from accelgrid.base import contract, jsonio, outcomes
+from accelgrid.testing import pytest_plugin
+
+pytest_plugins = ["pytester"]
+
+PAYLOAD = '''
+import pytest
+from accelgrid.base import outcomes
+
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    print("teardown says hi")
+    raise RuntimeError("teardown broke")
+
+
+@pytest.fixture
+def broken_setup():
+    raise RuntimeError("setup broke")
+
+
+def test_pass(record_property):
+    record_property("kernel", "gemm")
+    record_property("err", float("nan"))
+    record_property("count", 3)
+
+
+def test_fail():
+    print("captured line")
+    assert 1 == 2, "one is not two"
+
+
+def test_skip():
+    pytest.skip("no widget API")
+
+
+def test_not_run():
+    outcomes.not_run("needs two devices")
+
+
+@pytest.mark.xfail(reason="known bug")
+def test_xfail():
+    assert False
+
+
+@pytest.mark.xfail(reason="fixed upstream", strict=True)
+def test_xpass_strict():
+    pass
+
+
+@pytest.mark.xfail(reason="maybe fixed")
+def test_xpass():
+    pass
+
+
+def test_teardown_error(broken_teardown):
+    pass
+
+
+def test_setup_error(broken_setup):
+    pass
+'''
+
+
+def run_cell(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+             files: dict[str, str], *args: str, cell: str = "cpu-2.13",
+             env: dict[str, str] | None = None) -> tuple[Path, Any]:
+    """A cell's pytest in process with the plugin recording into results/<cell>/."""
+    folder = pytester.path / "results" / cell
+    for var in (contract.RECORDER_PID, contract.PASS, contract.DEVICE_INDEX, contract.SHARD,
+                contract.GATE, contract.CAPTURE_OPS, contract.PYTEST_ARGS,
+                contract.SELECTION):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(contract.RESULTS, str(folder))
+    monkeypatch.setenv(contract.CELL, cell)
+    monkeypatch.setenv(contract.DEVICE, "cpu")
+    monkeypatch.setenv(contract.RUN_ID, "run1")
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(**files)
+    rec = pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider",
+                              "-p", "accelgrid.testing.pytest_plugin", *args)
+    return folder, rec
+
+
+def records(folder: Path) -> dict[str, dict[str, Any]]:
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
+    assert problems == []
+    return {r["nodeid"].split("::")[-1]: dict(r) for r in recs}
+
+
+@pytest.fixture
+def payload_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+                ) -> tuple[Path, dict[str, dict[str, Any]]]:
+    folder, _ = run_cell(pytester, monkeypatch, {"test_w": PAYLOAD})
+    return folder, records(folder)
+
+
+def test_each_ending_is_one_record_with_its_outcome(payload_run) -> None:
+    _, got = payload_run
+    assert {name: r["outcome"] for name, r in got.items()} == {
+        "test_pass": outcomes.PASSED, "test_fail": outcomes.FAILED,
+        "test_skip": outcomes.SKIPPED, "test_not_run": outcomes.NOT_RUN,
+        "test_xfail": outcomes.XFAILED, "test_xpass_strict": outcomes.XPASSED,
+        "test_xpass": outcomes.XPASSED, "test_teardown_error": outcomes.ERROR,
+        "test_setup_error": outcomes.ERROR}
+    for r in got.values():
+        assert (r["cell"], r["pass"], r["run_id"], r["device"]) == (
+            "cpu-2.13", contract.PASS_SINGLE, "run1", "cpu")
+        assert r["worker"] is None and isinstance(r["finished"], float)
+        assert isinstance(r["start"], float) and 0 <= r["duration"] < 60
+
+
+def test_messages_phases_and_output(payload_run) -> None:
+    _, got = payload_run
+    fail = got["test_fail"]
+    assert fail["message"].startswith("AssertionError: one is not two")
+    assert "assert 1 == 2" in fail["longrepr"] and fail["phase"] == "call"
+    assert fail["output"] == "--- Captured stdout call ---\ncaptured line\n\n"
+    assert got["test_skip"]["message"] == "no widget API"   # pytest's "Skipped: " gone
+    assert got["test_not_run"]["message"] == "needs two devices"
+    assert got["test_xfail"]["message"] == "known bug"
+    assert got["test_xpass"]["message"] == "maybe fixed"
+    assert got["test_xpass_strict"]["message"] == "[XPASS(strict)] fixed upstream"
+    assert got["test_xpass_strict"]["phase"] == "call"
+    down = got["test_teardown_error"]
+    assert down["phase"] == "teardown" and down["message"] == "RuntimeError: teardown broke"
+    assert "teardown broke" in down["longrepr"]
+    assert "teardown says hi" in down["output"]
+    up = got["test_setup_error"]
+    assert up["phase"] == "setup" and up["message"] == "RuntimeError: setup broke"
+    assert "setup broke" in up["longrepr"] and "output" not in up
+    assert got["test_pass"]["message"] == "" and "phase" not in got["test_pass"]
+    assert "output" not in got["test_pass"] and "output" not in got["test_skip"]
+
+
+def test_recorded_properties_keep_json_values_and_repr_the_rest(payload_run) -> None:
+    _, got = payload_run
+    assert got["test_pass"]["properties"] == {"kernel": "gemm", "err": "nan", "count": 3}
+    assert "properties" not in got["test_fail"]
+
+
+def test_env_collected_and_plan_of_the_pass(payload_run) -> None:
+    folder, got = payload_run
+    env, err = jsonio.read_json(folder / contract.ENV_FILE)
+    assert err is None
+    assert env["status"] == "finished" and env["end"] and env["run_id"] == "run1"
+    assert env["exitstatus"] == 1 and env["cell"] == "cpu-2.13"
+    [entry] = env["passes"]
+    assert entry["name"] == contract.PASS_SINGLE and entry["end"] == env["end"]
+    assert entry["exitstatus"] == 1
+    collected, _ = jsonio.read_json(folder / contract.COLLECTED_FILE)
+    assert [c.split("::")[-1] for c in collected] == list(got)
+    plan, _ = jsonio.read_json(folder / "plan.json")
+    assert "mismatch" not in json.dumps(plan)
+    summary = results.run_summary(folder)
+    assert summary["total"] == 9 and summary["counts"][outcomes.ERROR] == 2
+
+
+def test_a_second_pass_of_the_run_keeps_the_runs_start_and_adds_its_own(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _ = run_cell(pytester, monkeypatch, {"test_a": "def test_a():\n    pass\n"})
+    first, _ = jsonio.read_json(folder / contract.ENV_FILE)
+    pytester.makepyfile(test_b="def test_b():\n    pass\n")
+    monkeypatch.setenv(contract.PASS, contract.PASS_ALL_DEVICES)
+    pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider",
+                        "-p", "accelgrid.testing.pytest_plugin", "test_b.py")
+    env, _ = jsonio.read_json(folder / contract.ENV_FILE)
+    assert env["start"] == first["start"]
+    assert [p["name"] for p in env["passes"]] == [contract.PASS_SINGLE,
+                                                   contract.PASS_ALL_DEVICES]
+    collected, _ = jsonio.read_json(folder / contract.COLLECTED_FILE)
+    assert collected == ["test_a.py::test_a", "test_b.py::test_b"]
+    got = records(folder)
+    assert got["test_b"]["device"] == "cpu:all" and got["test_b"]["pass"] == "all-devices"
+    assert got["test_a"]["device"] == "cpu"
+    # Another run's env.json is not continued: the new run starts its own passes.
+    monkeypatch.setenv(contract.RUN_ID, "run2")
+    monkeypatch.setenv(contract.PASS, contract.PASS_SINGLE)
+    pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider",
+                        "-p", "accelgrid.testing.pytest_plugin", "test_a.py")
+    env, _ = jsonio.read_json(folder / contract.ENV_FILE)
+    assert [p["name"] for p in env["passes"]] == [contract.PASS_SINGLE]
+    assert env["run_id"] == "run2"
+
+
+def test_a_pinned_worker_records_its_device_index(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _ = run_cell(pytester, monkeypatch, {"test_a": "def test_a():\n    pass\n"},
+                         env={contract.DEVICE_INDEX: "1"})
+    assert records(folder)["test_a"]["device"] == "cpu:1"
+
+
+def test_a_module_that_fails_to_import_or_exits_is_an_error_record(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _ = run_cell(pytester, monkeypatch, {
+        "test_bad": "import no_such_module_here\n\ndef test_x():\n    pass\n",
+        "test_exits": "import sys\nsys.exit(3)\n",
+        "test_ok": "def test_ok():\n    pass\n"}, "--continue-on-collection-errors")
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
+    by_id = {r["nodeid"]: r for r in recs}
+    bad = by_id["test_bad.py"]
+    assert bad["outcome"] == outcomes.ERROR and bad["phase"] == "collect"
+    assert "no_such_module_here" in bad["message"] and "no_such_module_here" in bad["longrepr"]
+    exits = by_id["test_exits.py"]
+    assert exits["outcome"] == outcomes.ERROR
+    assert exits["message"] == ("test_exits.py: the module exited at import (SystemExit: 3); "
+                                "its tests cannot be collected")
+    assert by_id["test_ok.py::test_ok"]["outcome"] == outcomes.PASSED
+    assert len(recs) == 3
+
+
+def test_run_fields_from_the_runners_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(contract.RUN_ID, "abc")
+    monkeypatch.setenv(contract.PYTEST_ARGS, json.dumps(["-k", "x", 3]))
+    monkeypatch.setenv(contract.SELECTION, "not json")
+    assert pytest_plugin._run_fields() == {"run_id": "abc", "pytest_args": ["-k", "x", "3"],
+                                           "selection": ["not json"]}
+    monkeypatch.setenv(contract.RUN_ID, "")
+    monkeypatch.setenv(contract.PYTEST_ARGS, '"one"')   # JSON, not a list
+    monkeypatch.delenv(contract.SELECTION)
+    assert pytest_plugin._run_fields() == {"run_id": None, "pytest_args": ["one"],
+                                           "selection": []}
+
+
+def test_jsonable_keeps_what_json_holds_and_reprs_the_rest() -> None:
+    assert pytest_plugin._jsonable({"a": [1, 2.5, "x", None]}) == {"a": [1, 2.5, "x", None]}
+    assert pytest_plugin._jsonable(math.inf) == "inf"
+    assert pytest_plugin._jsonable({1, 2}) == "{1, 2}"
+
+
+@pytest.mark.parametrize(("nodeid", "workload"), [
+    ("suites/hf_examples/test_w.py::test_workload[image-classification]",
+     "image-classification"),
+    ("suites/hf_examples/test_w.py::test_workload_train[text]", "text"),
+    ("suites/hf_examples/test_w.py::test_workload", "hf_examples"),
+    ("suites/hf_examples/test_w.py::test_workload[x", "hf_examples"),
+    ("suites/hf_examples/test_w.py::test_other[x]", "hf_examples"),
+    ("suites/smoke/test_d.py::test_workloadx]", "smoke"),
+])
+def test_workload_of(nodeid: str, workload: str) -> None:
+    assert pytest_plugin.workload_of(nodeid) == workload
