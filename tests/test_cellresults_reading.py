@@ -11,6 +11,7 @@ from typing import Any
 from accelgrid import results
 from accelgrid.base import contract, jsonio
 from accelgrid.results import cellresults
+from accelgrid.results import plan as run_plan
 
 A = "suites/smoke/test_device_api.py::test_a"
 B = "suites/smoke/test_device_api.py::test_b"
@@ -55,3 +56,61 @@ def test_a_path_that_is_not_a_folder_is_an_errored_cell(tmp_path: Path) -> None:
     assert cellresults.load_cell(loop).error == f"{loop} is not a results folder (a symlink loop)"
     assert cellresults.load_cell(tmp_path / "absent").error == (
         f"{tmp_path / 'absent'} is not a results folder")
+
+
+def test_a_name_too_long_to_stat_is_an_errored_cell_not_a_traceback(tmp_path: Path) -> None:
+    # ENAMETOOLONG: Path.is_dir raises it (only ENOENT-like errors read as False).
+    long = tmp_path / ("x" * 300)
+    assert cellresults.load_cell(long).error == f"{long} is not a results folder"
+    assert cellresults.read_cell(long).error == f"results folder {long} does not exist"
+
+
+def test_the_cells_name_is_env_jsons_not_the_folders(tmp_path: Path) -> None:
+    folder = cell_folder(tmp_path, name="results-artifact-7", env={"cell": "cuda-2.11"})
+    cell = cellresults.load_cell(folder)
+    assert cell.name == "cuda-2.11" and cell.error is None
+    without = cell_folder(tmp_path, name="cpu-2.9", env={"cell": None})
+    assert cellresults.load_cell(without).name == "cpu-2.9"
+
+
+def test_collected_tests_without_a_record_make_the_cell_incomplete(tmp_path: Path) -> None:
+    folder = cell_folder(tmp_path, records={A: "passed"})
+    jsonio.write_json(folder / contract.COLLECTED_FILE, [A, B])
+    cell = cellresults.read_cell(folder)
+    assert cell.problems == [cellresults.INCOMPLETE_PREFIX + "1 of the 2 collected tests "
+                             f"have no record: {B}"]
+    jsonio.write_json(folder / contract.COLLECTED_FILE, [A])
+    assert cellresults.read_cell(folder).problems == []
+
+
+def test_pytests_own_counts_against_the_records(tmp_path: Path) -> None:
+    folder = cell_folder(tmp_path, records={})
+    for nodeid in (A, B):
+        results.append_record(folder / contract.TESTS_FILE, {
+            "nodeid": nodeid, "outcome": "passed", "pass": contract.PASS_SINGLE})
+    run_plan.start_pass(folder, contract.PASS_SINGLE, None, "cpu-2.13", env={})
+    run_plan.end_pass(folder, contract.PASS_SINGLE, 3, 3, {"passed": 3}, 0)
+    cell = cellresults.read_cell(folder)
+    assert cell.plan is not None
+    assert cell.problems == [cellresults.INCOMPLETE_PREFIX + (
+        f"pass {contract.PASS_SINGLE}: pytest collected 3 and reported 3, the recorder "
+        "wrote 2")]
+    run_plan.end_pass(folder, contract.PASS_SINGLE, 2, 2, {"passed": 2}, 0)
+    assert cellresults.read_cell(folder).problems == []
+
+
+def test_a_summary_linked_from_outside_the_folder_is_not_read(tmp_path: Path) -> None:
+    folder = cell_folder(tmp_path, records={})
+    results.append_record(folder / contract.TESTS_FILE,
+                          {"nodeid": A, "outcome": "passed", "run_id": "r1"})
+    outside = tmp_path / "elsewhere.json"
+    jsonio.write_json(outside, {"run_id": "r2", "selection": ["-k", "x"]})
+    os.symlink(outside, folder / contract.SUMMARY_FILE)
+    cell = cellresults.read_cell(folder)
+    assert cell.error is None and list(cell.tests) == [A]
+    assert not any("selected run" in p for p in cell.problems)
+    # The same summary inside the folder names the run: its selection shows.
+    (folder / contract.SUMMARY_FILE).unlink()
+    jsonio.write_json(folder / contract.SUMMARY_FILE, {"run_id": "r1", "selection": ["-k", "x"]})
+    assert cellresults.read_cell(folder).problems == [
+        "a selected run (pytest -k x), not the whole cell"]

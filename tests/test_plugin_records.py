@@ -14,6 +14,7 @@ import pytest
 
 from accelgrid import results
 from accelgrid.base import contract, jsonio, outcomes
+from accelgrid.results import plan as run_plan
 from accelgrid.testing import pytest_plugin
 
 pytest_plugins = ["pytester"]
@@ -168,8 +169,8 @@ def test_env_collected_and_plan_of_the_pass(payload_run) -> None:
     assert entry["exitstatus"] == 1
     collected, _ = jsonio.read_json(folder / contract.COLLECTED_FILE)
     assert [c.split("::")[-1] for c in collected] == list(got)
-    plan, _ = jsonio.read_json(folder / "plan.json")
-    assert "mismatch" not in json.dumps(plan)
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
+    assert run_plan.count_mismatch(run_plan.read(folder), recs) is None
     summary = results.run_summary(folder)
     assert summary["total"] == 9 and summary["counts"][outcomes.ERROR] == 2
 
@@ -257,3 +258,56 @@ def test_jsonable_keeps_what_json_holds_and_reprs_the_rest() -> None:
 ])
 def test_workload_of(nodeid: str, workload: str) -> None:
     assert pytest_plugin.workload_of(nodeid) == workload
+
+
+def test_without_a_terminal_reporter_the_plan_has_no_reported_count(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _ = run_cell(pytester, monkeypatch, {"test_a": "def test_a():\n    pass\n"},
+                         "-p", "no:terminal")
+    plan = run_plan.read(folder)
+    assert plan is not None
+    [entry] = plan["passes"]
+    assert entry["collected"] == 1 and "reported" not in entry and entry["outcomes"] == {}
+    assert run_plan.count_mismatch(plan, results.read_records(
+        folder / contract.TESTS_FILE)[0]) is None
+
+
+def test_the_plan_has_pytests_counts_per_outcome(payload_run) -> None:
+    folder, _ = payload_run
+    plan = run_plan.read(folder)
+    assert plan is not None
+    [entry] = plan["passes"]
+    # A test whose teardown failed counts as passed and as an error (pytest's summary).
+    assert entry["outcomes"] == {"passed": 2, "failed": 2, "error": 2, "skipped": 2,
+                                 "xfailed": 1, "xpassed": 1}
+    assert entry["collected"] == 9 and entry["reported"] == 9 and entry["exitstatus"] == 1
+
+
+def test_a_test_that_deletes_the_cells_files_loses_none_of_them(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    deleting = '''
+import os
+from pathlib import Path
+
+
+def test_a():
+    pass
+
+
+def test_deletes():
+    folder = Path(os.environ["ACCELGRID_RESULTS"])
+    for name in ("collected.json", "env.json", "tests.jsonl"):
+        (folder / name).unlink()
+
+
+def test_c():
+    pass
+'''
+    folder, _ = run_cell(pytester, monkeypatch, {"test_d": deleting})
+    collected, err = jsonio.read_json(folder / contract.COLLECTED_FILE)
+    assert err is None and [c.split("::")[-1] for c in collected] == [
+        "test_a", "test_deletes", "test_c"]
+    assert set(records(folder)) == {"test_a", "test_deletes", "test_c"}
+    env, err = jsonio.read_json(folder / contract.ENV_FILE)
+    assert err is None and env["cell"] == "cpu-2.13" and env["status"] == "finished"
+    assert env["passes"][0]["end"] == env["end"]

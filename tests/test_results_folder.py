@@ -4,7 +4,10 @@ pins a behaviour a planted fault changed unseen (docs/mutation.md,
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,3 +36,75 @@ def test_results_root_is_the_project_results_unless_the_variable_names_one(
 ])
 def test_suite_of_is_the_folder_under_suites(nodeid: str, suite: str) -> None:
     assert results.suite_of(nodeid) == suite
+
+
+def _written(folder: Path, record: dict[str, Any]) -> dict[str, Any]:
+    results.append_record(folder / contract.TESTS_FILE, record)
+    [rec], problems = results.read_records(folder / contract.TESTS_FILE)
+    assert problems == []
+    (folder / contract.TESTS_FILE).unlink()
+    return dict(rec)
+
+
+@pytest.mark.parametrize(("field", "limit"), [("message", 64 * 1024), ("longrepr", 8000),
+                                              ("output", 8000)])
+def test_a_field_past_its_limit_is_cut_in_the_middle_and_kept_whole(
+        tmp_path: Path, field: str, limit: int) -> None:
+    inside = "a" * limit
+    rec = _written(tmp_path, {"nodeid": "t.py::t", "outcome": "failed", field: inside})
+    assert rec[field] == inside and "full_text" not in rec
+    past = "b" * (limit // 2) + "MIDDLE" + "c" * (limit - limit // 2 - 5)   # limit + 1
+    rec = _written(tmp_path, {"nodeid": "t.py::t", "outcome": "failed", field: past})
+    rel = rec["full_text"][field]
+    assert re.fullmatch(rf"full-text/[0-9a-f]{{16}}-\d+-{field}\.txt", rel)
+    assert (tmp_path / rel).read_text() == past
+    half = limit // 2
+    assert rec[field] == (past[:half] + f"\n... [1 characters cut; whole text in {rel}] ...\n"
+                          + past[-half:])
+    assert "MIDDLE" not in rec[field]
+
+
+def test_every_cut_field_of_a_record_is_kept_whole_even_in_a_new_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "not" / "yet"   # bounded_record makes full-text/ and its parents
+    record = {"nodeid": "t.py::t", "outcome": "failed", "message": "m" * 70_000,
+              "longrepr": "l" * 9000, "output": "o" * 9000}
+    out = results.bounded_record(record, folder)
+    assert set(out["full_text"]) == {"message", "longrepr", "output"}
+    for name, rel in out["full_text"].items():
+        assert (folder / rel).read_text() == record[name]
+        assert f"whole text in {rel}" in out[name]
+    dropped = results.bounded_record(record, None)
+    assert "full_text" not in dropped
+    assert "[1000 characters cut; dropped]" in dropped["longrepr"]
+
+
+def test_identity_and_numbers_stay_whole_and_a_big_mapping_is_cut_to_text(
+        tmp_path: Path) -> None:
+    nodeid = "t.py::t[" + "p" * 70_000 + "]"
+    small = {"kernel": "gemm"}
+    big = {f"k{i}": "v" * 100 for i in range(1000)}   # JSON past 64 KiB
+    out = results.bounded_record({"nodeid": nodeid, "outcome": "x" * 70_000,
+                                  "run_id": "r" * 70_000, "duration": 1.5, "cpu_s": 2,
+                                  "flag": True, "issue": None, "properties": small,
+                                  "other": big}, tmp_path)
+    assert out["nodeid"] == nodeid and out["outcome"] == "x" * 70_000
+    assert out["run_id"] == "r" * 70_000
+    assert (out["duration"], out["cpu_s"], out["flag"], out["issue"]) == (1.5, 2, True, None)
+    assert out["properties"] == small
+    encoded = json.dumps(big, ensure_ascii=False)
+    rel = out["full_text"]["other"]
+    assert set(out["full_text"]) == {"other"}
+    assert json.loads((tmp_path / rel).read_text()) == big
+    cut = len(encoded) - 2 * (64 * 1024 // 2)
+    assert out["other"] == {"truncated": f"[{cut} characters cut; whole text in {rel}] "
+                            + encoded[:32 * 1024] + f"\n... [{cut} characters cut; whole "
+                            f"text in {rel}] ...\n" + encoded[-32 * 1024:]}
+
+
+def test_a_folder_that_cannot_take_the_whole_text_says_so(tmp_path: Path) -> None:
+    blocker = tmp_path / "cell"
+    blocker.write_text("a file where the folder would be")
+    out = results.bounded_record({"nodeid": "t", "outcome": "failed",
+                                  "message": "m" * 70_000}, blocker)
+    assert "full_text" not in out
+    assert "characters cut; the whole could not be kept: Not a directory]" in out["message"]

@@ -148,8 +148,9 @@ def load_cell(path: Path) -> CellResults:
     except OSError:
         is_dir = False
     if not is_dir:
+        # os.path's checks, not Path's: a name too long to stat raises there.
         cell.error = f"{path} is not a results folder" + (
-            " (a symlink loop)" if path.is_symlink() and not path.exists() else "")
+            " (a symlink loop)" if os.path.islink(path) and not os.path.exists(path) else "")
         return cell
     outside = _links_out(path)  # never read records from outside the folder given
     if contract.TESTS_FILE in outside:
