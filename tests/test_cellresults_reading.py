@@ -114,3 +114,26 @@ def test_a_summary_linked_from_outside_the_folder_is_not_read(tmp_path: Path) ->
     jsonio.write_json(folder / contract.SUMMARY_FILE, {"run_id": "r1", "selection": ["-k", "x"]})
     assert cellresults.read_cell(folder).problems == [
         "a selected run (pytest -k x), not the whole cell"]
+
+
+def test_run_of_reads_env_json_then_summary_json(tmp_path: Path) -> None:
+    folder = cell_folder(tmp_path, env={"run_id": "r1", "pytest_args": ["-x"],
+                                        "selection": []})
+    assert cellresults.run_of(folder) == {"run_id": "r1", "pytest_args": ["-x"],
+                                          "selection": []}
+    jsonio.write_json(folder / contract.SUMMARY_FILE, {"run_id": "r0", "selection": ["a"]})
+    assert cellresults.run_of(folder)["run_id"] == "r1"
+    jsonio.write_json(folder / contract.ENV_FILE, {"cell": "cpu-2.13"})   # no run id
+    assert cellresults.run_of(folder) == {"run_id": "r0", "selection": ["a"]}
+    assert cellresults.run_of(folder, read_summary=False) == {}
+    assert cellresults.run_of(folder, env={"run_id": "r9"}) == {"run_id": "r9"}
+
+
+def test_a_reports_output_folder_is_passed_over_with_a_note(tmp_path: Path) -> None:
+    out = tmp_path / "predicted"
+    out.mkdir()
+    jsonio.write_json(out / "grid.json", {})
+    folders, notes = cellresults.discover([out])
+    assert folders == []
+    assert notes == [f"{out}: accelgrid's own output (report files), not a cell run; "
+                     "passed over"]

@@ -311,3 +311,106 @@ def test_c():
     env, err = jsonio.read_json(folder / contract.ENV_FILE)
     assert err is None and env["cell"] == "cpu-2.13" and env["status"] == "finished"
     assert env["passes"][0]["end"] == env["end"]
+
+
+RERUN_PAYLOAD = '''
+import os
+from pathlib import Path
+
+
+def test_flaky(tmp_path_factory):
+    mark = Path(os.environ["FLAKY_MARK"])
+    if not mark.exists():
+        mark.write_text("failed once")
+        assert False, "first attempt"
+
+
+def test_always_fails():
+    assert False, "every attempt"
+'''
+
+
+def test_reruns_are_counted_and_a_pass_after_one_is_flaky(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLAKY_MARK", str(pytester.path / "flaky-mark"))
+    folder, _ = run_cell(pytester, monkeypatch, {"test_r": RERUN_PAYLOAD}, "--reruns", "2")
+    got = records(folder)
+    assert set(got) == {"test_flaky", "test_always_fails"}
+    assert (got["test_flaky"]["outcome"], got["test_flaky"]["reruns"]) == (outcomes.FLAKY, 1)
+    assert got["test_flaky"]["message"] == ""
+    fails = got["test_always_fails"]
+    assert (fails["outcome"], fails["reruns"]) == (outcomes.FAILED, 2)
+    assert fails["message"].startswith("AssertionError: every attempt")
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
+    assert len(recs) == 2   # the failed attempts leave no record of their own
+
+
+ISSUE_CONFTEST = '''
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # What known_issues_runtime sets on the report of a test a registry entry covers.
+    outcome = yield
+    if item.name == "test_covered" and call.when == "call":
+        setattr(outcome.get_result(), "accelgrid_issue", {"id": "acme/widgets#1"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    # After the last record, before the recorder's own end: a plugin that removes it.
+    (session.config.rootpath / "results" / "cpu-2.13" / "tests.jsonl").unlink()
+'''
+
+
+def test_the_issue_and_cpu_time_on_the_report_go_into_the_record_and_the_end_restores(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _ = run_cell(pytester, monkeypatch, {
+        "conftest": ISSUE_CONFTEST,
+        "test_i": "def test_covered():\n    pass\n\ndef test_plain():\n    pass\n"})
+    got = records(folder)   # tests.jsonl is back: the recorder's end restored it
+    assert got["test_covered"]["issue"] == {"id": "acme/widgets#1"}
+    assert "issue" not in got["test_plain"]
+    for rec in got.values():
+        assert isinstance(rec["cpu_s"], float) and 0 <= rec["cpu_s"] < 60
+
+
+CRASH_CONFTEST = '''
+import time
+
+import pytest
+
+from accelgrid import results
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    # What xdist's controller reports for a test whose worker died (handle_crashitem:
+    # when "???"), one in a test past its timeout (its running marker) and one not.
+    folder = session.config.rootpath / "results" / "cpu-2.13"
+    results.mark_running(folder, "gw1", "test_c.py::test_slow", 0.001, slot="gw1")
+    time.sleep(0.01)
+    for nodeid in ("test_c.py::test_gone", "test_c.py::test_slow"):
+        session.config.hook.pytest_runtest_logreport(report=pytest.TestReport(
+            nodeid, ("test_c.py", 0, nodeid), {}, "failed",
+            f"worker 'gw0' crashed while running {nodeid!r}", "???"))
+'''
+
+
+def test_a_worker_crash_report_is_a_crashed_or_timeout_record(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _ = run_cell(pytester, monkeypatch, {
+        "conftest": CRASH_CONFTEST, "test_c": "def test_ok():\n    pass\n"})
+    got = records(folder)
+    gone = got["test_gone"]
+    assert gone["outcome"] == outcomes.CRASHED and gone["start"] is None
+    assert gone["duration"] is None and gone["worker"] is None
+    assert gone["message"] == "worker 'gw0' crashed while running 'test_c.py::test_gone'"
+    assert gone["longrepr"] == gone["message"] and gone["device"] == "cpu"
+    slow = got["test_slow"]
+    assert slow["outcome"] == outcomes.TIMEOUT and slow["worker"] == "gw1"
+    assert slow["message"] == ("timed out after 0.001 s (worker killed by pytest-timeout); "
+                               "worker 'gw0' crashed while running 'test_c.py::test_slow'")
+    assert 0.009 < slow["duration"] < 60
+    assert got["test_ok"]["outcome"] == outcomes.PASSED
