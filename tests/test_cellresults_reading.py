@@ -8,8 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accelgrid import results
 from accelgrid.base import contract, jsonio
+from accelgrid.base.errors import InvalidInput
 from accelgrid.results import cellresults
 from accelgrid.results import plan as run_plan
 
@@ -137,3 +140,40 @@ def test_a_reports_output_folder_is_passed_over_with_a_note(tmp_path: Path) -> N
     assert folders == []
     assert notes == [f"{out}: accelgrid's own output (report files), not a cell run; "
                      "passed over"]
+
+
+def test_a_cell_folder_given_is_the_cell_not_its_selected_runs(tmp_path: Path) -> None:
+    folder = cell_folder(tmp_path)
+    cell_folder(folder / contract.RUNS_DIR, name="r1")   # results/<cell>/runs/<run-id>/
+    assert cellresults.discover([folder]) == ([folder], [])
+
+
+def test_the_reproductions_folder_is_left_out_with_a_note(tmp_path: Path) -> None:
+    repro = tmp_path / contract.REPRO_DIR
+    cell_folder(repro / "pytorch-pytorch-1", name="cpu-2.13")
+    folders, notes = cellresults.discover([repro])
+    assert folders == []
+    assert notes == [f"{repro}: reproductions (accelgrid repro), left out of the cells' "
+                     f"grid; name {repro}/<issue> to show them"]
+
+
+def test_require_runs_names_the_path_that_holds_no_run(tmp_path: Path) -> None:
+    cell = cell_folder(tmp_path / "results")
+    report = tmp_path / "site"
+    report.mkdir()
+    jsonio.write_json(report / "grid.json", {})
+    assert cellresults.require_runs([cell, report]) == [cell, report]
+    with pytest.raises(InvalidInput) as absent:
+        cellresults.require_runs([cell, tmp_path / "typo"])
+    assert str(absent.value) == f"{tmp_path / 'typo'}: no such file or folder"
+    with pytest.raises(InvalidInput) as only_report:
+        cellresults.require_runs([report])   # passed over, and nothing else: no results
+    assert str(only_report.value) == f"no results folders found in {report}"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InvalidInput, match="empty: holds no cell run"):
+        cellresults.require_runs([cell, empty])
+    long = str(tmp_path / ("y" * 400))
+    with pytest.raises(InvalidInput) as too_long:
+        cellresults.require_runs([Path(long)])
+    assert str(too_long.value) == f"{long[:199]}…: cannot be read (File name too long)"

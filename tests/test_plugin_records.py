@@ -20,6 +20,11 @@ from accelgrid.testing import pytest_plugin
 pytest_plugins = ["pytester"]
 
 PAYLOAD = '''
+import json
+import os
+import time
+from pathlib import Path
+
 import pytest
 from accelgrid.base import outcomes
 
@@ -37,12 +42,16 @@ def broken_setup():
 
 
 def test_pass(record_property):
+    time.sleep(0.05)
     record_property("kernel", "gemm")
     record_property("err", float("nan"))
     record_property("count", 3)
 
 
 def test_fail():
+    # What env.json says while the pass runs: torch's facts are merged at its end.
+    env = json.loads((Path(os.environ["ACCELGRID_RESULTS"]) / "env.json").read_text())
+    Path("env-during.json").write_text(json.dumps(env))
     print("captured line")
     assert 1 == 2, "one is not two"
 
@@ -127,6 +136,7 @@ def test_each_ending_is_one_record_with_its_outcome(payload_run) -> None:
             "cpu-2.13", contract.PASS_SINGLE, "run1", "cpu")
         assert r["worker"] is None and isinstance(r["finished"], float)
         assert isinstance(r["start"], float) and 0 <= r["duration"] < 60
+    assert got["test_pass"]["duration"] >= 0.05
 
 
 def test_messages_phases_and_output(payload_run) -> None:
@@ -160,8 +170,11 @@ def test_recorded_properties_keep_json_values_and_repr_the_rest(payload_run) -> 
 
 def test_env_collected_and_plan_of_the_pass(payload_run) -> None:
     folder, got = payload_run
+    during = json.loads((folder.parents[1] / "env-during.json").read_text())
+    assert during["torch"]["pending"] is True and during["status"] == "running"
     env, err = jsonio.read_json(folder / contract.ENV_FILE)
     assert err is None
+    assert isinstance(env["torch"].get("version"), str) and "pending" not in env["torch"]
     assert env["status"] == "finished" and env["end"] and env["run_id"] == "run1"
     assert env["exitstatus"] == 1 and env["cell"] == "cpu-2.13"
     [entry] = env["passes"]
@@ -175,23 +188,41 @@ def test_env_collected_and_plan_of_the_pass(payload_run) -> None:
     assert summary["total"] == 9 and summary["counts"][outcomes.ERROR] == 2
 
 
+SEES_ENV = """
+import json, os
+from pathlib import Path
+
+
+def test_b():
+    env = json.loads((Path(os.environ["ACCELGRID_RESULTS"]) / "env.json").read_text())
+    Path("torch-seen.json").write_text(json.dumps(env["torch"]))
+"""
+
+
 def test_a_second_pass_of_the_run_keeps_the_runs_start_and_adds_its_own(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     folder, _ = run_cell(pytester, monkeypatch, {"test_a": "def test_a():\n    pass\n"})
     first, _ = jsonio.read_json(folder / contract.ENV_FILE)
-    pytester.makepyfile(test_b="def test_b():\n    pass\n")
+    assert isinstance(first["torch"], dict) and not first["torch"].get("pending")
+    # The second pass's test sees env.json as the pass's start left it.
+    pytester.makepyfile(test_b=SEES_ENV)
     monkeypatch.setenv(contract.PASS, contract.PASS_ALL_DEVICES)
     pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider",
-                        "-p", "accelgrid.testing.pytest_plugin", "test_b.py")
+                        "-p", "accelgrid.testing.pytest_plugin", "test_b.py", "test_a.py")
+    # The torch facts the first pass merged stay while the second runs.
+    assert json.loads((pytester.path / "torch-seen.json").read_text()) == first["torch"]
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
+    assert [(r["nodeid"], r["pass"]) for r in recs] == [
+        ("test_a.py::test_a", contract.PASS_SINGLE),
+        ("test_b.py::test_b", contract.PASS_ALL_DEVICES),
+        ("test_a.py::test_a", contract.PASS_ALL_DEVICES)]   # each pass's run of a test
     env, _ = jsonio.read_json(folder / contract.ENV_FILE)
     assert env["start"] == first["start"]
     assert [p["name"] for p in env["passes"]] == [contract.PASS_SINGLE,
                                                    contract.PASS_ALL_DEVICES]
     collected, _ = jsonio.read_json(folder / contract.COLLECTED_FILE)
     assert collected == ["test_a.py::test_a", "test_b.py::test_b"]
-    got = records(folder)
-    assert got["test_b"]["device"] == "cpu:all" and got["test_b"]["pass"] == "all-devices"
-    assert got["test_a"]["device"] == "cpu"
+    assert [r["device"] for r in recs] == ["cpu", "cpu:all", "cpu:all"]
     # Another run's env.json is not continued: the new run starts its own passes.
     monkeypatch.setenv(contract.RUN_ID, "run2")
     monkeypatch.setenv(contract.PASS, contract.PASS_SINGLE)
@@ -414,3 +445,46 @@ def test_a_worker_crash_report_is_a_crashed_or_timeout_record(
                                "worker 'gw0' crashed while running 'test_c.py::test_slow'")
     assert 0.009 < slow["duration"] < 60
     assert got["test_ok"]["outcome"] == outcomes.PASSED
+
+
+def test_the_recorder_works_without_xdist(pytester: pytest.Pytester,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its xdist hook is optional: a pytest without xdist still loads the plugin.
+    folder, rec = run_cell(pytester, monkeypatch, {"test_a": "def test_a():\n    pass\n"},
+                           "-p", "no:xdist")
+    assert rec.ret == 0
+    assert records(folder)["test_a"]["outcome"] == outcomes.PASSED
+
+
+def test_a_pass_ending_while_another_runs_leaves_the_run_unfinished(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # env.json as the pinned pass beside this one left it (an env.json of this run from
+    # before torch facts were kept: no torch section), still running.
+    folder = pytester.path / "results" / "cpu-2.13"
+    folder.mkdir(parents=True)
+    jsonio.write_json(folder / contract.ENV_FILE, {
+        "cell": "cpu-2.13", "run_id": "run1", "start": "2026-01-01T00:00:00+00:00",
+        "status": "running", "end": None,
+        "passes": [{"name": "pinned", "start": "2026-01-01T00:00:00+00:00", "end": None}]})
+    folder, _ = run_cell(pytester, monkeypatch, {"test_a": "def test_a():\n    pass\n"},
+                         env={contract.PASS: contract.PASS_ALL_DEVICES})
+    env, _ = jsonio.read_json(folder / contract.ENV_FILE)
+    assert env["start"] == "2026-01-01T00:00:00+00:00"
+    pinned, mine = env["passes"]
+    assert pinned == {"name": "pinned", "start": "2026-01-01T00:00:00+00:00", "end": None}
+    assert mine["name"] == contract.PASS_ALL_DEVICES and mine["end"]
+    assert mine["exitstatus"] == 0
+    assert env["status"] == "running" and env.get("end") is None
+    assert records(folder)["test_a"]["outcome"] == outcomes.PASSED
+
+
+def test_a_collection_error_is_recorded_once_per_run(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {"test_bad": "import no_such_module_here\n"}
+    folder, _ = run_cell(pytester, monkeypatch, files)
+    # The next pass of the run collects the same module: still one record of it.
+    monkeypatch.setenv(contract.PASS, contract.PASS_ALL_DEVICES)
+    pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider",
+                        "-p", "accelgrid.testing.pytest_plugin")
+    recs, _ = results.read_records(folder / contract.TESTS_FILE)
+    assert [(r["nodeid"], r["pass"]) for r in recs] == [("test_bad.py", contract.PASS_SINGLE)]
