@@ -5,6 +5,7 @@ pins a behaviour a planted fault changed unseen (docs/mutation.md,
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -108,3 +109,36 @@ def test_a_folder_that_cannot_take_the_whole_text_says_so(tmp_path: Path) -> Non
                                   "message": "m" * 70_000}, blocker)
     assert "full_text" not in out
     assert "characters cut; the whole could not be kept: Not a directory]" in out["message"]
+
+
+def test_a_record_is_written_redacted_but_its_identity_as_collected(tmp_path: Path) -> None:
+    url = "https://alice:s3cret@example.com/x"
+    nodeid = f"t.py::t[{url}]"
+    results.append_record(tmp_path / contract.TESTS_FILE, {
+        "nodeid": nodeid, "outcome": "failed", "message": f"fetch {url} failed",
+        "run_id": "r1", "duration": 0.5})
+    line = (tmp_path / contract.TESTS_FILE).read_text()
+    raw = json.loads(line)
+    assert raw["nodeid"] == nodeid and "s3cret" not in raw["message"]
+    assert raw["message"].startswith("fetch https://") and raw["message"].endswith(" failed")
+    # Written in the order given (nodeid first), one line.
+    assert list(raw) == ["nodeid", "outcome", "message", "run_id", "duration"]
+    assert line.count("\n") == 1 and line.endswith("\n")
+
+
+def test_a_durable_append_is_fsynced_and_a_plain_one_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = tmp_path / contract.TESTS_FILE
+    results.append_record(path, {"nodeid": "t.py::a", "outcome": "passed"})
+    assert synced == []
+    results.append_record(path, {"nodeid": "t.py::b", "outcome": "passed"}, durable=True)
+    assert len(synced) == 1
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
