@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from accelgrid import results
-from accelgrid.base import contract, jsonio
+from accelgrid.base import contract, jsonio, outputs
 from accelgrid.base.errors import InvalidInput
 from accelgrid.results import cellresults
 from accelgrid.results import plan as run_plan
@@ -177,3 +177,38 @@ def test_require_runs_names_the_path_that_holds_no_run(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as too_long:
         cellresults.require_runs([Path(long)])
     assert str(too_long.value) == f"{long[:199]}…: cannot be read (File name too long)"
+
+
+def test_require_runs_passes_over_plain_files_and_takes_a_cells_file(tmp_path: Path) -> None:
+    cell = cell_folder(tmp_path / "results")
+    page = tmp_path / "results" / "grid.html"   # results/* matches the grids too
+    page.write_text("<html/>")
+    assert cellresults.require_runs([cell, page]) == [cell, page]
+    records = cell / contract.TESTS_FILE
+    assert cellresults.require_runs([records]) == [records]
+    with pytest.raises(InvalidInput) as only_page:
+        cellresults.require_runs([page])
+    assert str(only_page.value) == f"no results folders found in {page}"
+
+
+def test_a_cell_folder_holding_a_report_file_is_still_a_cell(tmp_path: Path) -> None:
+    cell = cell_folder(tmp_path)
+    jsonio.write_json(cell / "grid.json", {})   # grid --out into the cell's folder
+    assert cellresults.discover([cell]) == ([cell], [])
+
+
+def test_a_folder_marked_as_a_reports_output_is_passed_over_by_its_manifest(
+        tmp_path: Path) -> None:
+    out = tmp_path / "predicted"
+    outputs.mark(out, "ops-predict")   # its manifest only, no report file yet
+    assert cellresults.discover([out]) == ([], [
+        f"{out}: accelgrid's own output (ops-predict), not a cell run; passed over"])
+    bisect = tmp_path / "bisect"
+    outputs.mark(bisect, "bisect")     # a run kind: searched, its runs noted
+    assert cellresults.discover([bisect])[1] == []
+
+
+def test_results_with_a_grid_written_beside_the_cells_are_searched(tmp_path: Path) -> None:
+    cell = cell_folder(tmp_path / "results")
+    jsonio.write_json(tmp_path / "results" / "grid.json", {})   # grid --out results
+    assert cellresults.discover([tmp_path / "results"]) == ([cell], [])
