@@ -212,3 +212,13 @@ def test_results_with_a_grid_written_beside_the_cells_are_searched(tmp_path: Pat
     cell = cell_folder(tmp_path / "results")
     jsonio.write_json(tmp_path / "results" / "grid.json", {})   # grid --out results
     assert cellresults.discover([tmp_path / "results"]) == ([cell], [])
+
+
+def test_a_bisections_runs_under_results_are_left_out_with_a_note(tmp_path: Path) -> None:
+    cell = cell_folder(tmp_path / "results")
+    bisect = tmp_path / "results" / "bisect-1"
+    outputs.mark(bisect, "bisect")
+    cell_folder(bisect, name="cpu-2.13")   # one step's cell run
+    assert cellresults.discover([tmp_path / "results"]) == ([cell], [
+        f"{bisect}: a bisection's runs (accelgrid bisect), left out of the cells' grid; "
+        f"name {bisect} to show them"])

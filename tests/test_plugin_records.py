@@ -488,3 +488,32 @@ def test_a_collection_error_is_recorded_once_per_run(
                         "-p", "accelgrid.testing.pytest_plugin")
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert [(r["nodeid"], r["pass"]) for r in recs] == [("test_bad.py", contract.PASS_SINGLE)]
+
+
+SETUP_ON_RERUN = '''
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def second_setup_breaks():
+    mark = Path(os.environ["FLAKY_MARK"])
+    if mark.exists():
+        raise RuntimeError("setup broke on the rerun")
+    mark.write_text("first attempt")
+
+
+def test_r(second_setup_breaks):
+    assert False, "first attempt fails"
+'''
+
+
+def test_a_rerun_whose_setup_fails_is_recorded_with_that_setups_error(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLAKY_MARK", str(pytester.path / "flaky-mark"))
+    folder, _ = run_cell(pytester, monkeypatch, {"test_s": SETUP_ON_RERUN}, "--reruns", "1")
+    rec = records(folder)["test_r"]
+    assert (rec["outcome"], rec["phase"], rec["reruns"]) == (outcomes.ERROR, "setup", 1)
+    assert rec["message"] == "RuntimeError: setup broke on the rerun"
