@@ -222,3 +222,18 @@ def test_a_bisections_runs_under_results_are_left_out_with_a_note(tmp_path: Path
     assert cellresults.discover([tmp_path / "results"]) == ([cell], [
         f"{bisect}: a bisection's runs (accelgrid bisect), left out of the cells' grid; "
         f"name {bisect} to show them"])
+
+
+def test_without_env_json_the_name_comes_from_a_record_that_names_a_cell(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "artifact-3"
+    folder.mkdir()
+    for cell in (None, [7], "../evil", "cuda-2.11"):   # [7]: dropped on reading
+        results.append_record(folder / contract.TESTS_FILE,
+                              {"nodeid": f"t.py::t{cell}", "outcome": "passed", "cell": cell})
+    assert cellresults.read_cell(folder).name == "cuda-2.11"
+    bad_only = tmp_path / "artifact-4"
+    bad_only.mkdir()
+    results.append_record(bad_only / contract.TESTS_FILE,
+                          {"nodeid": "t.py::t", "outcome": "passed", "cell": "../evil"})
+    assert cellresults.read_cell(bad_only).name == "artifact-4"
