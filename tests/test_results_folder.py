@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from accelgrid import results
-from accelgrid.base import contract
+from accelgrid.base import contract, jsonio
 
 
 def test_results_root_is_the_project_results_unless_the_variable_names_one(
@@ -141,4 +141,29 @@ def test_a_durable_append_is_fsynced_and_a_plain_one_is_not(
     assert synced == []
     results.append_record(path, {"nodeid": "t.py::b", "outcome": "passed"}, durable=True)
     assert len(synced) == 1
-    assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
+    results.append_record_once(path, {"nodeid": "t.py::c", "outcome": "error"})
+    assert len(synced) == 1   # once: two passes' same collection error, not durable
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == [
+        "t.py::a", "t.py::b", "t.py::c"]
+
+
+def test_record_file_puts_back_what_a_test_deleted_merged_with_what_others_wrote(
+        tmp_path: Path) -> None:
+    path = tmp_path / "cell" / contract.TESTS_FILE
+    rf = results.RecordFile(path)
+    rf.append({"nodeid": "t.py::a", "outcome": "passed"})
+    with jsonio.locked(path.parent):
+        assert rf.restore() is False          # the path still names the fd's file
+    path.unlink()                              # a test deleted it
+    results.append_record(path, {"nodeid": "t.py::b", "outcome": "passed"})  # another pass
+    rf.append({"nodeid": "t.py::c", "outcome": "passed"})
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == [
+        "t.py::b", "t.py::a", "t.py::c"]
+    path.unlink()
+    with jsonio.locked(path.parent):
+        assert rf.restore() is True
+        assert rf.restore() is False
+    rf.close()
+    rf.close()   # a second close does nothing
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == [
+        "t.py::b", "t.py::a", "t.py::c"]
