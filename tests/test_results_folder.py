@@ -167,3 +167,28 @@ def test_record_file_puts_back_what_a_test_deleted_merged_with_what_others_wrote
     rf.close()   # a second close does nothing
     assert [r["nodeid"] for r in results.read_records(path)[0]] == [
         "t.py::b", "t.py::a", "t.py::c"]
+
+
+def test_record_file_appends_each_record_unless_once_finds_it_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = tmp_path / contract.TESTS_FILE
+    rf = results.RecordFile(path)
+    rec = {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"}
+    assert rf.append(dict(rec)) is True
+    assert rf.append(dict(rec)) is True           # a rerun of the test: a record each
+    assert synced == []
+    assert rf.append(dict(rec), once=True) is False
+    assert rf.append({**rec, "run_id": "r2"}, once=True) is True
+    assert rf.append({**rec, "nodeid": "t.py::b"}, durable=True, once=True) is True
+    assert len(synced) == 1
+    rf.close()
+    assert [(r["nodeid"], r["run_id"]) for r in results.read_records(path)[0]] == [
+        ("t.py::a", "r1"), ("t.py::a", "r1"), ("t.py::a", "r2"), ("t.py::b", "r1")]
