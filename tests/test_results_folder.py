@@ -192,3 +192,62 @@ def test_record_file_appends_each_record_unless_once_finds_it_there(
     rf.close()
     assert [(r["nodeid"], r["run_id"]) for r in results.read_records(path)[0]] == [
         ("t.py::a", "r1"), ("t.py::a", "r1"), ("t.py::a", "r2"), ("t.py::b", "r1")]
+
+
+@pytest.mark.parametrize(("elapsed", "timeout", "outcome"), [
+    (95.0, 100.0, "timeout"),      # pytest-timeout fires at the limit: 5 % slack
+    (94.9, 100.0, "crashed"),
+    (200.0, 100.0, "timeout"),
+    (10.0, None, "crashed"),       # no limit: a death is a crash
+    (10.0, 0, "crashed"),
+])
+def test_a_dead_workers_test_is_a_timeout_only_near_its_limit(
+        elapsed: float, timeout: float | None, outcome: str) -> None:
+    assert results.crash_outcome(1000.0, timeout, now=1000.0 + elapsed) == outcome
+    assert results.crash_outcome(None, 100.0, now=5000.0) == "crashed"
+
+
+def test_running_markers_name_the_test_each_worker_is_in(tmp_path: Path) -> None:
+    results.mark_running(tmp_path, "gw0", "t.py::a", 30.0, slot="single-gw0")
+    results.mark_running(tmp_path, "main", "t.py::b", None)
+    (tmp_path / contract.RUNNING_DIR / "junk.json").write_text("{not json")
+    (tmp_path / contract.RUNNING_DIR / "other.json").write_text('{"start": 1}')
+    got = results.running(tmp_path)
+    assert set(got) == {"t.py::a", "t.py::b"}
+    assert got["t.py::a"]["worker"] == "gw0" and got["t.py::a"]["timeout"] == 30.0
+    assert got["t.py::b"]["worker"] == "main" and got["t.py::b"]["timeout"] is None
+    results.clear_running(tmp_path, "single-gw0")
+    assert set(results.running(tmp_path)) == {"t.py::b"}
+
+
+def test_import_deaths_are_the_imports_never_cleared_once_each(tmp_path: Path) -> None:
+    marker = results.mark_importing(tmp_path, "test file", "suites/x/test_dies.py")
+    assert marker.parent == tmp_path / results.IMPORTING_DIR
+    (marker.parent / "1.json").write_text(json.dumps({"path": "suites/x/test_dies.py",
+                                                      "what": "test file"}))
+    (marker.parent / "2.json").write_text(json.dumps({"path": "spec.py", "what": "spec"}))
+    (marker.parent / "3.json").write_text("{half")
+    assert results.import_deaths(tmp_path) == [   # in the markers' order (1, 2, pid)
+        {"path": "suites/x/test_dies.py", "what": "test file"},
+        {"path": "spec.py", "what": "spec"}]
+    assert not marker.parent.exists()   # the notes are cleared
+    assert results.import_deaths(tmp_path) == []
+    results.mark_importing(tmp_path, "test file", "a.py")
+    results.clear_importing(tmp_path)
+    assert results.import_deaths(tmp_path) == []
+
+
+def test_redact_file_rewrites_only_what_holds_a_secret(tmp_path: Path) -> None:
+    log = tmp_path / "pytest.log"
+    log.write_text("GET https://alice:s3cret@example.com/x\nok\n")
+    clean = tmp_path / "junit.xml"
+    clean.write_text("<testsuites/>\n")
+    assert results.redact_files(tmp_path) == [log]
+    assert "s3cret" not in log.read_text() and log.read_text().endswith("/x\nok\n")
+    assert clean.read_text() == "<testsuites/>\n"
+    assert results.redact_file(log) is False           # nothing left to redact
+    link = tmp_path / "pytest-link.log"
+    link.symlink_to(tmp_path / "outside.txt")
+    (tmp_path / "outside.txt").write_text("https://bob:pw2@example.com/\n")
+    assert results.redact_file(link) is False           # never followed
+    assert "pw2" in (tmp_path / "outside.txt").read_text()
