@@ -237,3 +237,16 @@ def test_without_env_json_the_name_comes_from_a_record_that_names_a_cell(
     results.append_record(bad_only / contract.TESTS_FILE,
                           {"nodeid": "t.py::t", "outcome": "passed", "cell": "../evil"})
     assert cellresults.read_cell(bad_only).name == "artifact-4"
+
+
+def test_require_runs_cuts_the_paths_it_names_to_one_short_line(tmp_path: Path) -> None:
+    pages = []
+    for letter in "ab":
+        page = tmp_path / (letter * 150)
+        page.mkdir()
+        jsonio.write_json(page / "grid.json", {})   # passed over: no cell anywhere
+        pages.append(page)
+    with pytest.raises(InvalidInput) as none:
+        cellresults.require_runs(pages)
+    names = f"{pages[0]} {pages[1]}"
+    assert str(none.value) == f"no results folders found in {names[:199]}…"
