@@ -252,3 +252,17 @@ def test_redact_file_rewrites_only_what_holds_a_secret(tmp_path: Path) -> None:
     (tmp_path / "outside.txt").write_text("https://bob:pw2@example.com/\n")
     assert results.redact_file(link) is False           # never followed
     assert "pw2" in (tmp_path / "outside.txt").read_text()
+
+
+def test_a_mapping_exactly_at_the_limit_stays_a_mapping(tmp_path: Path) -> None:
+    def sized(n: int) -> dict[str, str]:
+        return {"k": "v" * n}
+
+    base = len(jsonio.safe_dumps(sized(0), sort_keys=False))
+    at = sized(64 * 1024 - base)
+    assert len(jsonio.safe_dumps(at, sort_keys=False)) == 64 * 1024
+    assert results.bounded_record({"nodeid": "t", "properties": at}, tmp_path) == {
+        "nodeid": "t", "properties": at}
+    past = sized(64 * 1024 - base + 1)
+    assert "truncated" in results.bounded_record({"nodeid": "t", "properties": past},
+                                                 tmp_path)["properties"]
