@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,15 @@ def test_a_mapping_exactly_at_the_limit_stays_a_mapping(tmp_path: Path) -> None:
     past = sized(64 * 1024 - base + 1)
     assert "truncated" in results.bounded_record({"nodeid": "t", "properties": past},
                                                  tmp_path)["properties"]
+
+
+def test_record_file_survives_a_test_that_deletes_the_whole_results_folder(
+        tmp_path: Path) -> None:
+    path = tmp_path / "results" / "cpu-2.13" / contract.TESTS_FILE   # none of it yet
+    rf = results.RecordFile(path)
+    rf.append({"nodeid": "t.py::a", "outcome": "passed"})
+    shutil.rmtree(tmp_path / "results")
+    rf.append({"nodeid": "t.py::b", "outcome": "passed"})
+    shutil.rmtree(tmp_path / "results")
+    rf.close()
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
