@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,7 @@ def test_redact_file_rewrites_only_what_holds_a_secret(tmp_path: Path) -> None:
     clean.write_text("<testsuites/>\n")
     assert results.redact_files(tmp_path) == [log]
     assert "s3cret" not in log.read_text() and log.read_text().endswith("/x\nok\n")
+    assert stat.S_IMODE(log.stat().st_mode) == 0o644   # the rewritten file, readable
     assert clean.read_text() == "<testsuites/>\n"
     assert results.redact_file(log) is False           # nothing left to redact
     link = tmp_path / "pytest-link.log"
@@ -279,3 +281,4 @@ def test_record_file_survives_a_test_that_deletes_the_whole_results_folder(
     shutil.rmtree(tmp_path / "results")
     rf.close()
     assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644   # as a plain file: others read it
