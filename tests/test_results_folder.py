@@ -190,6 +190,7 @@ def test_record_file_appends_each_record_unless_once_finds_it_there(
     assert synced == []
     assert rf.append(dict(rec), once=True) is False
     assert rf.append({**rec, "run_id": "r2"}, once=True) is True
+    assert rf.append(dict(rec), once=True) is False   # one of several matches
     assert rf.append({**rec, "nodeid": "t.py::b"}, durable=True, once=True) is True
     assert len(synced) == 1
     rf.close()
@@ -282,3 +283,32 @@ def test_record_file_survives_a_test_that_deletes_the_whole_results_folder(
     rf.close()
     assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
     assert stat.S_IMODE(path.stat().st_mode) == 0o644   # as a plain file: others read it
+
+
+def test_two_passes_record_files_restore_a_deleted_file_without_duplicates(
+        tmp_path: Path) -> None:
+    path = tmp_path / contract.TESTS_FILE
+    one, two = results.RecordFile(path), results.RecordFile(path)   # passes at once
+    one.append({"nodeid": "t.py::a", "outcome": "passed"})
+    two.append({"nodeid": "t.py::b", "outcome": "passed"})
+    path.unlink()
+    two.append({"nodeid": "t.py::c", "outcome": "passed"})   # restores a, b, then c
+    one.append({"nodeid": "t.py::d", "outcome": "passed"})   # a, b are there already
+    one.close()
+    two.close()
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == [
+        "t.py::a", "t.py::b", "t.py::c", "t.py::d"]
+
+
+def test_a_symlink_planted_at_the_records_path_is_replaced_by_the_records(
+        tmp_path: Path) -> None:
+    path = tmp_path / contract.TESTS_FILE
+    rf = results.RecordFile(path)
+    rf.append({"nodeid": "t.py::a", "outcome": "passed"})
+    moved = tmp_path / "moved.jsonl"
+    path.rename(moved)
+    path.symlink_to(moved)     # the path now leads (through a link) to the fd's own file
+    rf.append({"nodeid": "t.py::b", "outcome": "passed"})
+    rf.close()
+    assert not path.is_symlink()
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
