@@ -312,3 +312,10 @@ def test_a_symlink_planted_at_the_records_path_is_replaced_by_the_records(
     rf.close()
     assert not path.is_symlink()
     assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
+
+
+def test_an_int_past_64_bits_is_kept_as_text() -> None:
+    big = 2 ** 63
+    assert results.clean_properties({"a": big, "b": big - 1, "c": -big, "d": -big + 1,
+                                     "e": True}) == {
+        "a": str(big), "b": big - 1, "c": str(-big), "d": -big + 1, "e": True}
