@@ -319,3 +319,17 @@ def test_an_int_past_64_bits_is_kept_as_text() -> None:
     assert results.clean_properties({"a": big, "b": big - 1, "c": -big, "d": -big + 1,
                                      "e": True}) == {
         "a": str(big), "b": big - 1, "c": str(-big), "d": -big + 1, "e": True}
+
+
+def test_a_nested_value_is_its_compact_json_with_sorted_keys() -> None:
+    assert results.clean_properties({"x": [{"b": 1, "a": [2, 3]}]}) == {
+        "x": ['{"a":[2,3],"b":1}']}
+
+
+def test_clean_record_without_a_cache_redacts_properties_and_messages() -> None:
+    url = "https://alice:s3cret@example.com/x"
+    rec, notes = results.clean_record({"nodeid": "t.py::t", "outcome": "failed",
+                                       "message": url, "properties": {"where": url}}, "here")
+    assert notes == [] and rec is not None
+    assert "s3cret" not in rec["message"] and "s3cret" not in rec["properties"]["where"]
+    assert rec["properties"]["where"].endswith("example.com/x")
