@@ -333,3 +333,54 @@ def test_clean_record_without_a_cache_redacts_properties_and_messages() -> None:
     assert notes == [] and rec is not None
     assert "s3cret" not in rec["message"] and "s3cret" not in rec["properties"]["where"]
     assert rec["properties"]["where"].endswith("example.com/x")
+
+
+def test_pass_times_of_a_gated_pass_count_from_its_gate() -> None:
+    t0 = 1_700_000_000.0
+    passes = [{"name": "pinned", "start": t0, "end": t0 + 10},
+              {"name": "alone", "start": t0 + 1, "gate": t0 + 10, "end": t0 + 14.004}]
+    recs = [{"nodeid": "a", "pass": "alone", "start": t0 + 12},
+            {"nodeid": "b", "pass": "alone", "worker": "gw1", "start": t0 + 11},
+            {"nodeid": "c", "pass": "alone", "worker": "gw2", "start": True},
+            {"nodeid": "d", "pass": "alone", "worker": "gw3", "start": float("nan")},
+            {"nodeid": "e", "pass": "pinned", "start": t0 + 3}]
+    timing = results.pass_times(recs, passes, t0)   # type: ignore[arg-type]
+    pinned, alone = timing["passes"]
+    assert "waited_s" not in pinned and pinned["first_test_s"] == 3.0
+    assert pinned["workers_first_test_s"] == {"main": 3.0}
+    assert alone["waited_s"] == 9.0 and alone["tests"] == 4 and alone["wall_s"] == 13.0
+    assert alone["first_test_s"] == 1.0
+    assert alone["workers_first_test_s"] == {"gw1": 1.0, "main": 2.0}
+    assert timing["wall_s"] == 14.0
+    assert results.pass_times([], [], t0) == {"wall_s": 0.0, "passes": []}
+
+
+def test_finalize_names_the_dead_workers_tests_and_ends_the_env(tmp_path: Path) -> None:
+    jsonio.write_json(tmp_path / contract.ENV_FILE, {
+        "cell": "cpu-2.13", "run_id": "r1", "status": "running", "end": None,
+        "passes": [{"name": "single", "end": None}, {"name": "other", "end": "earlier"}]})
+    jsonio.write_json(tmp_path / contract.COLLECTED_FILE, ["t.py::a", "t.py::b", "t.py::c"])
+    results.append_record(tmp_path / contract.TESTS_FILE,
+                          {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"})
+    results.mark_running(tmp_path, "gw0", "t.py::b", None)
+    results.mark_running(tmp_path, "gw1", "t.py::a", None)   # recorded: not crashed
+    t0 = 1_700_000_000.0
+    summary = results.finalize(tmp_path, "killed", timing={
+        "passes": [{"name": "single", "start": t0, "end": t0 + 5}], "run_start": t0})
+    recs = {r["nodeid"]: r for r in results.read_records(tmp_path / contract.TESTS_FILE)[0]}
+    b = recs["t.py::b"]
+    assert (b["outcome"], b["worker"], b["run_id"], b["cell"]) == ("crashed", "gw0", "r1",
+                                                                   "cpu-2.13")
+    assert b["message"] == "the test process died while running this test (killed)"
+    assert 0 <= b["duration"] < 60
+    c = recs["t.py::c"]
+    assert (c["outcome"], c["message"], c["run_id"]) == ("not-run", "killed", "r1")
+    assert recs["t.py::a"]["outcome"] == "passed" and len(recs) == 3
+    env, _ = jsonio.read_json(tmp_path / contract.ENV_FILE)
+    assert env["status"] == "ended" and env["end_reason"] == "killed" and env["end"]
+    assert env["passes"] == [{"name": "single", "end": env["end"]},
+                             {"name": "other", "end": "earlier"}]
+    assert summary["counts"]["crashed"] == 1 and summary["counts"]["not-run"] == 1
+    assert summary["run_id"] == "r1" and summary["partial"] is False
+    assert summary["wall_s"] == 5.0 and summary["passes"][0]["tests"] == 0
+    assert summary["incomplete"] == "1 of the 3 collected tests have no record: t.py::c"
