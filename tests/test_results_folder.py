@@ -384,3 +384,13 @@ def test_finalize_names_the_dead_workers_tests_and_ends_the_env(tmp_path: Path) 
     assert summary["run_id"] == "r1" and summary["partial"] is False
     assert summary["wall_s"] == 5.0 and summary["passes"][0]["tests"] == 0
     assert summary["incomplete"] == "1 of the 3 collected tests have no record: t.py::c"
+
+
+def test_a_nodeid_up_to_its_bound_is_a_test_and_one_past_it_is_skipped() -> None:
+    limit = 64 * 1024
+    at = "t.py::t[" + "x" * (limit - 9) + "]"
+    assert len(at) == limit
+    rec, notes = results.clean_record({"nodeid": at, "outcome": "passed"}, "here")
+    assert rec is not None and notes == []
+    rec, notes = results.clean_record({"nodeid": at + "y", "outcome": "passed"}, "here")
+    assert rec is None and notes == ["here: nodeid is too long, not a test id; record skipped"]
