@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from accelgrid import results
 from accelgrid.base import contract, jsonio
@@ -394,3 +395,25 @@ def test_a_nodeid_up_to_its_bound_is_a_test_and_one_past_it_is_skipped() -> None
     assert rec is not None and notes == []
     rec, notes = results.clean_record({"nodeid": at + "y", "outcome": "passed"}, "here")
     assert rec is None and notes == ["here: nodeid is too long, not a test id; record skipped"]
+
+
+def test_finalize_merges_pending_torch_facts_and_reports_count_mismatches(
+        tmp_path: Path) -> None:
+    from accelgrid.results import plan, provenance
+
+    jsonio.write_json(tmp_path / contract.ENV_FILE, {
+        "cell": "cpu-2.13", "run_id": "r1", "status": "running", "torch": {"pending": True},
+        "passes": [{"name": "single", "end": None}]})
+    jsonio.write_json(tmp_path / "torch-single-main.json",
+                      provenance.worker_torch_report("cpu", True))
+    jsonio.write_json(tmp_path / contract.COLLECTED_FILE, ["t.py::a"])
+    results.append_record(tmp_path / contract.TESTS_FILE, {
+        "nodeid": "t.py::a", "outcome": "passed", "run_id": "r1", "pass": "single"})
+    plan.start_pass(tmp_path, "single", "r1", "cpu-2.13", env={})
+    plan.end_pass(tmp_path, "single", 2, 2, {"passed": 2}, 0)   # pytest saw 2
+    summary = results.finalize(tmp_path, "ended")
+    env, _ = jsonio.read_json(tmp_path / contract.ENV_FILE)
+    assert "pending" not in env["torch"] and env["torch"]["version"] == torch.__version__
+    assert summary["incomplete"] == ("pass single: pytest collected 2 and reported 2, the "
+                                     "recorder wrote 1")
+    assert "wall_s" not in summary and summary["problems"] == []
