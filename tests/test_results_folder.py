@@ -417,3 +417,117 @@ def test_finalize_merges_pending_torch_facts_and_reports_count_mismatches(
     assert summary["incomplete"] == ("pass single: pytest collected 2 and reported 2, the "
                                      "recorder wrote 1")
     assert "wall_s" not in summary and summary["problems"] == []
+
+
+def test_a_text_field_holding_a_number_is_its_text_and_a_bool_is_dropped(
+        tmp_path: Path) -> None:
+    path = tmp_path / contract.TESTS_FILE
+    results.append_record(path, {"nodeid": "t.py::a", "outcome": "passed", "worker": 3,
+                                 "device": 1.5, "when": True, "duration": 0})
+    [rec], notes = results.read_records(path)
+    assert (rec["worker"], rec["device"], rec["duration"]) == ("3", "1.5", 0)
+    assert "when" not in rec
+    assert notes == ["tests.jsonl record 1: when of t.py::a is a boolean; dropped"]
+
+
+def test_notes_on_bad_fields_name_a_long_test_id_by_its_first_200_characters(
+        tmp_path: Path) -> None:
+    nodeid = "t.py::t[" + "p" * 3000 + "]"
+    path = tmp_path / contract.TESTS_FILE
+    for bad in ({"outcome": 5}, {"outcome": "failed", "duration": "d" * 100},
+                {"outcome": "failed", "issue": 7}, {"outcome": "failed", "properties": [1]},
+                {"outcome": "failed", "worker": [1]}):
+        results.append_record(path, {"nodeid": nodeid, **bad})
+    records, notes = results.read_records(path)
+    short = nodeid[:200]
+    assert notes == [
+        f"tests.jsonl record 1: outcome of {short} is a number, not a word; record skipped",
+        f"tests.jsonl record 2: duration {'d' * 40!r} of {short} is not a number of "
+        "seconds; dropped",
+        f"tests.jsonl record 3: issue of {short} is a number; dropped",
+        f"tests.jsonl record 4: properties of {short} are a list; dropped",
+        f"tests.jsonl record 5: worker of {short} is a list; dropped"]
+    assert len(records) == 4 and all(r["nodeid"] == nodeid for r in records)
+
+
+def test_merged_torch_skips_a_report_that_is_not_a_mapping(tmp_path: Path) -> None:
+    from accelgrid.results import provenance
+
+    good = provenance.worker_torch_report("cpu", True)
+    jsonio.write_json(tmp_path / "torch-single-gw0.json", good)
+    jsonio.write_json(tmp_path / "torch-single-gw1.json", [good])
+    (tmp_path / "torch-single-gw2.json").write_text("{half")
+    assert results.merged_torch(tmp_path) == provenance.merge_torch_reports([good])
+
+
+def test_run_records_are_env_jsons_run_unless_one_is_named(tmp_path: Path) -> None:
+    jsonio.write_json(tmp_path / contract.ENV_FILE, {"run_id": "r1"})
+    for nodeid, run_id in (("t.py::a", "r1"), ("t.py::b", "r2"), ("t.py::c", None)):
+        rec: dict[str, Any] = {"nodeid": nodeid, "outcome": "passed"}
+        if run_id:
+            rec["run_id"] = run_id
+        results.append_record(tmp_path / contract.TESTS_FILE, rec)
+    recs, problems = results.run_records(tmp_path)
+    assert [r["nodeid"] for r in recs] == ["t.py::a", "t.py::c"]
+    assert problems == ["tests.jsonl: 1 record(s) of another run ignored"]
+    recs, _ = results.run_records(tmp_path, "r2")
+    assert [r["nodeid"] for r in recs] == ["t.py::b", "t.py::c"]
+
+
+def test_finalize_without_env_json_takes_the_run_it_is_given(tmp_path: Path) -> None:
+    jsonio.write_json(tmp_path / contract.COLLECTED_FILE, ["t.py::a"])
+    results.append_record(tmp_path / contract.TESTS_FILE,
+                          {"nodeid": "t.py::a", "outcome": "passed"})
+    summary = results.finalize(tmp_path, "ended", run={
+        "run_id": "r9", "pytest_args": ["-k", "a"], "selection": ["-k", "a"],
+        "cell": "other", "extra": 1})
+    assert (summary["run_id"], summary["pytest_args"], summary["selection"]) == (
+        "r9", ["-k", "a"], ["-k", "a"])
+    assert summary["partial"] is True and "extra" not in summary
+    assert summary["cell"] == tmp_path.name and summary["counts"]["passed"] == 1
+    assert "incomplete" not in summary
+    assert not (tmp_path / contract.ENV_FILE).exists()
+
+
+def test_finalize_leaves_an_ended_runs_env_as_it_is(tmp_path: Path) -> None:
+    env = {"cell": "cpu-2.13", "run_id": "r1", "status": "ended",
+           "end": "2026-12-05T01:00:00+00:00", "torch": {"version": "2.13.0"},
+           "passes": [{"name": "single", "end": "2026-12-05T01:00:00+00:00"}]}
+    jsonio.write_json(tmp_path / contract.ENV_FILE, env)
+    jsonio.write_json(tmp_path / contract.COLLECTED_FILE, ["t.py::a"])
+    results.append_record(tmp_path / contract.TESTS_FILE,
+                          {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"})
+    summary = results.finalize(tmp_path, "killed")
+    assert jsonio.read_json(tmp_path / contract.ENV_FILE)[0] == env
+    assert summary["cell"] == "cpu-2.13" and summary["run_id"] == "r1"
+
+
+def test_finalize_of_a_run_that_never_collected_says_which_part_is_missing(
+        tmp_path: Path) -> None:
+    jsonio.write_json(tmp_path / contract.ENV_FILE, {
+        "cell": "cpu-2.13", "run_id": "r1", "status": "running",
+        "passes": [{"name": "single", "end": None}]})
+    summary = results.finalize(tmp_path, "killed")
+    assert summary["incomplete"].startswith("no collection was recorded (no collected.json)")
+    (tmp_path / contract.ENV_FILE).unlink()
+    assert results.finalize(tmp_path, "killed")["incomplete"].startswith(
+        "the recorder never ran")
+
+
+def test_incompleteness_names_three_unrecorded_tests_and_marks_more() -> None:
+    assert results.incompleteness(["a", "b", "c"], set(), None) == (
+        "3 of the 3 collected tests have no record: a, b, c")
+    assert results.incompleteness(["a", "b", "c", "d"], {"b"}, None) == (
+        "3 of the 4 collected tests have no record: a, c, d")
+    assert results.incompleteness(["a", "b", "c", "d"], set(), None) == (
+        "4 of the 4 collected tests have no record: a, b, c, ...")
+    assert results.incompleteness(["a"], {"a"}, None) is None
+
+
+def test_pass_times_are_rounded_to_hundredths() -> None:
+    t0 = 1_700_000_000.0
+    passes = [{"name": "alone", "start": t0, "gate": t0 + 1.004, "end": t0 + 3}]
+    recs = [{"nodeid": "a", "pass": "alone", "worker": "gw0", "start": t0 + 2.0071}]
+    [timing] = results.pass_times(recs, passes, t0)["passes"]   # type: ignore[arg-type]
+    assert (timing["waited_s"], timing["first_test_s"]) == (1.0, 1.0)
+    assert timing["workers_first_test_s"] == {"gw0": 1.0}
