@@ -4,11 +4,15 @@ pins a behaviour a planted fault changed unseen (docs/mutation.md,
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import shutil
 import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -531,3 +535,112 @@ def test_pass_times_are_rounded_to_hundredths() -> None:
     [timing] = results.pass_times(recs, passes, t0)["passes"]   # type: ignore[arg-type]
     assert (timing["waited_s"], timing["first_test_s"]) == (1.0, 1.0)
     assert timing["workers_first_test_s"] == {"gw0": 1.0}
+
+
+def test_record_file_restores_a_folder_deleted_while_it_held_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "results" / "cpu-2.13" / contract.TESTS_FILE
+    rf = results.RecordFile(path)
+    rf.append({"nodeid": "t.py::a", "outcome": "passed"})
+    with jsonio.locked(path.parent):
+        shutil.rmtree(tmp_path / "results")   # another process's test: flock is advisory
+        assert rf.restore() is True
+    rf.close()
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a"]
+
+
+def test_markers_are_written_where_a_test_deleted_the_run_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "results" / "cpu-2.13"   # none of it left
+    results.mark_running(folder, "gw0", "t.py::a", 5.0)
+    assert set(results.running(folder)) == {"t.py::a"}
+    shutil.rmtree(tmp_path / "results")
+    results.mark_importing(folder, "test file", "suites/x/test_a.py")
+    assert results.import_deaths(folder) == [{"path": "suites/x/test_a.py",
+                                              "what": "test file"}]
+
+
+def test_two_workers_making_a_marker_folder_at_once_both_write_theirs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = jsonio.open_nofollow
+
+    def racing(path: Path, flags: int, mode: int = 0o644) -> int:
+        if not path.parent.exists():
+            # Another worker makes the folder just after this one found it missing.
+            path.parent.mkdir()
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        return real(path, flags, mode)
+
+    monkeypatch.setattr(results, "open_nofollow", racing)
+    results.mark_running(tmp_path, "gw0", "t.py::a", None)
+    results.mark_importing(tmp_path, "test file", "a.py")
+    assert set(results.running(tmp_path)) == {"t.py::a"}
+    assert results.import_deaths(tmp_path) == [{"path": "a.py", "what": "test file"}]
+
+
+def test_import_deaths_never_follow_a_linked_importing_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "1.json").write_text(json.dumps({"path": "x.py", "what": "test file"}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / results.IMPORTING_DIR).symlink_to(outside)
+    assert results.import_deaths(run) == []
+    assert (outside / "1.json").exists()
+
+
+def test_clear_for_run_makes_a_new_cells_folder_and_its_parents(tmp_path: Path) -> None:
+    cell = tmp_path / "results" / "cpu-2.13"   # neither results/ nor the cell yet
+    results.clear_for_run(cell)
+    assert cell.is_dir() and list(cell.iterdir()) == []
+
+
+def test_selected_runs_are_the_real_run_folders_newest_first(tmp_path: Path) -> None:
+    cell = tmp_path / "cpu-2.13"
+    cell.mkdir()
+    assert results.selected_runs(cell) == []   # no runs/ yet
+    runs = cell / contract.RUNS_DIR
+    old, new = runs / "r-old", runs / "r-new"
+    old.mkdir(parents=True)
+    new.mkdir()
+    os.utime(old, (1000, 1000))
+    os.utime(new, (2000, 2000))
+    (runs / "stray.txt").write_text("not a run")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (runs / "linked").symlink_to(outside)
+    assert results.selected_runs(cell) == [new, old]
+
+
+@contextlib.contextmanager
+def _undeletable(path: Path) -> Iterator[None]:
+    """``path`` cannot be unlinked: its folder read-only for a user, the file immutable
+    for root (whom permissions do not stop)."""
+    if os.geteuid() != 0:
+        path.parent.chmod(0o500)
+        try:
+            yield
+        finally:
+            path.parent.chmod(0o700)
+        return
+    if not shutil.which("chattr") or subprocess.run(
+            ["chattr", "+i", str(path)], capture_output=True, check=False).returncode:
+        pytest.skip("root without chattr +i here: no file it cannot unlink")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_prune_runs_goes_on_past_a_run_it_cannot_remove(tmp_path: Path) -> None:
+    cell = tmp_path / "cpu-2.13"
+    runs = cell / contract.RUNS_DIR
+    r1, r2, r3 = (runs / f"r{i}" for i in (1, 2, 3))
+    for i, run in enumerate((r1, r2, r3)):
+        run.mkdir(parents=True)
+        os.utime(run, (1000 + i, 1000 + i))
+    held = r2 / "held.txt"
+    held.write_text("x")
+    os.utime(r2, (1001, 1001))
+    with _undeletable(held):
+        gone = results.prune_runs(cell, keep=1)
+        assert gone == [r2, r1] and held.exists()
+    assert not r1.exists() and r3.is_dir()
