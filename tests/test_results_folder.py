@@ -13,7 +13,7 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PosixPath
 from typing import Any
 
 import pytest
@@ -644,3 +644,55 @@ def test_prune_runs_goes_on_past_a_run_it_cannot_remove(tmp_path: Path) -> None:
         gone = results.prune_runs(cell, keep=1)
         assert gone == [r2, r1] and held.exists()
     assert not r1.exists() and r3.is_dir()
+
+
+def test_a_field_past_256_mib_keeps_its_first_256_mib_in_full_text(tmp_path: Path) -> None:
+    cap = 256 * 1024 * 1024
+    out = results.bounded_record({"nodeid": "t", "outcome": "failed",
+                                  "message": "a" * cap + "b"}, tmp_path)
+    kept = tmp_path / out["full_text"]["message"]
+    assert kept.stat().st_size == cap
+    with kept.open("rb") as fh:
+        fh.seek(cap - 2)
+        assert fh.read() == b"aa"
+
+
+class _Reported(PosixPath):
+    """A real file whose size reads as ``size``; each whole read of it is noted."""
+
+    size = 0
+    loaded: list[Path] = []
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        real = super().stat(follow_symlinks=follow_symlinks)
+        return os.stat_result((*real[:6], self.size, *real[7:10]))
+
+    def read_bytes(self) -> bytes:
+        self.loaded.append(self)
+        return super().read_bytes()
+
+
+def test_a_log_past_512_mib_is_redacted_by_lines_and_one_at_512_mib_whole(
+        tmp_path: Path) -> None:
+    # A real 512 MiB log takes 20-40 s to redact here: small files report the sizes.
+    cap = 512 * 1024 * 1024
+
+    class Past(_Reported):
+        size, loaded = cap + 1, []
+
+    class At(_Reported):
+        size, loaded = cap, []
+
+    log = tmp_path / "pytest.log"
+    log.write_text("GET https://alice:s3cret@example.com/x\nok\n")
+    assert results.redact_file(Past(log)) is True
+    assert Past.loaded == []   # never loaded whole
+    text = log.read_text()
+    assert "s3cret" not in text and text.endswith("/x\nok\n")
+    clean = tmp_path / "junit.xml"
+    clean.write_text("<testsuites/>\n")
+    before = clean.stat()
+    assert results.redact_file(At(clean)) is False
+    assert At.loaded == [clean]
+    assert clean.stat().st_ino == before.st_ino and clean.read_text() == "<testsuites/>\n"
+
