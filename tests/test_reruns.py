@@ -6,6 +6,8 @@ passes on a rerun recorded ``flaky``, never ``passed``, through a real cell run
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -175,3 +177,23 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
             "ON t.id = r.test"))
     assert stored == {nodeids["test_flaky"]: "K1", nodeids["test_always_fails"]: "F2",
                       nodeids["test_passes"]: "P0"}
+
+
+@pytest.mark.slow  # installs a pytest from the package index
+def test_a_cell_on_an_older_pytest_writes_its_junit(tmp_path: Path) -> None:
+    """A --no-venv cell runs on the host's pytest, which can be older than the matrix's pin:
+    an H200 image's 9.1.1 keyed LogXML's reporters by report.nodeid (9.2: report.id), and
+    the recorder's JUnit wrap stopped the cell with an INTERNALERROR on every test. The
+    real-cell test above, run on pytest 9.1.1."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(target), "pytest==9.1.1"], check=True, capture_output=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(target), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("PYTEST_ADDOPTS", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "no:xdist", "--basetemp", str(tmp_path / "t"),
+                          f"{__file__}::test_matrix_reruns_real_cell_run_records_flaky_never_passed"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-3000:]
+    assert "INTERNALERROR" not in run.stdout + run.stderr

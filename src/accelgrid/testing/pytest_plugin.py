@@ -507,6 +507,15 @@ class OpCaptureHook:
             "nodeid": item.nodeid, "workload": workload_of(item.nodeid), **capture.report()})
 
 
+
+def _junit_key(report: pytest.TestReport) -> Any:
+    """The key LogXML files a test's reporter under: (report.id, xdist's node) from pytest
+    9.2, (report.nodeid, node) before it. A --no-venv cell runs on the host's pytest,
+    which may be older than the matrix's pin (an H200's image had 9.1.1)."""
+    # Any: typed against the installed pytest's keys, which differ across its versions.
+    return (report.id if hasattr(type(report), "id") else report.nodeid,
+            getattr(report, "node", None))
+
 class JUnitProperties:
     """On the controller: pytest's JUnit file of the pass carries the run's testsuite
     properties (:func:`accelgrid.results.junit.suite_properties`), added before pytest writes it,
@@ -545,7 +554,7 @@ class JUnitProperties:
         def without_properties(report: pytest.TestReport) -> None:
             # LogXML.finalize writes the testcase (reading user_properties) and then
             # drops it; other hooks still see the report's properties.
-            key = (report.id, getattr(report, "node", None))
+            key = _junit_key(report)
             if report.nodeid in self.in_attempt:
                 # The end of a failed attempt (pytest-rerunfailures): pytest would write
                 # it as a passed testcase. Its failure goes into the test's last one.
