@@ -139,6 +139,10 @@ class Device:
     spec: str | None = None   # a device outside the four: its spec file (accelgrid.devices.spec)
     # PyTorch channel -> this device's index for it (devices.<d>.channels: nightly, test)
     channels: dict[str, str] = dataclasses.field(default_factory=dict)
+    # torch series -> the device's own packages (devices.<d>.packages): an out-of-tree
+    # backend's module (torch_npu) pairs with torch's series, so a series without an
+    # entry has no cell of this device
+    packages: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     # CI runs its cells inside their images (runner.container; default: it has a family)
     ci_container: bool = False
 
@@ -485,6 +489,13 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
             why = environment.index_url_problem(url)
             if why:
                 problems.append(smap.problem(("devices", dev, "channels", channel), why))
+        for key, texts in (spec.get("packages") or {}).items():
+            where = ("devices", dev, "packages", key)
+            problems += _known("torch series", key, series, smap, where)
+            for i, text in enumerate(texts):
+                why = _requirement_problem(text)
+                if why:
+                    problems.append(smap.problem((*where, i), why))
         runner = spec.get("runner") or {}
         if ("labels" in runner) == ("scale_set" in runner):
             problems.append(smap.problem(("devices", dev, "runner"), (
@@ -690,6 +701,7 @@ def _build(data: dict, path: Path, smap: SourceMap) -> Matrix:
             drivers=_hardware(spec.get("drivers")),
             spec=spec.get("spec"),
             channels=dict(spec.get("channels") or {}),
+            packages={k: tuple(v) for k, v in (spec.get("packages") or {}).items()},
             ci_container=bool(runner.get("container", bool(container))),
         )
     torch = {
@@ -891,6 +903,9 @@ def _expand(matrix: Matrix) -> tuple[list[Cell], list[Problem]]:
         if isinstance(cell, str):  # why there is no cell
             problems.append(smap.problem(combo["_origin"], cell))
             continue
+        if isinstance(cell, Problem):
+            problems.append(cell)
+            continue
         if cell.name in seen:
             problems.append(smap.problem(
                 combo["_origin"],
@@ -948,8 +963,9 @@ def _name_pinned(combos: list[dict[str, Any]]) -> None:
                 combo["_suffix"] = [*combo.get("_suffix", []), combo[key]]
 
 
-def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> Cell | str:
-    """The cell of ``combo``, or why it cannot be one (a line naming the cell)."""
+def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> Cell | str | Problem:
+    """The cell of ``combo``, or why it cannot be one (a line naming the cell, or a
+    problem located elsewhere than the rule that made the combo)."""
     device = matrix.devices[combo["device"]]
     series = matrix.torch[combo["torch"]]
     profile = matrix.profiles[combo["profile"]]
@@ -966,7 +982,16 @@ def _make_cell(matrix: Matrix, combo: dict[str, Any]) -> Cell | str:
     if missing:
         return (f"cell {name}: suites need {', '.join(missing)} but torch "
                       f"{series.series} pins no version for it")
+    if device.packages and series.series not in device.packages:
+        # Said where the fix goes (once per series, whichever cells lack it): without its
+        # package the backend's spec file cannot even import.
+        return matrix.source.problem(
+            ("devices", device.name, "packages"),
+            f"no entry for torch {series.series}, the series of cell {name} ([] if the "
+            "device needs no package with it)")
     packages: list[str] = list(matrix.tools)
+    # The backend's own package before the suites': what they import needs it.
+    packages += [p for p in device.packages.get(series.series, ()) if p not in packages]
     for pin in sorted({n for s in suites for n in s.needs}):
         packages.append(f"{pin}=={series.pins[pin]}")
     for suite in suites:
