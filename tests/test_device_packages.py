@@ -7,15 +7,19 @@ requirement are refused with the file, line and key (tests/bad_matrices: device_
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from accelgrid import results
 from accelgrid.base import contract
 from accelgrid.commands import containers
 from accelgrid.config.matrix import load_matrix
-from accelgrid.config.validation import ValidationFailed
+from accelgrid.config.validation import ValidationFailed, load_schema
 from accelgrid.host import inputs, install
 from accelgrid.run.cell import plan_inputs
 
@@ -118,8 +122,6 @@ def test_a_bad_entry_is_refused_in_one_line_where_it_is(mini_project, entry: str
 
 
 def test_the_schema_describes_the_key() -> None:
-    from accelgrid.config.validation import load_schema
-
     device = load_schema("matrix")["properties"]["devices"]["additionalProperties"]
     key = device["properties"]["packages"]
     assert "torch-npu" in key["description"] and key["propertyNames"] == {
@@ -130,10 +132,6 @@ def test_the_schema_describes_the_key() -> None:
 def test_a_real_cell_installs_its_devices_package_and_records_it(mini_project) -> None:
     """A fakeacc cell run by nox: the device's package (six, pure Python) is in the cell's
     env, importable there, and its pin is in env.json's packages."""
-    import os
-    import subprocess
-    import sys
-
     proj = mini_project(noxfile=True)
     text = (proj / "matrix.yaml").read_text()
     text = text.replace("\ndevices:\n", "\n" + FAKE_DEVICE.replace(
@@ -148,5 +146,10 @@ def test_a_real_cell_installs_its_devices_package_and_records_it(mini_project) -
                            "-s", "fakeacc-2.13"], cwd=proj, capture_output=True, text=True,
                           timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    env_json = json.loads((proj / "results" / "fakeacc-2.13" / contract.ENV_FILE).read_text())
+    folder = proj / "results" / "fakeacc-2.13"
+    recs, problems = results.read_records(folder / contract.TESTS_FILE)
+    assert not problems
+    assert [(r["nodeid"].rsplit("::")[-1], r["outcome"]) for r in recs] == [("test_six",
+                                                                            "passed")]
+    env_json = json.loads((folder / contract.ENV_FILE).read_text())
     assert env_json["packages"]["six"] == "1.16.0"
