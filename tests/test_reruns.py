@@ -180,14 +180,16 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
 
 
 @pytest.mark.slow  # installs a pytest from the package index
-def test_a_cell_on_an_older_pytest_writes_its_junit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["8.3.0", "9.1.1"])  # pyproject's lower bound; an image's
+def test_a_cell_on_an_older_pytest_writes_its_junit(tmp_path: Path, version: str) -> None:
     """A --no-venv cell runs on the host's pytest, which can be older than the matrix's pin:
     an H200 image's 9.1.1 keyed LogXML's reporters by report.nodeid (9.2: report.id), and
     the recorder's JUnit wrap stopped the cell with an INTERNALERROR on every test. The
-    real-cell test above, run on pytest 9.1.1."""
+    real-cell test above, run on an older pytest."""
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                    str(target), "pytest==9.1.1"], check=True, capture_output=True, timeout=600)
+                    str(target), f"pytest=={version}"], check=True, capture_output=True,
+                   timeout=600)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(target), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("PYTEST_ADDOPTS", None)
