@@ -121,6 +121,20 @@ def test_a_bad_entry_is_refused_in_one_line_where_it_is(mini_project, entry: str
         file=proj / "matrix.yaml", line=where, line1=where + 1, line2=where + 2)]
 
 
+def test_a_malformed_requirement_is_refused_where_it_is(mini_project) -> None:
+    """The rest of the line is packaging's own parse error, worded differently by its
+    versions (the lowest-bounds test runs packaging's lower bound): the start is ours."""
+    device = (FAKE_DEVICE.split("    packages:\n")[0] + "    packages:\n"
+              '      "2.13": ["six=1.16.0"]\n      "2.4": []\n')
+    proj = _project(mini_project, device)
+    where = (proj / "matrix.yaml").read_text().splitlines().index("    packages:") + 2
+    with pytest.raises(ValidationFailed) as info:
+        load_matrix(proj / "matrix.yaml")
+    assert str(info.value).startswith(
+        f"{proj / 'matrix.yaml'}:{where}: devices.fakeacc.packages.2.13[0]: 'six=1.16.0' is "
+        "not a requirement: ")
+
+
 def test_the_schema_describes_the_key() -> None:
     device = load_schema("matrix")["properties"]["devices"]["additionalProperties"]
     key = device["properties"]["packages"]
