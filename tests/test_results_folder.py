@@ -133,16 +133,22 @@ def test_a_record_is_written_redacted_but_its_identity_as_collected(tmp_path: Pa
     assert line.count("\n") == 1 and line.endswith("\n")
 
 
-def test_a_durable_append_is_fsynced_and_a_plain_one_is_not(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[int] = []
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The file descriptors os.fsync is called with (it still syncs)."""
+    calls: list[int] = []
     real = os.fsync
 
     def fsync(fd: int) -> None:
-        synced.append(fd)
+        calls.append(fd)
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_a_durable_append_is_fsynced_and_a_plain_one_is_not(
+        tmp_path: Path, synced: list[int]) -> None:
     path = tmp_path / contract.TESTS_FILE
     results.append_record(path, {"nodeid": "t.py::a", "outcome": "passed"})
     assert synced == []
@@ -178,15 +184,7 @@ def test_record_file_puts_back_what_a_test_deleted_merged_with_what_others_wrote
 
 
 def test_record_file_appends_each_record_unless_once_finds_it_there(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[int] = []
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+        tmp_path: Path, synced: list[int]) -> None:
     path = tmp_path / contract.TESTS_FILE
     rf = results.RecordFile(path)
     rec = {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"}

@@ -113,20 +113,18 @@ def init(root: Path, devices: list[str], *, series: str | None = None,
     if existing and not force:
         raise ExistingFiles(f"{root}: would overwrite {', '.join(existing)}; nothing "
                             "written (--force overwrites them)")
-    done = []
-    for rel, text in own.items():
-        path = root / rel
-        how = "overwritten" if path.exists() else "written"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        done.append(Written(path, how))
-    rendered = ci.render(load_matrix(root / MATRIX))
-    for rel, text in rendered.items():
-        path = root / rel
-        how = "overwritten" if path.exists() else "written"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        done.append(Written(path, how))
+    done: list[Written] = []
+
+    def write(files: dict[str, str]) -> None:
+        for rel, text in files.items():
+            path = root / rel
+            how = "overwritten" if path.exists() else "written"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            done.append(Written(path, how))
+
+    write(own)
+    write(ci.render(load_matrix(root / MATRIX)))   # rendered from the matrix just written
     added = ignore(root / GITIGNORE)
     if added:
         done.append(Written(root / GITIGNORE, "appended " + " ".join(added)))

@@ -445,8 +445,13 @@ def mark_running(results: Path, worker: str, nodeid: str, timeout: float | None,
     # Once per test: one small write in place, no temp file. A reader that finds it
     # half-written ignores it (read_json error), which only costs crash attribution.
     path = results / contract.RUNNING_DIR / f"{slot or worker}.json"
-    data = safe_dumps({"nodeid": nodeid, "start": time.time(), "timeout": timeout,
-                   "worker": worker})
+    _write_marker(path, safe_dumps({"nodeid": nodeid, "start": time.time(),
+                                    "timeout": timeout, "worker": worker}))
+
+
+def _write_marker(path: Path, data: str) -> None:
+    """A small marker file written in place (no temporary file, never through a planted
+    link), its folder made on first use: a reader that finds it half-written ignores it."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
         fd = open_nofollow(path, flags)
@@ -465,15 +470,7 @@ def mark_importing(results: Path, what: str, path: str) -> Path:
     ``what``), in ``importing/<pid>.json``: a process that ends itself there (``os._exit``
     at import) leaves the note, which the runner reads (:func:`import_deaths`)."""
     marker = results / IMPORTING_DIR / f"{os.getpid()}.json"
-    data = safe_dumps({"path": path, "what": what})
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    try:
-        fd = open_nofollow(marker, flags)
-    except FileNotFoundError:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_nofollow(marker, flags)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(data)
+    _write_marker(marker, safe_dumps({"path": path, "what": what}))
     return marker
 
 
