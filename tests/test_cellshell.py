@@ -205,22 +205,41 @@ def test_a_cell_without_its_env_says_how_to_build_it(project: Path, command: str
     assert proc.stdout == ""
 
 
-def test_a_long_project_path_gets_noxs_hashed_env_name_quietly(mini_project) -> None:
-    """nox hashes an env name that would make too long a shebang line (and logs it):
-    env/shell look where nox builds, and print only their one line."""
+# A noxfile whose session, named as the cell, only makes its env (uv: a second); its
+# envdir as the project's noxfile sets it.
+_ENV_ONLY_NOXFILE = ("import os\nimport nox\nnox.options.default_venv_backend = 'uv'\n"
+                     "if os.environ.get('ACCELGRID_ENVDIR'):\n"
+                     "    nox.options.envdir = os.environ['ACCELGRID_ENVDIR']\n\n\n"
+                     "@nox.session(name='cpu-2.13')\ndef cell(session):\n    pass\n")
+
+
+@pytest.mark.parametrize("where", ["deep-project", "long-envdir"])
+def test_env_dir_is_where_nox_builds_the_env(mini_project, monkeypatch, where: str) -> None:
+    """nox names an env from its envdir option as given (".nox", relative to the
+    noxfile's folder; ACCELGRID_ENVDIR as set), hashing the name where that path would
+    be too long: a deep project keeps `.nox/cpu-2-13`, a long envdir gets a hashed name.
+    env_dir says where a real nox builds it, and env/shell print only their one line."""
     with tempfile.TemporaryDirectory() as base:
-        # nox hashes when .nox/<name> passes 87 characters and .nox itself is under 91.
+        # nox hashes when <envdir>/<name> passes 87 characters and envdir is under 91.
         pad = 85 - len(str(Path(base) / "proj" / ".nox"))
         deep = Path(base) / ("d" * pad) / "proj"
         shutil.copytree(mini_project(), deep)
+        (deep / "noxfile.py").write_text(_ENV_ONLY_NOXFILE)
+        if where == "long-envdir":
+            monkeypatch.setenv("ACCELGRID_ENVDIR", str(deep / "envs"))
         cell = load_matrix(deep / "matrix.yaml").cell("cpu-2.13")
-        where = venvs.env_dir(deep, cell)
-        assert where.parent == deep / ".nox" and where.name != "cpu-2-13"
-        assert re.fullmatch(r"[0-9a-f]{8}", where.name)
+        env = venvs.env_dir(deep, cell)
         proc = accelgrid("--matrix", str(deep / "matrix.yaml"), "env", "cpu-2.13")
-    assert proc.returncode == 1
-    assert proc.stderr == (f"accelgrid env: cpu-2.13: its env {where} is not built yet; "
-                           "build it with: nox -s cpu-2.13 --install-only\n")
+        assert proc.returncode == 1
+        assert proc.stderr == (f"accelgrid env: cpu-2.13: its env {env} is not built yet; "
+                               "build it with: nox -s cpu-2.13 --install-only\n")
+        subprocess.run([sys.executable, "-m", "nox", "-s", "cpu-2.13"], cwd=deep,
+                       check=True, capture_output=True, timeout=300)
+        assert venvs.python_in(env).exists()
+        if where == "deep-project":
+            assert env == deep / ".nox" / "cpu-2-13"
+        else:
+            assert env.parent == deep / "envs" and re.fullmatch(r"[0-9a-f]{8}", env.name)
 
 
 def test_shell_with_a_command_that_does_not_exist_says_so(project: Path) -> None:

@@ -122,7 +122,8 @@ def test_run_container_refuses_a_cell_without_image() -> None:
 def test_every_argument_after_dashes_reaches_pytest(word, monkeypatch) -> None:
     # Before the command tree, `accelgrid run cpu-2.13 -- -k ops` silently dropped `-k ops`.
     calls: list[list[str]] = []
-    monkeypatch.setattr(cli_run, "nox", lambda argv, root, env=None: calls.append(argv) or 0)
+    monkeypatch.setattr(cli_run, "nox", lambda argv, root, env=None, ahead=None:
+                        calls.append(argv) or 0)
     assert cli.main(["--matrix", str(ROOT / "matrix.yaml"), "run", "cpu-2.13", "--", "-k",
                      word, word, "--", "-x"]) == 0
     (cmd,) = calls
@@ -234,26 +235,32 @@ def test_plan_says_whether_the_cell_can_run_here(capsys) -> None:
     assert "this host   mps needs a Darwin host" in mps
 
 
-@pytest.mark.parametrize("own_src", [True, False], ids=["own-src", "other-checkout"])
-def test_run_starts_nox_in_a_process_of_its_own(tmp_path: Path, own_src: bool) -> None:
-    """nox runs as a process of its own, whichever checkout's noxfile it loads, and its
-    exit code and output come back."""
+@pytest.mark.parametrize("src", ["this-checkout", "none", "another-checkout"])
+def test_run_starts_nox_here_unless_another_checkout(tmp_path: Path, src: str) -> None:
+    """nox runs in the CLI's process (one interpreter and one import of accelgrid less),
+    unless the project is another checkout of accelgrid, whose noxfile imports its own
+    src/accelgrid: then in a process of its own. Its exit code and output come back."""
     proj = tmp_path / "proj"
     proj.mkdir()
-    if own_src:
+    if src == "this-checkout":
         (proj / "src").symlink_to(ROOT / "src")
+    elif src == "another-checkout":
+        (proj / "src" / "accelgrid").mkdir(parents=True)
+        (proj / "src" / "accelgrid" / "__init__.py").write_text("")
     (proj / "noxfile.py").write_text(
         "import os\nimport nox\n\n\n@nox.session(python=False)\ndef where(session):\n"
         "    print('nox pid', os.getpid(), flush=True)\n    session.error('stop here')\n")
     code = ("import os, sys\nfrom pathlib import Path\nfrom accelgrid.cli import run\n"
             "print('cli pid', os.getpid(), flush=True)\n"
-            f"sys.exit(run.nox(['-f', 'noxfile.py', '-s', 'where'], Path({str(proj)!r})))\n")
+            f"rc = run.nox(['-f', 'noxfile.py', '-s', 'where'], Path({str(proj)!r}))\n"
+            "print('cwd after', os.getcwd(), flush=True)\nsys.exit(rc)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert proc.returncode == 1, proc.stdout + proc.stderr   # the session failed: nox's 1
-    pids = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines() if " pid " in line)
-    assert pids["cli pid"] != pids["nox pid"]
+    lines = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert (lines["cli pid"] == lines["nox pid"]) == (src != "another-checkout")
+    assert lines["cwd after"] == str(tmp_path)   # the working folder is put back
     assert "stop here" in proc.stderr
 
 

@@ -153,7 +153,6 @@ def _run_plan(matrix: Matrix, cell: Cell, no_venv: bool, pytest_args: list[str]
     """The run's own plan (:func:`accelgrid.run.passes.plan_run`): its interpreter (the
     cell's env, built or not, or this one with ``no_venv``), its results folder, its
     device count and ``ACCELGRID_WORKERS``, as `accelgrid run` would have them."""
-    from ..commands import sessions  # import nox: only for a plan
     from ..host import venvs
 
     root = matrix.root.resolve()   # as the noxfile's ROOT
@@ -163,7 +162,7 @@ def _run_plan(matrix: Matrix, cell: Cell, no_venv: bool, pytest_args: list[str]
     if selection.selection(pytest_args):
         folder = folder / contract.RUNS_DIR / "<run-id>"
     return pass_plan.plan_run(cell, python, folder, root, pytest_args,
-                              sessions.workers_override(), env)
+                              pass_plan.workers_override(), env)
 
 
 def _schema(args: argparse.Namespace) -> int:

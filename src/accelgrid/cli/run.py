@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from ..base import contract
@@ -94,7 +98,14 @@ def _run(args: argparse.Namespace) -> int:
         argv.append("--no-venv")
     if args.pytest_args:
         argv += ["--", *args.pytest_args]
-    return exit_code(nox(argv, matrix.root, matrix.nox_env))
+    ahead = None
+    if not args.no_venv:
+        from ..run import prestart
+
+        # A selected run's pytest starts first, held at its gate while the session (in
+        # this process) checks the env: its start-up overlaps nox's (run.prestart).
+        ahead = functools.partial(prestart.ahead, matrix, cell, args.pytest_args)
+    return exit_code(nox(argv, matrix.root, matrix.nox_env, ahead=ahead))
 
 
 # nox's own exit codes (nox.tasks) that are not a failed session: 2, the noxfile did not
@@ -109,8 +120,61 @@ def exit_code(nox_code: int) -> int:
     return EXIT_INVALID if nox_code in NOX_INPUT_ERRORS else nox_code
 
 
-def nox(argv: list[str], root: Path, env: dict[str, str] | None = None) -> int:
-    """``python -m nox ARGV`` in ``root``, in a process of its own, with ``env`` added to
-    the environment; nox's exit code."""
-    return subprocess.call([sys.executable, "-m", "nox", *argv], cwd=root,
-                           env={**os.environ, **(env or {})})
+def nox(argv: list[str], root: Path, env: dict[str, str] | None = None,
+        ahead: Callable[[], AbstractContextManager[object]] | None = None) -> int:
+    """nox with ``argv``, in ``root``, with ``env`` added to the environment; nox's exit
+    code. In this process (:func:`in_process`), inside ``ahead()`` when given (the run
+    started ahead of the session), else in a process of its own."""
+    if not in_process(root):
+        return subprocess.call([sys.executable, "-m", "nox", *argv], cwd=root,
+                               env={**os.environ, **(env or {})})
+    with _environment(root, env), (ahead() if ahead else contextlib.nullcontext()):
+        return _nox_main(argv)
+
+
+def in_process(root: Path) -> bool:
+    """Whether nox runs in this process for the project at ``root``: unless ``root`` is
+    another checkout of accelgrid, whose noxfile imports its own ``src/accelgrid`` (here
+    the one already loaded would answer). In this process, a warm selected run starts
+    one interpreter less, loads accelgrid and the matrix once, and can start its pytest
+    ahead of nox (docs/running.md)."""
+    own = root / "src" / "accelgrid"
+    return not own.is_dir() or own.resolve() == Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def _environment(root: Path, env: dict[str, str] | None) -> Iterator[None]:
+    """``root`` the working folder and ``env`` added to the environment, both put back
+    afterwards (with ``sys.argv``, which nox parses)."""
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    os.environ.update(env or {})
+    try:
+        os.chdir(root)
+        yield
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _nox_main(argv: list[str]) -> int:
+    """nox's own ``main`` with ``argv``, here; its exit code."""
+    import nox as nox_module
+
+    sys.argv = ["nox", *argv]
+    try:
+        nox_module.main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)   # sys.exit("message"): the noxfile's own one line
+    return 1

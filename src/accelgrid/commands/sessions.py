@@ -29,8 +29,9 @@ from ..base.errors import AccelgridError, InvalidInput
 from ..config.matrix import Cell, Matrix
 from ..host import detect, inputs, install, venvs
 from ..results import environment, history, shards
-from ..run import console, preflight
+from ..run import console, preflight, prestart
 from ..run.cell import run_cell
+from ..run.passes import workers_override
 from . import actions
 
 
@@ -40,20 +41,6 @@ def _python_in(session: nox.Session) -> str:
     bin_dir = Path(session.bin)
     exe = bin_dir / ("python.exe" if os.name == "nt" else "python")
     return str(exe)
-
-
-MAX_WORKERS = 256  # as matrix.yaml's workers
-
-
-def workers_override() -> int | None:
-    """$ACCELGRID_WORKERS as a number of workers (InvalidInput for anything else)."""
-    text = os.environ.get(contract.WORKERS, "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
-        raise InvalidInput(f"{contract.WORKERS}={text[:40]!r}: expected a whole number of "
-                           f"workers from 1 to {MAX_WORKERS}")
-    return int(text)
 
 
 def _fail(session: nox.Session, message: str) -> None:
@@ -161,6 +148,8 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
         # Files gone: stamped, then damaged since; or unstamped, a kill mid-install. uv
         # would see the metadata and change nothing: reinstall straight away.
         gone = install.missing_files(envdir) if envdir.is_dir() else None
+        if not current or gone:
+            prestart.cancel()   # the env changes under it: tests started ahead end
         if gone:
             session.log(f"{cell.name}: the env " + ("lost files since its install" if current
                         else "is incomplete, an interrupted earlier install") +
@@ -191,14 +180,19 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
         checkout = venvs.runner_checkout()
         if checkout is not None:
             # Its python imports accelgrid from the runner's checkout by itself (venvs.PTH).
+            if not venvs.linked(site, checkout):
+                prestart.cancel()   # started ahead, its python may not import it
             venvs.link_project(python, checkout, site=site)
         else:
             _install_accelgrid(session, cell, python)
     if _install_only(session):   # the env is ready, run nothing
         return
     try:
+        # The run `accelgrid run` started ahead, held until now, when it is this one.
+        ahead = prestart.take(cell, python, matrix.root, out, session.posargs, workers,
+                              checked, finalized=write_op_pages)
         rc = run_cell(cell, python, matrix.root, out, session.posargs, workers=workers,
-                      finalized=write_op_pages, checked=checked)
+                      finalized=write_op_pages, checked=checked, prestarted=ahead)
     except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
         problem = jsonio.storage_problem(exc)
         if problem is None:
@@ -218,6 +212,7 @@ def _install_accelgrid(session: nox.Session, cell: Cell, python: str) -> None:
     from_wheel = not wanted.startswith("accelgrid==")
     if not from_wheel and venvs.installed_accelgrid(python) == __version__:
         return
+    prestart.cancel()
     session.log(f"{cell.name}: installing accelgrid {__version__} (no dependencies: the "
                 f"cell's pins bring what a cell needs): {wanted}")
     session.install("--no-deps", *(("--reinstall-package", "accelgrid") if from_wheel else ()),
@@ -306,6 +301,7 @@ def _reinstall(session: nox.Session, cell: Cell, plan: install.InstallPlan, pyth
     line."""
     from nox.virtualenv import find_uv
 
+    prestart.cancel()
     has_uv, uv = find_uv()[:2]   # (found, path[, version]): nox's own uv
     if not has_uv:
         _fail(session, f"{cell.name}: uv is not installed: cannot reinstall {names}")
@@ -340,16 +336,10 @@ def _install_plan(session: nox.Session, cell: Cell, envdir: Path
     """The plan the env is built with, its stamp and whether the env holds it already.
     A cpu cell whose CPU index cannot be reached takes torch's CPU build from pip's
     configuration, saying so in one line; a warm env asks no index."""
-    torch_index = os.environ.get(contract.TORCH_INDEX)
-    uv_env = install.uv_env(envdir)
-    plans = [install.plan(cell, torch_index=torch_index, uv_env=uv_env)]
-    if install.can_fall_back(cell, torch_index):
-        plans.append(install.plan(cell, torch_index=torch_index, uv_env=uv_env,
-                                  cpu_fallback=True))
-    for plan in plans:
-        pins = install.pins(plan, envdir)
-        if install.env_holds(envdir, pins):
-            return plan, pins, True
+    plans = install.plans(cell, envdir)
+    held = install.held_plan(envdir, plans)
+    if held is not None:
+        return *held, True
     plan = plans[0]
     problem = install.local_wheel(cell)[1] or install.index_problem(plan.index)
     if problem and len(plans) > 1:

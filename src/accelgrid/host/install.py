@@ -444,6 +444,27 @@ def env_holds(envdir: Path, wanted: dict[str, Any]) -> bool:
             and stamp.get("distributions") == _distributions(envdir))
 
 
+def plans(cell: Cell, envdir: Path) -> list[InstallPlan]:
+    """The plans ``cell``'s env may be built with: from its index, then (a cpu cell whose
+    CPU index may be out of reach) torch's CPU build from pip's configuration."""
+    torch_index = os.environ.get(contract.TORCH_INDEX)
+    uv = uv_env(envdir)
+    found = [plan(cell, torch_index=torch_index, uv_env=uv)]
+    if can_fall_back(cell, torch_index):
+        found.append(plan(cell, torch_index=torch_index, uv_env=uv, cpu_fallback=True))
+    return found
+
+
+def held_plan(envdir: Path, candidates: Sequence[InstallPlan]
+              ) -> tuple[InstallPlan, dict[str, Any]] | None:
+    """The first of ``candidates`` whose pins the env's stamp says it holds, with them."""
+    for candidate in candidates:
+        wanted = pins(candidate, envdir)
+        if env_holds(envdir, wanted):
+            return candidate, wanted
+    return None
+
+
 def write_stamp(envdir: Path, wanted: dict[str, Any]) -> None:
     """Record a successful install of ``wanted`` (atomically)."""
     jsonio.write_json(envdir / STAMP, {**wanted, "distributions": _distributions(envdir)})

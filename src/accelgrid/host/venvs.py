@@ -45,13 +45,16 @@ class NotBuilt(AccelgridError):
 def env_dir(root: Path, cell: Cell) -> Path:
     """Where ``nox -s CELL`` builds ``cell``'s env (``.nox/cpu-2-13``; under
     ``$ACCELGRID_ENVDIR`` when set, which the noxfile hands nox as its envdir)."""
-    base = os.environ.get(contract.ENVDIR) or str(root / ENVDIR)
+    # nox names the env from its envdir option as given: the noxfile's ACCELGRID_ENVDIR,
+    # else ".nox" in the noxfile's folder, relative (a long name is hashed by that length:
+    # from root/.nox, a deep checkout's name would be hashed where nox's is not).
+    base = os.environ.get(contract.ENVDIR) or ENVDIR
     # nox logs a hashed name as a warning; outside nox nothing configures its logger, so
     # Python's last-resort handler would print it to stderr on every call.
     log = logging.getLogger("nox")
     disabled, log.disabled = log.disabled, True
     try:
-        return Path(_normalize_path(base, cell.name))
+        return root / _normalize_path(base, cell.name)
     finally:
         log.disabled = disabled
 
@@ -89,14 +92,27 @@ def link_project(python: str | Path, root: Path, site: Path | None = None
     it named before when that was something else (an env copied from another
     checkout), else None."""
     pth = (site if site is not None else site_packages(python)) / PTH
-    line = str((root / "src").absolute())
-    try:
-        before = pth.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        before = None
+    line = _link_line(root)
+    before = _read_link(pth)
     if before != line:
         pth.write_text(line + "\n", encoding="utf-8")
     return pth, before if before not in (None, line) else None
+
+
+def linked(site: Path, root: Path) -> bool:
+    """Whether the env of ``site`` imports accelgrid from ``root``'s ``src`` already."""
+    return _read_link(site / PTH) == _link_line(root)
+
+
+def _link_line(root: Path) -> str:
+    return str((root / "src").absolute())
+
+
+def _read_link(pth: Path) -> str | None:
+    try:
+        return pth.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
 
 
 # accelgrid's own exact pins beside its pyproject.toml, whose dependencies are ranges: its

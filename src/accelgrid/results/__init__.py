@@ -607,6 +607,9 @@ def pass_times(records: list[TestRecord], passes: list[dict[str, Any]],
         }
         if "gate" in p:
             timing["waited_s"] = round(since - p["start"], 2)
+        ahead = p.get("ahead")
+        if isinstance(ahead, int | float):  # started while nox checked the env (run.prestart)
+            timing["ahead_s"] = round(ahead - p["start"], 2)
         out.append(timing)
     end = max((p["end"] for p in passes), default=run_start)
     return {"wall_s": round(end - run_start, 2), "passes": out}

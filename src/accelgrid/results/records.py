@@ -80,6 +80,7 @@ class PassTiming(TypedDict, total=False):
     first_test_s: Required[float | None]
     workers_first_test_s: Required[dict[str, float]]
     waited_s: float
+    ahead_s: float   # started ahead of the env's checks: its gate opened this much later
 
 
 class Summary(TypedDict, total=False):

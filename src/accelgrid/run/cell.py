@@ -47,9 +47,19 @@ from .console import PYTEST_TROUBLE, beside_note, print_timing, say
 from .lock import cell_lock
 from .passes import Pass, RunPlan, pass_args, plan_run, pytest_command, stages
 from .selection import selection
-from .supervise import append_logs, run_pytests
+from .supervise import Started, append_logs, run_pytests
 
 RUNS_KEPT = 20  # runs with a selection kept in results/<cell>/runs/ (the newest)
+
+
+@dataclass
+class HeldStart:
+    """A stage's pytest jobs started ahead of the run's last checks (:mod:`.prestart`):
+    their tests wait for ``gate`` (contract.GATE), made once the env is checked."""
+
+    jobs_of_passes: list[tuple[Pass, list[str], dict[str, str], Path]]
+    gate: Path
+    started: Started
 
 
 @dataclass
@@ -80,6 +90,7 @@ class CellRun:
     rc: int = 0
     summary: Summary | None = None
     ignored: list[str] = field(default_factory=list)   # test files that ended their process
+    started: HeldStart | None = None   # its first stage, started held (.prestart)
 
     @property
     def log(self) -> Path:
@@ -101,13 +112,33 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
              pytest_args: Sequence[str] = (), workers: int | None = None,
              limit_s: float | None = None,
              finalized: Callable[[Cell, Path], None] | None = None,
-             checked: preflight.Preflight | None = None) -> int:
+             checked: preflight.Preflight | None = None,
+             prestarted: CellRun | None = None) -> int:
     """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit;
     1 where pytest's was 0 but the run is incomplete: summary.json's ``incomplete``).
     ``finalized`` gets the run's folder once its results are closed (the session step
     writes the op pages there); ``checked``: the run's preflight, when the caller made it
-    (else made here, once). Raises :class:`CellBusy` when another run of the cell is in
-    progress."""
+    (else made here, once). ``prestarted``: this very run, its tests started and held at
+    their gate (:mod:`accelgrid.run.prestart`, which holds its lock): it goes on from
+    there. Raises :class:`CellBusy` when another run of the cell is in progress."""
+    if prestarted is not None:
+        announce(prestarted)
+        return run_steps(prestarted, STEPS[STEPS.index(adopt) + 1:])
+    with contextlib.ExitStack() as stack:
+        run = open_run(stack, cell, python, root, results_root, pytest_args, workers,
+                       limit_s, finalized, checked)
+        announce(run)
+        return run_steps(run)
+
+
+def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
+             results_root: Path, pytest_args: Sequence[str] = (),
+             workers: int | None = None, limit_s: float | None = None,
+             finalized: Callable[[Cell, Path], None] | None = None,
+             checked: preflight.Preflight | None = None) -> CellRun:
+    """A run of ``cell`` as :func:`run_cell` takes it: the cell's lock held (until
+    ``stack`` closes), its folder ready (a full run's emptied; a selected run's made),
+    its env; nothing said yet (:func:`announce`)."""
     # Not resolved: a symlink planted as the cell folder is refused, never followed.
     cell_folder = Path(os.path.abspath(results_root / cell.name))
     # Everything the run reads is checked before the results folder is touched; nothing
@@ -120,27 +151,41 @@ def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
     run_start = time.time()
     run_id = uuid.uuid4().hex
     chosen = selection(pytest_args)
-    with cell_lock(cell_folder, cell.name, run_id) as lock_fds:
-        folder = results.run_folder(cell_folder, run_id, partial=bool(chosen))
-        if chosen:
-            results.prune_runs(cell_folder, RUNS_KEPT - 1)
-            folder.mkdir(parents=True)
-        else:
-            results.clear_for_run(cell_folder)
-        results.write_last_run(cell_folder, run_id, folder, chosen)
-        record = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
-        env = cell_env(cell, root, folder, checked=checked, python=python)
-        env.update({contract.RUN_ID: run_id,
-                    contract.PLAN_INPUTS: plan_inputs(cell),
-                    contract.PYTEST_ARGS: json.dumps(jsonio.safe(record["pytest_args"])),
-                    contract.SELECTION: json.dumps(jsonio.safe(chosen))})
-        if chosen:
-            say(cell.name, f"a selected run (pytest {jsonio.safe_text(' '.join(chosen))}): "
-                f"results in {folder}; the cell's full run stays in {cell_folder}")
-        return run_steps(CellRun(
-            cell, python, root, folder, env, tuple(pytest_args), workers,
-            limit_s if limit_s is not None else cell.cell_minutes * 60, record,
-            keep_fds=lock_fds, run_start=run_start, finalized=finalized))
+    lock_fds = stack.enter_context(cell_lock(cell_folder, cell.name, run_id))
+    folder = results.run_folder(cell_folder, run_id, partial=bool(chosen))
+    if chosen:
+        folder.mkdir(parents=True)
+    else:
+        results.clear_for_run(cell_folder)
+    record = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
+    return CellRun(cell, python, root, folder,
+                   run_env(cell, root, folder, checked, python, record), tuple(pytest_args),
+                   workers, limit_s if limit_s is not None else cell.cell_minutes * 60,
+                   record, keep_fds=lock_fds, run_start=run_start, finalized=finalized)
+
+
+def run_env(cell: Cell, root: Path, folder: Path, checked: preflight.Preflight,
+            python: str, record: dict[str, Any]) -> dict[str, str]:
+    """The env every pass of the run in ``folder`` starts with (``record``: its id, pytest
+    arguments and selection)."""
+    env = cell_env(cell, root, folder, checked=checked, python=python)
+    env.update({contract.RUN_ID: str(record["run_id"]),
+                contract.PLAN_INPUTS: plan_inputs(cell),
+                contract.PYTEST_ARGS: json.dumps(jsonio.safe(record["pytest_args"])),
+                contract.SELECTION: json.dumps(jsonio.safe(record["selection"]))})
+    return env
+
+
+def announce(run: CellRun) -> None:
+    """The run named the cell's latest (``last-run.json``; a selected run's folder keeps
+    the newest :data:`RUNS_KEPT` of ``runs/``), and a selected run said."""
+    cell_folder = run.folder if not run.record["selection"] else run.folder.parent.parent
+    chosen = list(run.record["selection"])
+    results.write_last_run(cell_folder, str(run.record["run_id"]), run.folder, chosen)
+    if chosen:
+        results.prune_runs(cell_folder, RUNS_KEPT)
+        run.say(f"a selected run (pytest {jsonio.safe_text(' '.join(chosen))}): "
+                f"results in {run.folder}; the cell's full run stays in {cell_folder}")
 
 
 def plan_inputs(cell: Cell) -> str:
@@ -233,48 +278,71 @@ def _import_deaths(run: CellRun, stage: list[Pass]) -> bool:
     return again
 
 
-def _run_stage(run: CellRun, stage: list[Pass]) -> None:
-    cell, folder, planned = run.cell, run.folder, run.plan
-    assert planned is not None and run.watch is not None
-    jobs: list[tuple[Pass, list[str]]] = []
+def stage_jobs(run: CellRun, stage: list[Pass]
+               ) -> list[tuple[Pass, list[str], dict[str, str], Path]]:
+    """The stage's passes as pytest jobs: (pass, command, env, log); passes with nothing
+    left to run are not among them. Each log starts with its pass's command line."""
+    planned = run.plan
+    assert planned is not None
+    jobs: list[tuple[Pass, list[str], dict[str, str], Path]] = []
     for run_pass in stage:
-        args = pass_args(run_pass, folder, run.root, run.pytest_args)
+        args = pass_args(run_pass, run.folder, run.root, run.pytest_args)
         if args is None:
             continue
         # The planned command, unless the pass got the tests an earlier one left.
-        jobs.append((run_pass, [*(planned.commands[planned.passes.index(run_pass)]
-                                  if args == list(run.pytest_args) else
-                                  pytest_command(cell, run.python, folder, args, run.workers,
-                                                 run.root, run_pass)),
-                                *(f"--ignore={p}" for p in run.ignored)]))
+        cmd = [*(planned.commands[planned.passes.index(run_pass)]
+                 if args == list(run.pytest_args) else
+                 pytest_command(run.cell, run.python, run.folder, args, run.workers,
+                                run.root, run_pass)),
+               *(f"--ignore={p}" for p in run.ignored)]
+        gate = run.folder / f".gate-{run_pass.name}" if run_pass.gated else None
+        env = {**run.env, **dict(run_pass.env), contract.PASS: run_pass.name,
+               **({contract.GATE: str(gate)} if gate else {})}
+        log = run.log if not jobs else run.folder / f"pytest-{run_pass.name}.log"
+        jobs.append((run_pass, cmd, env, log))
+    return jobs
+
+
+def write_log_heads(jobs: Sequence[tuple[Pass, list[str], dict[str, str], Path]]) -> None:
+    """Each pass's log starts with its command (pytest's output follows)."""
+    for run_pass, cmd, _, log in jobs:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
+                     f"{jsonio.safe_text(' '.join(cmd))}\n")
+
+
+def _run_stage(run: CellRun, stage: list[Pass]) -> None:
+    assert run.watch is not None
+    started, run.started = run.started, None
+    jobs = stage_jobs(run, stage) if started is None else started.jobs_of_passes
     if not jobs:
         return
     left = run.deadline - time.monotonic()
-    logs = [run.log if i == 0 else folder / f"pytest-{run_pass.name}.log"
-            for i, (run_pass, _) in enumerate(jobs)]
-    for (run_pass, cmd), pass_log in zip(jobs, logs, strict=True):
+    for run_pass, _, _, _ in jobs:
         n = run_pass.workers
         run.say(f"running {run_pass.title} ({n} worker{'s' if n > 1 else ''}, time limit "
                 f"{console.elapsed(left)})" + beside_note(run_pass, jobs[0][0])
                 + f"; pytest's output goes to {console.shown_path(run.log)}")
-        with open(pass_log, "a", encoding="utf-8") as fh:
-            fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
-                     f"{jsonio.safe_text(' '.join(cmd))}\n")
-    gates = [folder / f".gate-{run_pass.name}" if run_pass.gated else None
-             for run_pass, _ in jobs]
-    seen = run_pytests(
-        [(cmd, {**run.env, **dict(run_pass.env), contract.PASS: run_pass.name,
-                **({contract.GATE: str(gate)} if gate else {})}, pass_log)
-         for (run_pass, cmd), pass_log, gate in zip(jobs, logs, gates, strict=True)],
-        run.root, left, run.keep_fds, tick=run.watch.poll)
+    ahead: float | None = None   # when the gate of a stage started ahead opened
+    if started is None:
+        write_log_heads(jobs)
+    else:
+        started.gate.touch()   # the env is checked: the tests started ahead may run
+        ahead = time.time()
+    gates = [Path(env[contract.GATE]) if run_pass.gated else None
+             for run_pass, _, env, _ in jobs]
+    logs = [log for _, _, _, log in jobs]
+    seen = run_pytests([(cmd, env, log) for _, cmd, env, log in jobs], run.root, left,
+                       run.keep_fds, tick=run.watch.poll,
+                       started=None if started is None else started.started)
     run.stop_reason += seen.stop_reason
     run.left_behind += seen.left_behind
-    for gate in gates:
+    for gate in [*gates, started.gate if started else None]:
         if gate is not None:
             gate.unlink(missing_ok=True)
     append_logs(run.log, logs[1:])
     # (a pass the run was stopped before starting has no entry)
-    for (run_pass, _), (pass_rc, start, end, opened) in zip(jobs, seen.ended, strict=False):
+    for (run_pass, *_), (pass_rc, start, end, opened) in zip(jobs, seen.ended, strict=False):
         if run_pass.empty_ok and pass_rc == 5:  # no multi-device (etc.) tests selected
             pass_rc = 0
         if pass_rc in PYTEST_TROUBLE:  # usage error, interrupted, internal error, none
@@ -287,7 +355,8 @@ def _run_stage(run: CellRun, stage: list[Pass]) -> None:
         run.timed.append({"name": run_pass.name, "workers": run_pass.workers, "rc": pass_rc,
                           "beside": jobs[0][0].name if run_pass.beside else None,
                           "start": start, "end": end,
-                          **({"gate": opened} if run_pass.gated else {})})
+                          **({"gate": opened} if run_pass.gated else {}),
+                          **({"ahead": ahead} if ahead is not None else {})})
 
 
 def end_left_behind(run: CellRun) -> CellRun:
@@ -341,8 +410,8 @@ STEPS: tuple[Callable[[CellRun], CellRun], ...] = (
     plan, adopt, run_passes, end_left_behind, finalize, tell)
 
 
-def run_steps(run: CellRun) -> int:
-    """Run ``run`` through :data:`STEPS`; its exit code."""
-    for step in STEPS:
+def run_steps(run: CellRun, steps: Sequence[Callable[[CellRun], CellRun]] = STEPS) -> int:
+    """Run ``run`` through ``steps`` (:data:`STEPS`); its exit code."""
+    for step in steps:
         run = step(run)
     return run.exit_code()

@@ -26,6 +26,20 @@ CORES_PER_WORKER = 2
 WORKER_GIB = 12.0
 MAX_PER_DEVICE = 8
 UNKNOWN_MEMORY_PER_DEVICE = 2
+MAX_WORKERS = 256  # as matrix.yaml's workers
+
+
+def workers_override() -> int | None:
+    """$ACCELGRID_WORKERS as a number of workers (InvalidInput for anything else)."""
+    text = os.environ.get(contract.WORKERS, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise InvalidInput(f"{contract.WORKERS}={text[:40]!r}: expected a whole number of "
+                           f"workers from 1 to {MAX_WORKERS}")
+    return int(text)
+
+
 MAX_WORKERS_PER_DEVICE = 64   # ACCELGRID_WORKERS_PER_DEVICE's bound
 # pytest options that read or write pytest's cache (.pytest_cache): two sessions at once
 # would lose each other's last-failed list, so a run using them keeps its passes serial.

@@ -38,9 +38,76 @@ class Supervised:
     left_behind: list[int] = field(default_factory=list)   # pids ended with their cgroup
 
 
+@dataclass
+class Started:
+    """pytest passes started (:func:`start_pytests`), not yet waited for."""
+
+    jobs: list[tuple[list[str], dict[str, str], Path | None]]
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    guards: list[subprocess.Popen | None] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+
+
+def start_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
+                  keep_fds: tuple[int, ...] = (), stop: Sequence[str] = (),
+                  into: Started | None = None) -> Started:
+    """Start pytest commands (``jobs``: command, env, log), each in a process group and,
+    where one can be made, a cgroup of its own, with its guard; none after ``stop`` (the
+    caller's stop reasons) has an entry. ``into``: the record to fill as they start (a
+    signal handler sees each process as soon as it is there)."""
+    # Each in its own process group (the cell limit and signals reach every xdist worker
+    # and what the tests start), no terminal input (a background group reading it would
+    # be stopped), killed by the kernel if this process dies, and a guard in that group
+    # (lifetime).
+    posix = os.name == "posix"
+    started = into if into is not None else Started(list(jobs))
+    for cmd, env, log in jobs:
+        if stop:
+            break
+        group: int | None = None   # Popen's defaults, where not POSIX
+        pass_fds: tuple[int, ...] = ()
+        preexec: Callable[[], None] | None = None
+        cgroup = None
+        if posix:
+            cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID, uuid.uuid4().hex)}-"
+                                          f"{env.get(contract.PASS, len(started.procs))}")
+            if cgroup is not None:
+                started.cgroups.append(cgroup)
+            group, pass_fds = 0, keep_fds
+            preexec = lifetime.death_signal_preexec(cgroup=cgroup)
+        started.starts.append(time.time())
+        with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
+            proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT if out else None,
+                                    process_group=group, pass_fds=pass_fds,
+                                    preexec_fn=preexec)
+        started.procs.append(proc)
+        started.guards.append(_start_guard(proc.pid, cgroup) if posix else None)
+    return started
+
+
+def end_started(started: Started) -> list[int]:
+    """What :func:`start_pytests` started, ended: the groups, their cgroups (the pids
+    ended with them, returned) and guards."""
+    _terminate(*started.procs)
+    return _end_around(started)
+
+
+def _end_around(started: Started) -> list[int]:
+    """The cgroups (the pids ended with them, returned) and guards of ``started``."""
+    left: list[int] = []
+    for cgroup in started.cgroups:  # what the tests left, daemons included
+        left += lifetime.end_cgroup(cgroup)
+    for guard in started.guards:
+        _end_guard(guard)  # whatever a pass left in its group goes with it
+    return left
+
+
 def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], root: Path,
-                 limit: float, keep_fds: tuple[int, ...] = (),
-                 tick: Callable[[], None] | None = None) -> Supervised:
+                limit: float, keep_fds: tuple[int, ...] = (),
+                tick: Callable[[], None] | None = None, started: Started | None = None
+                ) -> Supervised:
     """Run pytest commands at once: ``jobs`` are (command, env, log); each one's whole
     output goes to its log file (a file, not a pipe: kept even when this process dies
     first), ``tick`` runs about every :data:`TICK_S` while they run. Each runs in a
@@ -48,18 +115,12 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
     ended with it (the pids ended that way, what its tests left: ``left_behind``). A job
     whose env names a gate file (contract.GATE: its pytest waits for it) gets it once
     every job without one has ended. A signal or the time limit that stops them is in
-    ``stop_reason``."""
-    # Each in its own process group (the cell limit and signals reach every xdist worker
-    # and what the tests start), no terminal input (a background group reading it would
-    # be stopped), killed by the kernel if this process dies, and a guard in that group
-    # (lifetime).
-    posix = os.name == "posix"
+    ``stop_reason``. ``started``: the jobs, started already (:func:`start_pytests`)."""
     seen = Supervised()
     stop_reason = seen.stop_reason
-    procs: list[subprocess.Popen] = []
-    guards: list[subprocess.Popen | None] = []
-    cgroups: list[str] = []
-    starts: list[float] = []
+    begun = started is not None
+    started = started if started is not None else Started(list(jobs))
+    procs = started.procs
 
     def _forward(signum: int, _frame: object) -> None:
         stop_reason.append(f"interrupted by {signal.Signals(signum).name}")
@@ -67,28 +128,8 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
 
     old = {s: signal.signal(s, _forward) for s in FORWARDED_SIGNALS}
     try:
-        for cmd, env, log in jobs:
-            if stop_reason:
-                break
-            group: int | None = None   # Popen's defaults, where not POSIX
-            pass_fds: tuple[int, ...] = ()
-            preexec: Callable[[], None] | None = None
-            cgroup = None
-            if posix:
-                cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID, uuid.uuid4().hex)}-"
-                                              f"{env.get(contract.PASS, len(procs))}")
-                if cgroup is not None:
-                    cgroups.append(cgroup)
-                group, pass_fds = 0, keep_fds
-                preexec = lifetime.death_signal_preexec(cgroup=cgroup)
-            starts.append(time.time())
-            with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
-                proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=subprocess.STDOUT if out else None,
-                                        process_group=group, pass_fds=pass_fds,
-                                        preexec_fn=preexec)
-            procs.append(proc)
-            guards.append(_start_guard(proc.pid, cgroup) if posix else None)
+        if not begun:
+            start_pytests(jobs, root, keep_fds, stop_reason, into=started)
         gated = [Path(env[contract.GATE]) if env.get(contract.GATE) else None
                  for _, env, _ in jobs[:len(procs)]]
         opened: list[float | None] = [None] * len(procs)
@@ -97,11 +138,8 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        for cgroup in cgroups:  # what the tests left, daemons included
-            seen.left_behind += lifetime.end_cgroup(cgroup)
-        for guard in guards:
-            _end_guard(guard)  # whatever a pass left in its group goes with it
-    for proc, start, end, gate in zip(procs, starts, ends, opened, strict=True):
+        seen.left_behind += _end_around(started)
+    for proc, start, end, gate in zip(procs, started.starts, ends, opened, strict=True):
         rc = EXIT_CELL_TIMEOUT if proc.returncode is None else proc.returncode
         if end[1]:
             rc = EXIT_CELL_TIMEOUT

@@ -1,0 +1,174 @@
+"""A selected run's tests started ahead of nox, held until the cell's session has checked
+the env (``accelgrid run CELL -- -k ...``).
+
+Most of a short warm run is pytest's own start: its interpreter, its imports, torch,
+the collection; none of it needs what nox does first (the session, the env's stamp, the
+files and pins against the matrix). ``accelgrid run`` runs nox in its own process, so it
+can start the run's pytest first: the run is opened as :func:`accelgrid.run.cell.run_cell`
+opens it (the cell's lock, a new ``runs/<run-id>/`` folder, the run's env and plan) and
+its passes start with a gate (``ACCELGRID_GATE``: the in-cell plugin holds the first test
+until the file exists). The session then checks the env as it always does and hands
+the run its own arguments (:func:`take`): when the run it would start is this one (the
+same python, folder, arguments, env and pytest commands), the gate opens and the run goes
+on; otherwise, and whenever the session installs, repairs, links or stops first
+(:func:`cancel`), the held pytest is ended, its folder removed, the lock released: no test
+ran, nothing was recorded, and the session runs the cell as it would have.
+
+Only what can be undone is started ahead: a selected run (a full run empties the cell's
+folder first) of a venv cell whose env's stamp holds its pins, not a shard, whose plan is
+one stage without a gated pass. docs/running.md gives the measured gain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base import contract
+from ..base.errors import AccelgridError
+from ..config.matrix import Cell, Matrix
+from . import cell as cellrun
+from . import preflight
+from .passes import plan_run, stages, workers_override
+from .selection import selection
+from .supervise import end_started, start_pytests
+
+GATE_NAME = ".gate-start"   # in the run's folder; removed when the stage ends
+
+
+@dataclass
+class _Held:
+    run: cellrun.CellRun
+    stack: contextlib.ExitStack   # the cell's lock
+    taken: bool = False
+
+
+_HELD: _Held | None = None
+
+
+def start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str]) -> str | None:
+    """Start ``cell``'s selected run ahead of its session where it can be undone (see the
+    module): None when it was, else why not. Anything in the way (no env, a stamp that
+    does not match, another run holding the lock, ...) starts nothing: the session then
+    does all, and says what was wrong."""
+    global _HELD
+    if _HELD is not None:
+        return "a run is started ahead already"
+    if not selection(pytest_args):
+        return "not a selected run"
+    if os.environ.get(contract.SHARD):
+        return "a shard"
+    from ..host import detect, install, venvs
+
+    root = matrix.root
+    envdir = venvs.env_dir(root, cell)
+    python = venvs.python_in(envdir)
+    if not python.is_file():
+        return f"no env at {envdir}"
+    stack = contextlib.ExitStack()
+    try:
+        host = preflight.host_check(cell, absent=detect.absent_reason(
+            cell.device, matrix.devices[cell.device].detect))
+        if (host.absent and not os.environ.get(contract.SKIP_DETECT)) or host.problem:
+            return "the host cannot run the cell"
+        if install.held_plan(envdir, install.plans(cell, envdir)) is None:
+            return "the env's stamp does not hold the cell's pins"
+        run = cellrun.open_run(stack, cell, str(python.absolute()), root,
+                               _results_root(root), pytest_args, workers_override(),
+                               checked=preflight.check(cell, root, host=host))
+        _HELD = _Held(run, stack)
+        cellrun.plan(run)
+        assert run.plan is not None
+        first = stages(run.plan.passes)[0]
+        if any(p.gated for p in first):
+            cancel()
+            return "its first stage has a gated pass"
+        cellrun.adopt(run)
+        gate = run.folder / GATE_NAME
+        jobs = [(p, cmd, {**env, contract.GATE: str(gate)}, log)
+                for p, cmd, env, log in cellrun.stage_jobs(run, first)]
+        cellrun.write_log_heads(jobs)
+        started = start_pytests([(cmd, env, log) for _, cmd, env, log in jobs], root,
+                                run.keep_fds)
+        run.started = cellrun.HeldStart(jobs, gate, started)
+        return None
+    except (AccelgridError, OSError) as exc:
+        cancel()
+        stack.close()
+        return str(exc) or type(exc).__name__
+
+
+def _results_root(root: Path) -> Path:
+    from .. import results
+
+    return results.results_root(root)
+
+
+def take(cell: Cell, python: str, root: Path, results_root: Path,
+         pytest_args: Sequence[str], workers: int | None,
+         checked: preflight.Preflight,
+         finalized: Callable[[Cell, Path], None] | None = None) -> cellrun.CellRun | None:
+    """The run started ahead, when it is the one the session is about to start (its env
+    checked): then it is the session's to go on with (:func:`accelgrid.run.cell.run_cell`,
+    ``prestarted=``); else it is ended (:func:`cancel`) and None is returned."""
+    held = _HELD
+    if held is None or held.taken:
+        return None
+    run = held.run
+    same = (run.cell.name == cell.name and run.python == python and run.root == root
+            and run.pytest_args == tuple(pytest_args) and run.workers == workers
+            and run.folder.is_relative_to(Path(os.path.abspath(results_root / cell.name))))
+    if same:
+        env = cellrun.run_env(cell, root, run.folder, checked, python, run.record)
+        same = env == run.env and run.plan is not None and plan_run(
+            cell, python, run.folder, root, pytest_args, workers,
+            env).commands == run.plan.commands
+    if not same:
+        cancel()
+        return None
+    held.taken = True
+    run.finalized = finalized
+    return run
+
+
+def cancel() -> None:
+    """End the run started ahead, unless the session took it: its pytest and what it
+    started, its folder, the cell's lock. No test of it ran (they wait for the gate)."""
+    global _HELD
+    held, _HELD = _HELD, None
+    if held is None:
+        return
+    if not held.taken:
+        if held.run.started is not None:
+            end_started(held.run.started.started)
+            held.run.started = None
+        shutil.rmtree(held.run.folder, ignore_errors=True)
+    held.stack.close()
+
+
+def waiting() -> bool:
+    """Whether a run started ahead waits for the session."""
+    return _HELD is not None and not _HELD.taken
+
+
+@contextlib.contextmanager
+def ahead(matrix: Matrix, cell: Cell, pytest_args: Sequence[str]) -> Iterator[str | None]:
+    """:func:`start` the run ahead (yields its answer); whatever the session did with it,
+    once it returns: a run not taken is ended, a taken one's lock released (and its
+    pytest ended, if the session stopped before waiting for it)."""
+    global _HELD
+    try:
+        yield start(matrix, cell, pytest_args)
+    finally:
+        held = _HELD
+        if held is not None and held.taken:
+            _HELD = None
+            if held.run.started is not None:   # taken, but never waited for
+                end_started(held.run.started.started)
+            held.stack.close()
+        else:
+            cancel()

@@ -1,0 +1,127 @@
+"""A selected run's pytest started ahead of nox (accelgrid.run.prestart): held at its gate
+until the session has checked the env, taken when it is the run the session would start,
+ended without a trace otherwise. Real envs, real pytest, real `accelgrid run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accelgrid import results
+from accelgrid.base import contract
+from accelgrid.config.matrix import load_matrix
+from accelgrid.run import preflight, prestart
+
+pytestmark = pytest.mark.slow
+
+PAYLOAD = '''
+import os
+
+def test_one():
+    with open(os.environ["PRESTART_RAN"], "a") as fh:
+        fh.write(os.environ["ACCELGRID_RUN_ID"] + "\\n")
+
+def test_two():
+    pass
+'''
+
+
+def _cli(proj: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
+                           str(proj / "matrix.yaml"), *args], cwd=proj, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **_env(proj)})
+
+
+def _env(proj: Path) -> dict[str, str]:
+    return {contract.RESULTS_DIR: str(proj / "results"), "PRESTART_RAN": str(proj / "ran")}
+
+
+def _ran(proj: Path) -> list[str]:
+    path = proj / "ran"
+    return path.read_text().split() if path.exists() else []
+
+
+def _runs(proj: Path) -> list[Path]:
+    return sorted((proj / "results" / "cpu-2.13" / contract.RUNS_DIR).glob("*"))
+
+
+@pytest.fixture
+def warm(mini_project, monkeypatch) -> Path:
+    """A project whose cpu-2.13 env is built (its stamp holds its pins)."""
+    proj = mini_project(noxfile=True)
+    (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
+    built = _cli(proj, "run", "cpu-2.13")   # the full run builds the env
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    assert sorted(_ran(proj)) and not _runs(proj)
+    (proj / "ran").unlink()
+    for key, value in _env(proj).items():
+        monkeypatch.setenv(key, value)
+    return proj
+
+
+def _wait_for(path: Path, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never came"
+        time.sleep(0.05)
+
+
+def test_held_until_taken_and_gone_without_a_trace_when_not(warm: Path, monkeypatch) -> None:
+    monkeypatch.chdir(warm)
+    matrix = load_matrix(warm / "matrix.yaml")
+    cell = matrix.cell("cpu-2.13")
+    assert prestart.start(matrix, cell, ["-k", "one"]) is None
+    try:
+        held = prestart._HELD
+        assert held is not None and held.run.started is not None
+        folder = held.run.folder
+        # Collected (the plan is written), then held: no test runs while the checks run.
+        _wait_for(folder / contract.COLLECTED_FILE)
+        time.sleep(1.5)
+        assert _ran(warm) == []
+        assert not (folder / contract.TESTS_FILE).exists() or \
+            not (folder / contract.TESTS_FILE).read_text().strip()
+        procs = held.run.started.started.procs
+        assert all(p.poll() is None for p in procs)
+        # Not the run the session would start (other arguments): ended, its folder gone.
+        checked = preflight.check(cell, warm)
+        assert prestart.take(cell, held.run.python, warm, warm / "results", ["-k", "two"],
+                             held.run.workers, checked) is None
+        assert not folder.exists() and all(p.poll() is not None for p in procs)
+        assert not prestart.waiting() and _ran(warm) == [] and _runs(warm) == []
+    finally:
+        prestart.cancel()
+    # The lock was released: the next run goes, started ahead and taken (its gate opened
+    # after its start), its test run once, in the one selected-run folder there is.
+    done = _cli(warm, "run", "cpu-2.13", "--", "-k", "one")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = _runs(warm)
+    assert _ran(warm) == [run.name]
+    summary = json.loads((run / contract.SUMMARY_FILE).read_text())
+    (single, *_) = summary["passes"]
+    assert single["ahead_s"] > 0 and single["tests"] == 1
+    assert results.last_run(warm / "results" / "cpu-2.13")[1] == run
+
+
+def test_a_session_that_repairs_ends_the_run_started_ahead(warm: Path) -> None:
+    """A pinned file altered in the env: the session reinstalls it, so the run started
+    ahead is ended first (its pytest imported the altered file); the run after the repair
+    is a run of its own, and the only one left."""
+    (timeout_py,) = (warm / ".nox" / "cpu-2-13").glob(
+        "lib/python*/site-packages/pytest_timeout.py")
+    timeout_py.unlink()   # not written through: uv's cache may share its inode
+    timeout_py.write_text("raise SystemExit('an altered pytest_timeout')\n")
+    done = _cli(warm, "run", "cpu-2.13", "--", "-k", "one")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "reinstalling pytest-timeout" in out
+    (run,) = _runs(warm)
+    assert _ran(warm) == [run.name]
+    summary = json.loads((run / contract.SUMMARY_FILE).read_text())
+    assert "ahead_s" not in summary["passes"][0]
