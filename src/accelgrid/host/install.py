@@ -22,9 +22,7 @@ import os
 import platform
 import re
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -314,6 +312,10 @@ def index_problem(index: str, timeout: float = 15.0) -> str | None:
     Credentials in the URL are sent as HTTP basic auth and never appear in the reason."""
     if index == "default" or index.startswith("file://"):
         return None
+    # Here: 10 ms of the start of every warm run, which never asks an index.
+    from urllib.error import HTTPError
+    from urllib.request import Request, urlopen
+
     shown = environment.redact_url(index)
     why = environment.index_url_problem(index, allow_credentials=True)
     if why:
@@ -330,11 +332,10 @@ def index_problem(index: str, timeout: float = 15.0) -> str | None:
     url = urllib.parse.urlunsplit(parts).rstrip("/") + "/torch/"
     shown_url = environment.redact_url(shown.rstrip("/") + "/torch/")
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers, method="GET"),
-                                    timeout=timeout) as resp:
+        with urlopen(Request(url, headers=headers, method="GET"), timeout=timeout) as resp:
             resp.read(1)
         return None
-    except urllib.error.HTTPError as exc:
+    except HTTPError as exc:
         return f"package index {shown} answered HTTP {exc.code} for {shown_url}"
     except Exception as exc:  # noqa: BLE001 - URLError, OSError, http.client's InvalidURL...
         reason = getattr(exc, "reason", None) or exc
