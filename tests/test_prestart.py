@@ -125,3 +125,37 @@ def test_a_session_that_repairs_ends_the_run_started_ahead(warm: Path) -> None:
     assert _ran(warm) == [run.name]
     summary = json.loads((run / contract.SUMMARY_FILE).read_text())
     assert "ahead_s" not in summary["passes"][0]
+
+
+def test_ctrl_c_while_the_session_checks_leaves_nothing_started_ahead(warm: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) while the session checks the env
+    (every hashed file: ACCELGRID_VERIFY=full, seconds) and the run started ahead waits at
+    its gate: nox's one line, exit 130, its folder gone, its pytest ended, the lock free."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "accelgrid", "--matrix",
+                             str(warm / "matrix.yaml"), "run", "cpu-2.13", "--", "-k", "one"],
+                            cwd=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            env={**os.environ, **_env(warm), contract.VERIFY: "full"})
+    try:
+        runs = warm / "results" / "cpu-2.13" / contract.RUNS_DIR
+        deadline = time.monotonic() + 120
+        while not any(runs.glob(f"*/{contract.PYTEST_LOG_FILE}")):
+            assert time.monotonic() < deadline and proc.poll() is None, "nothing started ahead"
+            time.sleep(0.02)
+        (log,) = runs.glob(f"*/{contract.PYTEST_LOG_FILE}")
+        time.sleep(0.3)   # nox has started: the session is in its checks
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert err.strip().splitlines()[-1] == "nox > Session cpu-2.13 interrupted."
+    assert "Traceback" not in err
+    assert not log.parent.exists() and _runs(warm) == [] and _ran(warm) == []
+    stray = subprocess.run(["pgrep", "-f", log.parent.name], capture_output=True, text=True)
+    assert stray.stdout.strip() == ""
+    again = _cli(warm, "run", "cpu-2.13", "--", "-k", "one")   # the lock was released
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
