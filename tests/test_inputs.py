@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -429,3 +430,38 @@ def test_no_venv_on_another_torch_is_refused_unless_accepted_and_then_marked(
     [column] = made.model["columns"]
     assert column["status"] == "partial" and "ran on other inputs than its pins" in \
         column["reason"]
+
+
+def test_a_file_rewritten_since_it_matched_is_hashed_again(venv, tmp_path, monkeypatch
+                                                           ) -> None:
+    """The files that matched are kept by stat key (host.statcache); one written since,
+    even in place at its size with its times put back (only its ctime tells), is hashed
+    again and found."""
+    from accelgrid.host import statcache
+
+    monkeypatch.setattr(statcache, "RACY_S", 0.0)
+    env, python, add = venv
+    add(_wheel(tmp_path, "tiny", "1.0", TINY))
+    found = inputs.installed(inputs.search_path(python), ["tiny"])
+    kept = tmp_path / "hashed.json"
+
+    def check() -> list[inputs.Altered]:
+        time.sleep(0.01)
+        store = statcache.Store(kept)
+        try:
+            return inputs.altered_files(found, store=store)
+        finally:
+            store.save()
+
+    assert check() == [] and json.loads(kept.read_text())["entries"]
+    assert check() == []
+    core = _site(env) / "tiny" / "core.py"
+    before = os.stat(core)
+    with open(core, "r+") as fh:   # this venv's files are its own (no uv cache)
+        fh.write("VALUE = 43\n")
+    os.utime(core, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(core).st_mtime_ns == before.st_mtime_ns
+    assert check() == [inputs.Altered("tiny", "tiny/core.py", "differs")]
+    assert check() == [inputs.Altered("tiny", "tiny/core.py", "differs")]   # not kept
+    _replace(core, "VALUE = 42\n")
+    assert check() == []

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import csv
 import importlib.metadata
+import json
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,73 @@ def test_installed_version_reads_the_headers_only(tmp_path: Path, monkeypatch,
     _dist(tmp_path, metadata)
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     assert installed_version("planted") == expected == importlib.metadata.version("planted")
+
+
+# --- what a check found good, kept by stat key (host.statcache) -------------------------
+
+@pytest.fixture
+def not_racy(monkeypatch) -> None:
+    """Keys of files made a moment ago are kept (the store's racy window closed)."""
+    from accelgrid.host import statcache
+
+    monkeypatch.setattr(statcache, "RACY_S", 0.0)
+
+
+def _remembered(env: Path) -> bool:
+    store = json.loads((env / install.PRESENT_STORE).read_text())
+    return any(k.endswith("demo-1.0.dist-info") for k in store["entries"])
+
+
+def _again(env: Path) -> str | None:
+    time.sleep(0.01)   # past the store's start: the keys kept are older than it
+    return install.missing_files(env, remember=True)
+
+
+@pytest.mark.parametrize("gone", FILES)
+def test_a_file_removed_since_the_env_was_remembered_whole_is_missing(
+        tmp_path: Path, gone: str, not_racy) -> None:
+    env, site = _env(tmp_path, FILES)
+    time.sleep(0.01)
+    assert install.missing_files(env, remember=True) is None and _remembered(env)
+    assert _again(env) is None
+    (site / gone).unlink()
+    assert _again(env) == f"demo-1.0: 1 of {len(FILES) + 2} files missing, e.g. {gone}"
+    assert not _remembered(env)
+
+
+def test_a_file_renamed_or_a_folder_replaced_is_missing(tmp_path: Path, not_racy) -> None:
+    env, site = _env(tmp_path, FILES)
+    time.sleep(0.01)
+    assert install.missing_files(env, remember=True) is None
+    (site / "demo" / "sub" / "deep.py").rename(site / "demo" / "sub" / "deep2.py")
+    assert _again(env).endswith("e.g. demo/sub/deep.py")
+    (site / "demo" / "sub" / "deep2.py").rename(site / "demo" / "sub" / "deep.py")
+    assert _again(env) is None
+    shutil.rmtree(site / "demo" / "sub")
+    (site / "demo" / "sub").mkdir()   # the same name, empty: another inode
+    assert _again(env).startswith("demo-1.0: 2 of")
+
+
+def test_nothing_just_made_is_remembered(tmp_path: Path) -> None:
+    """Within the racy window (a change in the same tick of a coarse clock would not
+    show), a whole distribution is checked every time."""
+    env, _ = _env(tmp_path, FILES)
+    assert install.missing_files(env, remember=True) is None
+    assert not (env / install.PRESENT_STORE).exists() or not _remembered(env)
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[]", '{"version": 0, "entries": {}}'])
+def test_an_unreadable_store_is_an_empty_one(tmp_path: Path, text: str, not_racy) -> None:
+    env, site = _env(tmp_path, FILES)
+    (env / install.PRESENT_STORE).write_text(text)
+    (site / "demo.py").unlink()
+    assert _again(env).endswith("e.g. demo.py")
+
+
+def test_an_env_that_cannot_keep_a_store_is_checked_all_the_same(
+        tmp_path: Path, not_racy) -> None:
+    env, site = _env(tmp_path, FILES)
+    (env / install.PRESENT_STORE).mkdir()   # not a file: cannot be written
+    assert _again(env) is None
+    (site / "demo.py").unlink()
+    assert _again(env).endswith("e.g. demo.py")

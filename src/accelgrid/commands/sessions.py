@@ -147,7 +147,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
         session.env.update(plan.env)
         # Files gone: stamped, then damaged since; or unstamped, a kill mid-install. uv
         # would see the metadata and change nothing: reinstall straight away.
-        gone = install.missing_files(envdir) if envdir.is_dir() else None
+        gone = install.missing_files(envdir, remember=True) if envdir.is_dir() else None
         if not current or gone:
             prestart.cancel()   # the env changes under it: tests started ahead end
         if gone:
@@ -235,9 +235,11 @@ def _install_only(session: nox.Session) -> bool:
 
 
 def _checked_inputs(cell: Cell, python: str, full: bool | None = None,
-                    path: list[str] | None = None) -> inputs.Checked:
+                    path: list[str] | None = None, store: Path | None = None
+                    ) -> inputs.Checked:
     try:
-        return inputs.check(cell, install.planned_torch(cell), python, full=full, path=path)
+        return inputs.check(cell, install.planned_torch(cell), python, full=full, path=path,
+                            store=store)
     except OSError as exc:
         raise AccelgridError(f"reading the env's inputs: {exc}") from None
 
@@ -260,9 +262,12 @@ def _inputs_as_planned(session: nox.Session, cell: Cell, plan: install.InstallPl
     distributions whose files are not their RECORD's bytes, even under nox -R: the
     versions stay, only their files come back. ``full``: every hashed file (a repair);
     a reinstall is checked so too (its env asked again: a reinstall may add a .pth).
-    ``path``: the env's import path, when asked already."""
+    ``path``: the env's import path, when asked already. The files that matched are kept
+    by stat key in the env (:data:`accelgrid.host.inputs.HASHED_STORE`): an unchanged one
+    is not hashed again."""
     start = time.monotonic()
-    found = _checked_inputs(cell, python, full, path)
+    envdir = Path(session.bin).parent
+    found = _checked_inputs(cell, python, full, path, store=envdir / inputs.HASHED_STORE)
     if found.differences:
         hint = ("" if _installs(session) else
                 ": nothing was installed (nox -R / --no-install); run without -R to "

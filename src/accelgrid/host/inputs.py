@@ -33,6 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..base import contract
 from ..config.matrix import Cell
+from . import statcache
 
 # ACCELGRID_VERIFY=full: every file each RECORD hashes, not only the top-level .py files.
 VERIFY = contract.VERIFY
@@ -215,20 +216,36 @@ def _top_level_python(path: str) -> bool:
         and not path.startswith("../")
 
 
+HASHED_STORE = ".accelgrid-hashed.json"   # statcache: distributions whose files matched
+
+
 def altered_files(found: Mapping[str, Installed], *, full: bool = False,
-                  limit: int | None = None) -> list[Altered]:
+                  limit: int | None = None, store: statcache.Store | None = None
+                  ) -> list[Altered]:
     """The files of the ``found`` distributions whose sha256 is not their RECORD's (or
     that are gone): top-level Python files, or with ``full`` every hashed file. Stops after
-    ``limit`` (None: every one)."""
+    ``limit`` (None: every one). ``store`` (not with ``full``): a distribution whose
+    checked files all matched is kept there with the stat keys of its RECORD and of those
+    files; while none changed, they are not read again."""
     out: list[Altered] = []
     for name, dist in sorted(found.items()):
         site = dist.dist_info.parent
+        entry = str(dist.dist_info)
+        record_key = statcache.key(dist.dist_info / "RECORD")
+        if store is not None and not full:
+            kept = store.get(entry)
+            if isinstance(kept, dict) and record_key is not None \
+                    and kept.get("record") == list(record_key) \
+                    and statcache.same(kept.get("files"), str(site)):
+                continue
         try:
             with open(dist.dist_info / "RECORD", encoding="utf-8", errors="replace",
                       newline="") as fh:
                 rows = [row for row in csv.reader(fh) if len(row) >= 2 and row[1]]
         except OSError:
             continue   # an installer that writes no RECORD: nothing to compare with
+        matched: dict[str, statcache.Key | None] = {}
+        before = len(out)
         for row in rows:
             path, hashed = row[0], row[1]
             algorithm, _, expected = hashed.partition("=")
@@ -236,11 +253,23 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
             if algorithm != "sha256" or path.endswith(".pyc") or \
                     not (full or _top_level_python(path)):
                 continue
+            # The key before the bytes: a write between the two changes the key kept.
+            file_key = statcache.key(site / path)
             got = _sha256(site / path)
             if got != expected:
                 out.append(Altered(name, path, "missing" if got is None else "differs"))
                 if limit is not None and len(out) >= limit:
                     return out
+            else:
+                matched[path] = file_key
+        if store is not None and not full:
+            if len(out) == before and store.fresh(record_key) and matched \
+                    and all(store.fresh(k) for k in matched.values()):
+                assert record_key is not None
+                store.put(entry, {"record": list(record_key),
+                                  "files": {f: list(k) for f, k in matched.items() if k}})
+            else:
+                store.drop(entry)
     return out
 
 
@@ -304,16 +333,23 @@ class Checked:
 
 
 def check(cell: Cell, torch_requirement: str, python: str, *, full: bool | None = None,
-          path: Sequence[str] | None = None) -> Checked:
+          path: Sequence[str] | None = None, store: Path | None = None) -> Checked:
     """``python``'s env against ``cell``'s pins (:func:`differences`) and the pinned
     distributions' files against their RECORDs (:func:`altered_files`; ``full``: every
     hashed file, default :func:`full_check`). ``path``: its import path, when the caller
-    asked it already (:func:`interpreter`)."""
+    asked it already (:func:`interpreter`). ``store``: the file that keeps what matched
+    (:data:`HASHED_STORE` in the env), so an unchanged file is not hashed again."""
     wanted = pins(cell, torch_requirement)
     found = installed(search_path(python) if path is None else path,
                       [p.name for p in wanted])
-    return Checked(wanted, differences(wanted, found),
-                   altered_files(found, full=full_check() if full is None else full))
+    kept = statcache.Store(store) if store is not None else None
+    try:
+        return Checked(wanted, differences(wanted, found),
+                       altered_files(found, full=full_check() if full is None else full,
+                                     store=kept))
+    finally:
+        if kept is not None:
+            kept.save()
 
 
 # --- repair ---------------------------------------------------------------------------

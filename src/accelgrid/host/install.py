@@ -33,6 +33,7 @@ from ..base.errors import InvalidInput
 from ..base.versions import version_key
 from ..config.matrix import RELEASE, Cell
 from ..results import environment
+from . import statcache
 
 
 @dataclass(frozen=True)
@@ -485,37 +486,75 @@ def incomplete(envdir: Path) -> list[str]:
     return names
 
 
-def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = ()) -> str | None:
+PRESENT_STORE = ".accelgrid-present.json"   # statcache: distributions found whole
+
+
+def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = (),
+                  remember: bool = False) -> str | None:
     """What an interrupted install left out: the first distribution of the env whose
     RECORD names files that are not there (``torch-2.13.0+cpu: 3127 of 15880 files
     missing, e.g. torch/lib/libtorch_cpu.so``), or None when every RECORD file is.
     Killed while uv links a wheel, an env holds its metadata but not its files, and a
-    later install then finds nothing to change."""
+    later install then finds nothing to change. ``remember``: a distribution found whole
+    is kept in the env's :data:`PRESENT_STORE` with the stat keys of its RECORD and of
+    every folder its files are in; while none of them changed (no entry of those folders
+    removed, added or renamed), it is whole still and its RECORD is not read again."""
     import csv
 
-    for site in [*envdir.glob("lib/python*/site-packages"), envdir / "Lib" / "site-packages"]:
-        try:
-            infos = sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))
-        except OSError:
-            continue
-        listed = _Listing(str(site))
-        for info in infos:
-            if info.removesuffix(".dist-info").rsplit("-", 1)[0] in skip:
-                continue
-            record = site / info / "RECORD"
+    store = statcache.Store(envdir / PRESENT_STORE) if remember else None
+    try:
+        for site in [*envdir.glob("lib/python*/site-packages"), envdir / "Lib" / "site-packages"]:
             try:
-                with open(record, encoding="utf-8", errors="replace", newline="") as fh:
-                    paths = [row[0] for row in csv.reader(fh) if row and row[0]]
+                infos = sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))
             except OSError:
-                if (site / info / "METADATA").exists():
-                    continue  # an installer that writes no RECORD: nothing to check
-                return f"{info.removesuffix('.dist-info')}: its metadata is incomplete"
-            gone = [p for p in paths if not listed.has(p)]
-            if gone:
-                shown = ", ".join(gone[:limit])
-                return (f"{info.removesuffix('.dist-info')}: {len(gone)} of {len(paths)} "
-                        f"files missing, e.g. {shown}")
-    return None
+                continue
+            listed = _Listing(str(site))
+            for info in infos:
+                if info.removesuffix(".dist-info").rsplit("-", 1)[0] in skip:
+                    continue
+                record = site / info / "RECORD"
+                entry = f"{site.relative_to(envdir).as_posix()}/{info}"
+                record_key = statcache.key(record)
+                if store is not None:
+                    kept = store.get(entry)
+                    if isinstance(kept, dict) and record_key is not None \
+                            and kept.get("record") == list(record_key) \
+                            and statcache.same(kept.get("folders"), str(site)):
+                        continue
+                try:
+                    with open(record, encoding="utf-8", errors="replace", newline="") as fh:
+                        paths = [row[0] for row in csv.reader(fh) if row and row[0]]
+                except OSError:
+                    if (site / info / "METADATA").exists():
+                        continue  # an installer that writes no RECORD: nothing to check
+                    return f"{info.removesuffix('.dist-info')}: its metadata is incomplete"
+                gone = [p for p in paths if not listed.has(p)]
+                if gone:
+                    if store is not None:
+                        store.drop(entry)
+                    shown = ", ".join(gone[:limit])
+                    return (f"{info.removesuffix('.dist-info')}: {len(gone)} of {len(paths)} "
+                            f"files missing, e.g. {shown}")
+                if store is not None:
+                    _remember_whole(store, entry, site, record_key, paths)
+        return None
+    finally:
+        if store is not None:
+            store.save()
+
+
+def _remember_whole(store: statcache.Store, entry: str, site: Path,
+                    record_key: statcache.Key | None, paths: list[str]) -> None:
+    """Keep a whole distribution in ``store``: its RECORD's key and its folders' keys
+    (none kept where one is racy: checked again next time)."""
+    folders = {p.replace("\\", "/").rpartition("/")[0] for p in paths}
+    keys = {f: statcache.key(os.path.join(site, f)) for f in folders}
+    if store.fresh(record_key) and all(store.fresh(k) for k in keys.values()):
+        assert record_key is not None
+        store.put(entry, {"record": list(record_key),
+                          "folders": {f: list(k) for f, k in keys.items() if k}})
+    else:
+        store.drop(entry)
 
 
 class _Listing:
