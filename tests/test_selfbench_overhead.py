@@ -93,6 +93,11 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
         for (cell, bare), cell_s, bare_s in zip(entry["outside_tests"], entry["cell"],
                                                 entry["bare"], strict=True):
             assert 0 < cell <= cell_s and 0 < bare <= bare_s
+        # The cell run in three: before its pytest, its pytest, after; they add up.
+        for (before, pytest_s, after), cell_s in zip(entry["cell_stages"], entry["cell"],
+                                                     strict=True):
+            assert 0 < before < cell_s and 0 < pytest_s < cell_s and after > -0.01
+            assert abs(before + pytest_s + after - cell_s) < 0.1
     assert full["ratio_median"] == full["cell"][0] / full["bare"][0]
     assert report["command"] == ("python -m tools.selfbench overhead --cell cpu-2.13 --partial "
                                  "'-k fast' --partial-repeat 2 --repeat 1")
@@ -102,6 +107,7 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
     md = (out / "bench-overhead.md").read_text()
     assert md == overhead.render_markdown(report)
     assert "## partial: a selected run (`-- -k fast`)" in md and "| tests (cell / bare) |" in md
+    assert "| cell run: before its pytest / pytest / after |" in md
     assert not list((tmp_path / "tmp").glob("accelgrid-bench-*"))   # its folder is gone
 
 

@@ -86,6 +86,24 @@ def _cell_tests(results_dir: Path, cell: str) -> tuple[list[str], float]:
             sum(float(r.get("duration") or 0.0) for r in records))
 
 
+def _cell_stages(results_dir: Path, cell: str, started: float, ended: float
+                 ) -> list[float] | None:
+    """A cell run's wall time in three: until its first pass's pytest started, its
+    passes (first start to last end), after them; from the run's summary.json (the
+    passes' start times, millisecond precision) and the command's own start and end."""
+    summary, err = jsonio.read_json(results.last_run(results_dir / cell)[1]
+                                    / contract.SUMMARY_FILE)
+    passes = summary.get("passes") if isinstance(summary, dict) and not err else None
+    if not passes:
+        return None
+    from datetime import datetime
+
+    starts = [datetime.fromisoformat(p["start"]).timestamp() for p in passes]
+    ends = [start + float(p["wall_s"]) for start, p in zip(starts, passes, strict=True)]
+    first, last = min(starts), max(ends)
+    return [first - started, last - first, ended - last]
+
+
 def _junit_seconds(path: Path) -> float | None:
     """The sum of the test durations in a junit XML file (pytest's: setup, call and
     teardown of each), or None when there is none."""
@@ -175,7 +193,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                     "args": partial_args if kind == "partial" else paths, "cell": [],
                     "bare": [], "ratios": [], "cell_cpu": [], "bare_cpu": [],
                     "cpu_ratios": [], "load": [], "tests": [], "bare_first": [],
-                    "outside_tests": []})
+                    "outside_tests": [], "cell_stages": []})
                 cell_cmd = [*accelgrid, "--", *partial_args] if kind == "partial" else \
                     [*accelgrid, *(["--", *suites] if suites else [])]
                 if kind == "partial" and bare_partial is None:
@@ -196,7 +214,9 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                 runs = {}
                 for side in (("bare", "cell") if bare_first else ("cell", "bare")):
                     if side == "cell":
+                        began = time.time()
                         runs[side] = _timed(cell_cmd, root, env)
+                        stages = _cell_stages(results_dir, the_cell.name, began, time.time())
                         ids, cell_tests_s = _cell_tests(results_dir, the_cell.name)
                     else:
                         runs[side] = _timed(bare_cmd, root, bare_env)
@@ -210,7 +230,8 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                           # cost, whatever the tests themselves took this time.
                           "outside_tests": [cell_s - cell_tests_s,
                                             None if (b := _junit_seconds(junit)) is None
-                                            else bare_s - b]}
+                                            else bare_s - b],
+                          "cell_stages": stages}
                 for key, value in values.items():
                     entry[key].append(value)
                 print(f"[{n}/{len(order)}] {kind} ({shlex.join(entry['args'])}): cell "
@@ -278,7 +299,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "(`first` says which); CPU time is user + system of every process of the run; "
         "outside the tests is the wall time less the tests' own durations (the cell's "
         "records, bare pytest's junit XML): the fixed cost of a run, whatever the tests "
-        "took this time. The cell run loads only its own pytest plugins (xdist, timeout); "
+        "took this time; the cell run's wall time in three: until its pytest started, "
+        "its pytest (its passes), after it (its summary.json's pass times). "
+        "The cell run loads only its own pytest plugins (xdist, timeout); "
         "bare pytest loads every plugin the env has, as a plain `pytest` does.", "",
     ]
     for kind, entry in report["pairs"].items():
@@ -306,6 +329,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append("| outside the tests, cell / bare | " + " | ".join(
             f"{c:.1f} / {'-' if b is None else f'{b:.1f}'} s"
             for c, b in entry.get("outside_tests", [])) + " | |")
+        if entry.get("cell_stages"):
+            lines.append("| cell run: before its pytest / pytest / after | " + " | ".join(
+                "-" if st is None else " / ".join(f"{v:.2f}" for v in st) + " s"
+                for st in entry["cell_stages"]) + " | |")
         lines.append("| first | " + " | ".join("bare" if b else "cell"
                                                 for b in entry["bare_first"]) + " | |")
         lines.append("| load average | " + " | ".join(str(v) for v in entry["load"]) + " | |")
