@@ -32,6 +32,19 @@ def test_two():
 '''
 
 
+REGISTRY = """schema: 1
+issues:
+  "pytorch/pytorch#1":
+    title: a bug
+    url: https://github.com/pytorch/pytorch/issues/1
+    scope:
+      devices: {devices}
+    tests:
+      - suites/payload/test_payload.py::test_two
+    expect: failed
+"""
+
+
 def _cli(proj: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "accelgrid", "--matrix",
                            str(proj / "matrix.yaml"), *args], cwd=proj, capture_output=True,
@@ -107,6 +120,23 @@ def test_held_until_taken_and_gone_without_a_trace_when_not(warm: Path, monkeypa
     (single, *_) = summary["passes"]
     assert single["ahead_s"] > 0 and single["tests"] == 1
     assert results.last_run(warm / "results" / "cpu-2.13")[1] == run
+
+    # The cell's known issues changed while it was held (the same path in its env, other
+    # entries in the file its plugin reads): another run, ended; the file it read stays.
+    registry = warm / "known_issues.yaml"
+    registry.write_text(REGISTRY.format(devices="[xpu]"))
+    assert prestart.start(matrix, cell, ["-k", "one"]) is None
+    try:
+        held = prestart._HELD
+        assert held is not None
+        issues = held.run.folder / contract.KNOWN_ISSUES_FILE
+        read = issues.read_text()
+        registry.write_text(REGISTRY.format(devices="[cpu, xpu]"))
+        assert prestart.take(cell, held.run.python, warm, warm / "results", ["-k", "one"],
+                             held.run.workers, preflight.check(cell, warm)) is None
+        assert not held.run.folder.exists() and json.loads(read)["issues"] == []
+    finally:
+        prestart.cancel()
 
 
 def test_a_session_that_repairs_ends_the_run_started_ahead(warm: Path) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..base import contract
+from ..base import contract, jsonio
 from ..base.jsonio import dumps
 from ..base.versions import in_range, range_is_empty
 from ..results.environment import redact_text
@@ -311,6 +311,12 @@ def cell_env(cell: Cell, root: Path, folder: Path, *, hardware: str | None = Non
     entries = [e for e in entries if e["tests"]]   # narrowed to other devices only
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / contract.KNOWN_ISSUES_FILE
-    out.write_text(dumps({"cell": cell.name, "registry": str(path), "issues": entries},
-                              indent=2) + "\n", encoding="utf-8")
+    text = dumps({"cell": cell.name, "registry": str(path), "issues": entries},
+                 indent=2) + "\n"
+    try:
+        same = out.read_text(encoding="utf-8") == text
+    except OSError:
+        same = False
+    if not same:   # in one step: a pytest reading it reads all of one or the other
+        jsonio.write_text(out, text)
     return {contract.KNOWN_ISSUES: str(out)}

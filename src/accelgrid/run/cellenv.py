@@ -21,13 +21,14 @@ RUN_PLUGINS = ("xdist.plugin", "pytest_timeout", contract.PLUGIN)
 
 def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None,
              checked: preflight.Preflight | None = None,
-             python: str | Path | None = None) -> dict[str, str]:
+             python: str | Path | None = None, quiet: bool = False) -> dict[str, str]:
     """The environment the cell's pytest starts with: the host's, the cell's (device and
     profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
     and how they were known), and accelgrid's own variables. ``checked``: the run's
     preflight (else made here, against ``base``). ``python``: the interpreter the run
     starts; inside a virtual environment, the compilers' caches go there
-    (:func:`compile_caches`)."""
+    (:func:`compile_caches`). ``quiet``: the hardware line is not said (said already for
+    this run)."""
     env = dict(os.environ if base is None else base)
     checked = checked or preflight.check(cell, root, env)
     hardware = checked.hardware
@@ -75,7 +76,8 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     if cell.hardware_env or cell.driver_env:
         extra = " ".join(f"{k}={v}" for k, v in hardware.env(cell).items()
                          if not k.startswith(contract.PREFIX))
-        say(cell.name, hardware.describe() + (f": {extra}" if extra else ""))
+        if not quiet:
+            say(cell.name, hardware.describe() + (f": {extra}" if extra else ""))
         jsonio.write_json(folder / contract.HARDWARE_FILE, {
             "family": hardware.family, "how": hardware.how, "driver": hardware.driver,
             "note": hardware.note, "env": hardware.env(cell),

@@ -123,8 +123,12 @@ def take(cell: Cell, python: str, root: Path, results_root: Path,
             and run.pytest_args == tuple(pytest_args) and run.workers == workers
             and run.folder.is_relative_to(Path(os.path.abspath(results_root / cell.name))))
     if same:
-        env = cellrun.run_env(cell, root, run.folder, checked, python, run.record)
-        same = env == run.env and run.plan is not None and plan_run(
+        # The files the env points at are written again only where they would differ (the
+        # held pytest may be reading them): a difference is another run.
+        issues = _read(run.folder / contract.KNOWN_ISSUES_FILE)
+        env = cellrun.run_env(cell, root, run.folder, checked, python, run.record, quiet=True)
+        same = env == run.env and _read(run.folder / contract.KNOWN_ISSUES_FILE) == issues \
+            and run.plan is not None and plan_run(
             cell, python, run.folder, root, pytest_args, workers,
             env).commands == run.plan.commands
     if not same:
@@ -133,6 +137,13 @@ def take(cell: Cell, python: str, root: Path, results_root: Path,
     held.taken = True
     run.finalized = finalized
     return run
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def cancel() -> None:
