@@ -18,8 +18,6 @@ from accelgrid.base import contract
 from accelgrid.config.matrix import load_matrix
 from accelgrid.run import preflight, prestart
 
-pytestmark = pytest.mark.slow
-
 PAYLOAD = '''
 import os
 
@@ -85,6 +83,7 @@ def _wait_for(path: Path, seconds: float = 120) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_held_until_taken_and_gone_without_a_trace_when_not(warm: Path, monkeypatch) -> None:
     monkeypatch.chdir(warm)
     matrix = load_matrix(warm / "matrix.yaml")
@@ -139,6 +138,7 @@ def test_held_until_taken_and_gone_without_a_trace_when_not(warm: Path, monkeypa
         prestart.cancel()
 
 
+@pytest.mark.slow
 def test_a_session_that_repairs_ends_the_run_started_ahead(warm: Path) -> None:
     """A pinned file altered in the env: the session reinstalls it, so the run started
     ahead is ended first (its pytest imported the altered file); the run after the repair
@@ -157,6 +157,7 @@ def test_a_session_that_repairs_ends_the_run_started_ahead(warm: Path) -> None:
     assert "ahead_s" not in summary["passes"][0]
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_session_checks_leaves_nothing_started_ahead(warm: Path) -> None:
     """Ctrl-C (SIGINT to the terminal's process group) while the session checks the env
     (every hashed file: ACCELGRID_VERIFY=full, seconds) and the run started ahead waits at
@@ -189,3 +190,22 @@ def test_ctrl_c_while_the_session_checks_leaves_nothing_started_ahead(warm: Path
     assert stray.stdout.strip() == ""
     again = _cli(warm, "run", "cpu-2.13", "--", "-k", "one")   # the lock was released
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("args", "shard", "why"), [
+    ([], None, "not a selected run"),
+    (["-v", "--tb", "short"], None, "not a selected run"),   # no narrowing: a full run
+    (["-k", "one"], "1/2", "a shard"),
+    (["-k", "one"], None, "no env at "),
+])
+def test_what_is_never_started_ahead(mini_project, monkeypatch, args, shard, why) -> None:
+    """A full run (its start empties the cell's folder), a shard, an env not built: the
+    session does all; nothing is opened, locked or started."""
+    proj = mini_project()
+    monkeypatch.chdir(proj)
+    monkeypatch.setenv(contract.RESULTS_DIR, str(proj / "results"))
+    if shard:
+        monkeypatch.setenv(contract.SHARD, shard)
+    matrix = load_matrix(proj / "matrix.yaml")
+    assert (prestart.start(matrix, matrix.cell("cpu-2.13"), args) or "").startswith(why)
+    assert not prestart.waiting() and not (proj / "results").exists()

@@ -147,17 +147,18 @@ def _read(path: Path) -> bytes | None:
 
 
 def cancel() -> None:
-    """End the run started ahead, unless the session took it: its pytest and what it
-    started, its folder, the cell's lock. No test of it ran (they wait for the gate)."""
+    """End the run started ahead, unless the session took it (then it is the session's,
+    and :func:`ahead` releases its lock at the end): its pytest and what it started, its
+    folder, the cell's lock. No test of it ran (they wait for the gate)."""
     global _HELD
-    held, _HELD = _HELD, None
-    if held is None:
+    held = _HELD
+    if held is None or held.taken:
         return
-    if not held.taken:
-        if held.run.started is not None:
-            end_started(held.run.started.started)
-            held.run.started = None
-        shutil.rmtree(held.run.folder, ignore_errors=True)
+    _HELD = None
+    if held.run.started is not None:
+        end_started(held.run.started.started)
+        held.run.started = None
+    shutil.rmtree(held.run.folder, ignore_errors=True)
     held.stack.close()
 
 
