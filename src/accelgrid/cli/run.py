@@ -1,4 +1,6 @@
-"""``accelgrid run``: a cell through its nox session (or inside its container image)."""
+"""``accelgrid run``: a cell through its nox session, nox inside this process (or inside its
+container image); a selected run's pytest started ahead of the session
+(:mod:`~accelgrid.run.prestart`)."""
 
 from __future__ import annotations
 
