@@ -232,12 +232,9 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
         site = dist.dist_info.parent
         entry = str(dist.dist_info)
         record_key = statcache.key(dist.dist_info / "RECORD")
-        if store is not None and not full:
-            kept = store.get(entry)
-            if isinstance(kept, dict) and record_key is not None \
-                    and kept.get("record") == list(record_key) \
-                    and statcache.same(kept.get("files"), str(site)):
-                continue
+        if store is not None and not full and store.unchanged(entry, record_key, "files",
+                                                              str(site)):
+            continue
         try:
             with open(dist.dist_info / "RECORD", encoding="utf-8", errors="replace",
                       newline="") as fh:
@@ -263,11 +260,8 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
             else:
                 matched[path] = file_key
         if store is not None and not full:
-            if len(out) == before and store.fresh(record_key) and matched \
-                    and all(store.fresh(k) for k in matched.values()):
-                assert record_key is not None
-                store.put(entry, {"record": list(record_key),
-                                  "files": {f: list(k) for f, k in matched.items() if k}})
+            if len(out) == before:
+                store.keep(entry, record_key, "files", matched)
             else:
                 store.drop(entry)
     return out

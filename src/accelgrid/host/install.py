@@ -515,12 +515,9 @@ def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = (),
                 record = site / info / "RECORD"
                 entry = f"{site.relative_to(envdir).as_posix()}/{info}"
                 record_key = statcache.key(record)
-                if store is not None:
-                    kept = store.get(entry)
-                    if isinstance(kept, dict) and record_key is not None \
-                            and kept.get("record") == list(record_key) \
-                            and statcache.same(kept.get("folders"), str(site)):
-                        continue
+                if store is not None and store.unchanged(entry, record_key, "folders",
+                                                         str(site)):
+                    continue
                 try:
                     with open(record, encoding="utf-8", errors="replace", newline="") as fh:
                         paths = [row[0] for row in csv.reader(fh) if row and row[0]]
@@ -535,26 +532,14 @@ def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = (),
                     shown = ", ".join(gone[:limit])
                     return (f"{info.removesuffix('.dist-info')}: {len(gone)} of {len(paths)} "
                             f"files missing, e.g. {shown}")
-                if store is not None:
-                    _remember_whole(store, entry, site, record_key, paths)
+                if store is not None:   # whole: kept with every folder its files are in
+                    folders = {p.replace("\\", "/").rpartition("/")[0] for p in paths}
+                    store.keep(entry, record_key, "folders",
+                               {f: statcache.key(os.path.join(site, f)) for f in folders})
         return None
     finally:
         if store is not None:
             store.save()
-
-
-def _remember_whole(store: statcache.Store, entry: str, site: Path,
-                    record_key: statcache.Key | None, paths: list[str]) -> None:
-    """Keep a whole distribution in ``store``: its RECORD's key and its folders' keys
-    (none kept where one is racy: checked again next time)."""
-    folders = {p.replace("\\", "/").rpartition("/")[0] for p in paths}
-    keys = {f: statcache.key(os.path.join(site, f)) for f in folders}
-    if store.fresh(record_key) and all(store.fresh(k) for k in keys.values()):
-        assert record_key is not None
-        store.put(entry, {"record": list(record_key),
-                          "folders": {f: list(k) for f, k in keys.items() if k}})
-    else:
-        store.drop(entry)
 
 
 class _Listing:

@@ -51,9 +51,6 @@ class Store:
         return found is not None and \
             max(found[2], found[3]) < self.started - int(RACY_S * 1e9)
 
-    def get(self, name: str) -> Any:
-        return self.entries.get(name)
-
     def put(self, name: str, value: Any) -> None:
         if self.entries.get(name) != value:
             self.entries[name] = value
@@ -62,6 +59,24 @@ class Store:
     def drop(self, name: str) -> None:
         if self.entries.pop(name, None) is not None:
             self.changed = True
+
+    def unchanged(self, name: str, record_key: Key | None, part: str, base: str) -> bool:
+        """Whether ``name`` is kept with ``record_key`` (its RECORD's key now) and every
+        key of its ``part`` (paths under ``base``) is unchanged."""
+        kept = self.entries.get(name)
+        return isinstance(kept, dict) and record_key is not None \
+            and kept.get("record") == list(record_key) and same(kept.get(part), base)
+
+    def keep(self, name: str, record_key: Key | None, part: str,
+             keys: dict[str, Key | None]) -> None:
+        """Keep ``name`` with its RECORD's key and ``keys`` as its ``part``, unless one of
+        them is missing or racy: then it is dropped (checked again next time)."""
+        if keys and self.fresh(record_key) and all(self.fresh(k) for k in keys.values()):
+            assert record_key is not None
+            self.put(name, {"record": list(record_key),
+                            part: {rel: list(k) for rel, k in keys.items() if k}})
+        else:
+            self.drop(name)
 
     def save(self) -> None:
         if not self.changed:
