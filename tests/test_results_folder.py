@@ -694,3 +694,45 @@ def test_a_log_past_512_mib_is_redacted_by_lines_and_one_at_512_mib_whole(
     assert At.loaded == [clean]
     assert clean.stat().st_ino == before.st_ino and clean.read_text() == "<testsuites/>\n"
 
+
+
+@pytest.mark.parametrize("times", [1, results.RESTORE_TRIES - 1])
+def test_record_file_puts_records_back_while_a_test_deletes_the_folder_again(
+        tmp_path: Path, monkeypatch, times: int) -> None:
+    """A test that removes results/ in a loop deletes it again while the recorder puts it
+    back (here: as each restore writes its copy, ``times`` times): the records still come
+    back, nothing raised into pytest (an INTERNALERROR, the run's records lost)."""
+    path = tmp_path / "results" / "cpu-2.13" / contract.TESTS_FILE
+    rf = results.RecordFile(path)
+    rf.append({"nodeid": "t.py::a", "outcome": "passed"})
+    shutil.rmtree(tmp_path / "results")
+    real = os.replace
+    left = [times]
+
+    def deleted_first(src, dst, *args, **kwargs):
+        if left[0]:
+            left[0] -= 1
+            shutil.rmtree(tmp_path / "results")
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", deleted_first)
+    rf.append({"nodeid": "t.py::b", "outcome": "passed"})
+    monkeypatch.setattr(os, "replace", real)
+    rf.close()
+    assert [r["nodeid"] for r in results.read_records(path)[0]] == ["t.py::a", "t.py::b"]
+
+
+def test_record_file_gives_up_on_a_folder_deleted_every_time(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    path = tmp_path / "results" / "cpu-2.13" / contract.TESTS_FILE
+    rf = results.RecordFile(path)
+    shutil.rmtree(tmp_path / "results")
+    real = os.replace
+
+    def always(src, dst, *args, **kwargs):
+        shutil.rmtree(tmp_path / "results", ignore_errors=True)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", always)
+    with pytest.raises(FileNotFoundError):
+        rf.append({"nodeid": "t.py::a", "outcome": "passed"})

@@ -41,7 +41,7 @@ import stat
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -197,6 +197,9 @@ def append_record_once(path: Path, record: TestRecord) -> bool:
     return True
 
 
+RESTORE_TRIES = 10   # a folder deleted again while its records are put back
+
+
 class RecordFile:
     """A session's tests.jsonl, written through an fd opened before the tests run: a
     test that deletes ``results/``, its cell folder or the file (or replaces them) cannot
@@ -260,13 +263,34 @@ class RecordFile:
         self._open()
         return True
 
+    @contextlib.contextmanager
+    def _restored(self) -> Iterator[None]:
+        """Hold the folder's lock with the path restored (:meth:`restore`); again, up to
+        :data:`RESTORE_TRIES` times, while the folder is deleted under it meanwhile (a
+        test removing the results folder in a loop: the lock is advisory)."""
+        for attempt in range(1, RESTORE_TRIES + 1):
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(locked(self.path.parent))
+                self.restore()
+            except FileNotFoundError:
+                stack.close()
+                if attempt == RESTORE_TRIES:
+                    raise
+                continue
+            except BaseException:
+                stack.close()
+                raise
+            with stack:
+                yield
+            return
+
     def append(self, record: TestRecord, durable: bool = False, once: bool = False
                ) -> bool:
         """Append ``record`` whole (:func:`append_record`; ``once``:
         :func:`append_record_once`); whether it was appended."""
         line = _encoded_record(record, self.path.parent)
-        with locked(self.path.parent):
-            self.restore()
+        with self._restored():
             if once:
                 earlier, _ = read_jsonl(self.path, ("nodeid",))
                 if any(r["nodeid"] == record["nodeid"] and r.get("run_id") ==
@@ -279,8 +303,8 @@ class RecordFile:
         """Restore the path if a test took it (under the lock), fsync and close."""
         if self.fd < 0:
             return
-        with locked(self.path.parent):
-            self.restore()
+        with self._restored():
+            pass
         os.fsync(self.fd)
         os.close(self.fd)
         self.fd = -1
