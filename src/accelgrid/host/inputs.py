@@ -228,12 +228,12 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
     checked files all matched is kept there with the stat keys of its RECORD and of those
     files; while none changed, they are not read again."""
     out: list[Altered] = []
+    kept = None if full else store   # stat keys only where they are kept
     for name, dist in sorted(found.items()):
         site = dist.dist_info.parent
         entry = str(dist.dist_info)
-        record_key = statcache.key(dist.dist_info / "RECORD")
-        if store is not None and not full and store.unchanged(entry, record_key, "files",
-                                                              str(site)):
+        record_key = statcache.key(dist.dist_info / "RECORD") if kept else None
+        if kept is not None and kept.unchanged(entry, record_key, "files", str(site)):
             continue
         try:
             with open(dist.dist_info / "RECORD", encoding="utf-8", errors="replace",
@@ -251,7 +251,7 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
                     not (full or _top_level_python(path)):
                 continue
             # The key before the bytes: a write between the two changes the key kept.
-            file_key = statcache.key(site / path)
+            file_key = statcache.key(site / path) if kept else None
             got = _sha256(site / path)
             if got != expected:
                 out.append(Altered(name, path, "missing" if got is None else "differs"))
@@ -259,11 +259,11 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
                     return out
             else:
                 matched[path] = file_key
-        if store is not None and not full:
+        if kept is not None:
             if len(out) == before:
-                store.keep(entry, record_key, "files", matched)
+                kept.keep(entry, record_key, "files", matched)
             else:
-                store.drop(entry)
+                kept.drop(entry)
     return out
 
 

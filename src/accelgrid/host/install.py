@@ -514,7 +514,7 @@ def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = (),
                     continue
                 record = site / info / "RECORD"
                 entry = f"{site.relative_to(envdir).as_posix()}/{info}"
-                record_key = statcache.key(record)
+                record_key = statcache.key(record) if store is not None else None
                 if store is not None and store.unchanged(entry, record_key, "folders",
                                                          str(site)):
                     continue

@@ -281,7 +281,7 @@ def _import_deaths(run: CellRun, stage: list[Pass]) -> bool:
 def stage_jobs(run: CellRun, stage: list[Pass]
                ) -> list[tuple[Pass, list[str], dict[str, str], Path]]:
     """The stage's passes as pytest jobs: (pass, command, env, log); passes with nothing
-    left to run are not among them. Each log starts with its pass's command line."""
+    left to run are not among them (:func:`write_log_heads` starts their logs)."""
     planned = run.plan
     assert planned is not None
     jobs: list[tuple[Pass, list[str], dict[str, str], Path]] = []

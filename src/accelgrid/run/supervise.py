@@ -42,7 +42,6 @@ class Supervised:
 class Started:
     """pytest passes started (:func:`start_pytests`), not yet waited for."""
 
-    jobs: list[tuple[list[str], dict[str, str], Path | None]]
     procs: list[subprocess.Popen] = field(default_factory=list)
     guards: list[subprocess.Popen | None] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
@@ -61,7 +60,7 @@ def start_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]],
     # be stopped), killed by the kernel if this process dies, and a guard in that group
     # (lifetime).
     posix = os.name == "posix"
-    started = into if into is not None else Started(list(jobs))
+    started = into if into is not None else Started()
     for cmd, env, log in jobs:
         if stop:
             break
@@ -119,7 +118,7 @@ def run_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]], r
     seen = Supervised()
     stop_reason = seen.stop_reason
     begun = started is not None
-    started = started if started is not None else Started(list(jobs))
+    started = started if started is not None else Started()
     procs = started.procs
 
     def _forward(signum: int, _frame: object) -> None:
