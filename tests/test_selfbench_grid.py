@@ -46,12 +46,14 @@ def test_tiny_run_reports_and_writes_bench_grid_json_and_md(
 
 def test_steps_and_profile_without_the_machines_paths(
         capsys: pytest.CaptureFixture[str]) -> None:
-    report = bench_grid.run(2, 30, repeat=1, budget=60.0, out=None, profile=8)
+    # Enough rows that accelgrid's own functions are among them whatever the box's load
+    # (on a loaded one, the top 8 of a 2 x 30 grid were all system calls).
+    report = bench_grid.run(2, 30, repeat=1, budget=60.0, out=None, profile=40)
     assert [s["stage"].split(" (")[0] for s in report["stages"]] == [
         "grid model", "baseline comparison", "grid.json", "grid.md", "grid.html",
         "writing the three files", "of the model: reading the results folders"]
     assert all(s["seconds"] > 0 and s["cpu"] >= 0 for s in report["stages"])
-    assert len(report["profile"]) == 8
+    assert len(report["profile"]) == 40
     shares = [p["share"] for p in report["profile"]]
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1
     for p in report["profile"]:
