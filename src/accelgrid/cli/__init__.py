@@ -12,12 +12,9 @@ never scanned for command words.
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import signal
 import sys
-import threading
 
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
@@ -46,7 +43,18 @@ if THE_COMMAND and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupted_while_starting)
 
+if THE_COMMAND:
+    # A warm `accelgrid run CELL -- ARGS` run again starts its pytest now, before
+    # accelgrid and the matrix load (held until its session has checked the env).
+    from ..run import relaunch
+
+    relaunch.early(sys.argv[1:])
+
 # Imported after the handler above: a Ctrl-C while they load is one line too.
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import threading  # noqa: E402
+
 from .. import __version__  # noqa: E402
 from ..base.errors import EXIT_INVALID, AccelgridError  # noqa: E402
 from ..base.jsonio import storage_problem  # noqa: E402

@@ -135,10 +135,14 @@ def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
              results_root: Path, pytest_args: Sequence[str] = (),
              workers: int | None = None, limit_s: float | None = None,
              finalized: Callable[[Cell, Path], None] | None = None,
-             checked: preflight.Preflight | None = None) -> CellRun:
+             checked: preflight.Preflight | None = None,
+             launched: tuple[str, contextlib.ExitStack, tuple[int, ...]] | None = None
+             ) -> CellRun:
     """A run of ``cell`` as :func:`run_cell` takes it: the cell's lock held (until
     ``stack`` closes), its folder ready (a full run's emptied; a selected run's made),
-    its env; nothing said yet (:func:`announce`)."""
+    its env; nothing said yet (:func:`announce`). ``launched``: the run id, lock (an
+    ExitStack holding it) and lock fds of a selected run whose folder
+    :mod:`.relaunch` made."""
     # Not resolved: a symlink planted as the cell folder is refused, never followed.
     cell_folder = Path(os.path.abspath(results_root / cell.name))
     # Everything the run reads is checked before the results folder is touched; nothing
@@ -149,12 +153,16 @@ def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
     if checked.hardware.problem:
         raise AccelgridError(checked.hardware.problem)
     run_start = time.time()
-    run_id = uuid.uuid4().hex
+    run_id = uuid.uuid4().hex if launched is None else launched[0]
     chosen = selection(pytest_args)
-    lock_fds = stack.enter_context(cell_lock(cell_folder, cell.name, run_id))
+    if launched is None:
+        lock_fds = stack.enter_context(cell_lock(cell_folder, cell.name, run_id))
+    else:
+        stack.enter_context(launched[1])
+        lock_fds = launched[2]
     folder = results.run_folder(cell_folder, run_id, partial=bool(chosen))
     if chosen:
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=launched is not None)
     else:
         results.clear_for_run(cell_folder)
     record = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
@@ -303,12 +311,17 @@ def stage_jobs(run: CellRun, stage: list[Pass]
     return jobs
 
 
+def log_head(run_pass: Pass, cmd: Sequence[str]) -> str:
+    """The first line of a pass's log: its command."""
+    return (f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
+            f"{jsonio.safe_text(' '.join(cmd))}\n")
+
+
 def write_log_heads(jobs: Sequence[tuple[Pass, list[str], dict[str, str], Path]]) -> None:
     """Each pass's log starts with its command (pytest's output follows)."""
     for run_pass, cmd, _, log in jobs:
         with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"accelgrid: pass {run_pass.name} ({run_pass.title}): "
-                     f"{jsonio.safe_text(' '.join(cmd))}\n")
+            fh.write(log_head(run_pass, cmd))
 
 
 def _run_stage(run: CellRun, stage: list[Pass]) -> None:

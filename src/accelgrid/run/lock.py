@@ -14,7 +14,6 @@ from pathlib import Path
 
 from ..base import contract, jsonio
 from ..base.errors import AccelgridError
-from .console import say
 
 
 class CellBusy(AccelgridError):
@@ -77,6 +76,8 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, 
                 raise CellBusy(_busy(cell, cell_folder)) from None
             except OSError as exc:  # e.g. a file system without locks: say so, run anyway
                 if held is None:
+                    from .console import say  # (not at import: the early launch's path)
+
                     say(cell, f"cannot lock {path} ({exc}); running unguarded", err=True)
             from ..results.provenance import now
 

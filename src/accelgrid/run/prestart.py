@@ -25,14 +25,15 @@ import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import contract
 from ..base.errors import AccelgridError
+from ..config import known_issues
 from ..config.matrix import Cell, Matrix
 from . import cell as cellrun
-from . import preflight
+from . import preflight, relaunch
 from .passes import plan_run, stages, workers_override
 from .selection import selection
 from .supervise import end_started, start_pytests
@@ -45,6 +46,9 @@ class _Held:
     run: cellrun.CellRun
     stack: contextlib.ExitStack   # the cell's lock
     taken: bool = False
+    launch: relaunch.Launch | None = None   # its processes, started by .relaunch
+    inputs: list[Path] = field(default_factory=list)   # what its launch depends on
+    results_root: Path | None = None
 
 
 _HELD: _Held | None = None
@@ -54,7 +58,18 @@ def start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str]) -> str | None:
     """Start ``cell``'s selected run ahead of its session where it can be undone (see the
     module): None when it was, else why not. Anything in the way (no env, a stamp that
     does not match, another run holding the lock, ...) starts nothing: the session then
-    does all, and says what was wrong."""
+    does all, and says what was wrong. The launch :mod:`.relaunch` started at the
+    command's start is this run's when it is exactly the run this would start."""
+    launch = relaunch.claim(cell.name)
+    try:
+        return _start(matrix, cell, pytest_args, launch)
+    finally:
+        if launch is not None and (_HELD is None or _HELD.launch is not launch):
+            relaunch.end(launch)   # not this run's (its folder, if it was, is gone)
+
+
+def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
+           launch: relaunch.Launch | None) -> str | None:
     global _HELD
     if _HELD is not None:
         return "a run is started ahead already"
@@ -77,10 +92,15 @@ def start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str]) -> str | None:
             return "the host cannot run the cell"
         if install.held_plan(envdir, install.plans(cell, envdir)) is None:
             return "the env's stamp does not hold the cell's pins"
-        run = cellrun.open_run(stack, cell, str(python.absolute()), root,
-                               _results_root(root), pytest_args, workers_override(),
-                               checked=preflight.check(cell, root, host=host))
-        _HELD = _Held(run, stack)
+        # What the launch of this run depends on, besides the command and environment.
+        inputs = [matrix.path, root / "noxfile.py", known_issues.registry_path(root),
+                  envdir / install.STAMP]
+        results_root = _results_root(root)
+        run = cellrun.open_run(
+            stack, cell, str(python.absolute()), root, results_root, pytest_args,
+            workers_override(), checked=preflight.check(cell, root, host=host),
+            launched=None if launch is None else (launch.run_id, launch.stack, launch.fds))
+        _HELD = _Held(run, stack, launch=launch, inputs=inputs, results_root=results_root)
         cellrun.plan(run)
         assert run.plan is not None
         first = stages(run.plan.passes)[0]
@@ -91,6 +111,16 @@ def start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str]) -> str | None:
         gate = run.folder / GATE_NAME
         jobs = [(p, cmd, {**env, contract.GATE: str(gate)}, log)
                 for p, cmd, env, log in cellrun.stage_jobs(run, first)]
+        if launch is not None:
+            if relaunch.matches(launch, [(cmd, env, log) for _, cmd, env, log in jobs],
+                                [cellrun.log_head(p, cmd) for p, cmd, _, _ in jobs],
+                                _read(run.folder / contract.KNOWN_ISSUES_FILE)):
+                run.started = cellrun.HeldStart(jobs, gate, launch.started)
+                return None
+            # Not this run: ended with its folder; the run is started as without it.
+            relaunch.forget(root, cell.name)
+            cancel()
+            return _start(matrix, cell, pytest_args, None)
         cellrun.write_log_heads(jobs)
         started = start_pytests([(cmd, env, log) for _, cmd, env, log in jobs], root,
                                 run.keep_fds)
@@ -136,6 +166,11 @@ def take(cell: Cell, python: str, root: Path, results_root: Path,
         return None
     held.taken = True
     run.finalized = finalized
+    if run.started is not None and held.results_root is not None:
+        relaunch.record(root, cell.name, run.folder, str(run.record["run_id"]),
+                        [(cmd, env, log, cellrun.log_head(p, cmd))
+                         for p, cmd, env, log in run.started.jobs_of_passes],
+                        held.inputs, held.results_root)
     return run
 
 
@@ -158,6 +193,8 @@ def cancel() -> None:
     if held.run.started is not None:
         end_started(held.run.started.started)
         held.run.started = None
+    elif held.launch is not None:   # its processes, before the lock they hold goes
+        relaunch.end(held.launch, keep_folder=True)
     shutil.rmtree(held.run.folder, ignore_errors=True)
     held.stack.close()
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import contract, lifetime
-from .console import say
 
 EXIT_CELL_TIMEOUT = 124
 
@@ -218,6 +217,8 @@ def _start_guard(pgid: int, cgroup: str | None = None) -> subprocess.Popen | Non
             raise OSError(f"it exited with {guard.returncode}")
         return guard
     except (OSError, subprocess.SubprocessError) as exc:  # pytest already gone, or no python
+        from .console import say  # (not at import: the early launch's path, .relaunch)
+
         say(None, f"no guard for pytest's process group ({exc}); it relies on the "
             "parent-death signal alone", err=True)
         return None
