@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import pytest
 from accelgrid import results
 from accelgrid.base import contract
 from accelgrid.config.matrix import load_matrix
-from accelgrid.run import preflight, prestart
+from accelgrid.run import preflight, prestart, relaunch
 
 PAYLOAD = '''
 import os
@@ -157,13 +158,69 @@ def test_a_session_that_repairs_ends_the_run_started_ahead(warm: Path) -> None:
     assert "ahead_s" not in summary["passes"][0]
 
 
+def _last(proj: Path) -> tuple[Path, dict]:
+    """The cell's latest run: its folder and summary."""
+    folder = results.last_run(proj / "results" / "cpu-2.13")[1]
+    return folder, json.loads((folder / contract.SUMMARY_FILE).read_text())
+
+
 @pytest.mark.slow
-def test_ctrl_c_while_the_session_checks_leaves_nothing_started_ahead(warm: Path) -> None:
+def test_the_same_command_again_starts_its_pytest_as_it_starts(warm: Path) -> None:
+    """The launch a session took is kept (run.relaunch); the next identical command starts
+    its pytest from it before accelgrid loads, and the session keeps it (summary:
+    ``launched``). A record that is not exactly the run (planted: a variable more) is ended
+    unseen and the run started as without it; a matrix touched since starts nothing."""
+    record = relaunch.record_path(warm, "cpu-2.13")
+
+    def run() -> tuple[Path, dict]:
+        done = _cli(warm, "run", "cpu-2.13", "--", "-k", "one")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return _last(warm)
+
+    first, summary = run()
+    assert "launched" not in summary["passes"][0] and record.is_file()
+    second, summary = run()
+    (single,) = summary["passes"]
+    assert single["launched"] is True and single["tests"] == 1 and single["ahead_s"] > 0
+    assert _ran(warm) == [first.name, second.name]
+
+    kept = json.loads(record.read_text())
+    kept["jobs"][0]["env"]["TORCH_PLANTED"] = "1"
+    record.write_text(json.dumps(kept))
+    third, summary = run()
+    assert "launched" not in summary["passes"][0]
+    assert "TORCH_PLANTED" not in (third / contract.ENV_FILE).read_text()
+    assert "TORCH_PLANTED" not in record.read_text()   # kept again, as the session took it
+    assert _ran(warm) == [first.name, second.name, third.name]
+    assert _runs(warm) == sorted([first, second, third])   # the ended launch left nothing
+
+    matrix = warm / "matrix.yaml"
+    os.utime(matrix, ns=(matrix.stat().st_atime_ns, matrix.stat().st_mtime_ns + 10**9))
+    _, summary = run()
+    assert "launched" not in summary["passes"][0]
+    _, summary = run()
+    assert summary["passes"][0]["launched"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launched", [False, True])
+def test_ctrl_c_while_the_session_checks_leaves_nothing_started_ahead(
+        warm: Path, launched: bool) -> None:
     """Ctrl-C (SIGINT to the terminal's process group) while the session checks the env
     (every hashed file: ACCELGRID_VERIFY=full, seconds) and the run started ahead waits at
-    its gate: nox's one line, exit 130, its folder gone, its pytest ended, the lock free."""
+    its gate: nox's one line, exit 130, its folder gone, its pytest ended, the lock free.
+    ``launched``: the same command ran before, so its pytest started with the command."""
     import signal
 
+    if launched:
+        done = subprocess.run(
+            [sys.executable, "-m", "accelgrid", "--matrix", str(warm / "matrix.yaml"), "run",
+             "cpu-2.13", "--", "-k", "one"], cwd=warm, capture_output=True, text=True,
+            timeout=600, env={**os.environ, **_env(warm), contract.VERIFY: "full"})
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert relaunch.record_path(warm, "cpu-2.13").is_file()
+        (warm / "ran").unlink()
+        shutil.rmtree(warm / "results" / "cpu-2.13" / contract.RUNS_DIR)
     proc = subprocess.Popen([sys.executable, "-m", "accelgrid", "--matrix",
                              str(warm / "matrix.yaml"), "run", "cpu-2.13", "--", "-k", "one"],
                             cwd=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -634,6 +634,8 @@ def pass_times(records: list[TestRecord], passes: list[dict[str, Any]],
         ahead = p.get("ahead")
         if isinstance(ahead, int | float):  # started while nox checked the env (run.prestart)
             timing["ahead_s"] = round(ahead - p["start"], 2)
+        if p.get("launched"):   # its pytest started with the command (run.relaunch)
+            timing["launched"] = True
         out.append(timing)
     end = max((p["end"] for p in passes), default=run_start)
     return {"wall_s": round(end - run_start, 2), "passes": out}

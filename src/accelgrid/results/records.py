@@ -81,6 +81,7 @@ class PassTiming(TypedDict, total=False):
     workers_first_test_s: Required[dict[str, float]]
     waited_s: float
     ahead_s: float   # started ahead of the env's checks: its gate opened this much later
+    launched: bool   # its pytest started with the command, from the last launch (relaunch)
 
 
 class Summary(TypedDict, total=False):

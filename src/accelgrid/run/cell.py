@@ -46,6 +46,7 @@ from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing, say
 from .lock import cell_lock
 from .passes import Pass, RunPlan, pass_args, plan_run, pytest_command, stages
+from .relaunch import Launch
 from .selection import selection
 from .supervise import Started, append_logs, run_pytests
 
@@ -60,6 +61,7 @@ class HeldStart:
     jobs_of_passes: list[tuple[Pass, list[str], dict[str, str], Path]]
     gate: Path
     started: Started
+    launched: bool = False   # by .relaunch, as the command started
 
 
 @dataclass
@@ -136,13 +138,11 @@ def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
              workers: int | None = None, limit_s: float | None = None,
              finalized: Callable[[Cell, Path], None] | None = None,
              checked: preflight.Preflight | None = None,
-             launched: tuple[str, contextlib.ExitStack, tuple[int, ...]] | None = None
-             ) -> CellRun:
+             launched: Launch | None = None) -> CellRun:
     """A run of ``cell`` as :func:`run_cell` takes it: the cell's lock held (until
     ``stack`` closes), its folder ready (a full run's emptied; a selected run's made),
-    its env; nothing said yet (:func:`announce`). ``launched``: the run id, lock (an
-    ExitStack holding it) and lock fds of a selected run whose folder
-    :mod:`.relaunch` made."""
+    its env; nothing said yet (:func:`announce`). ``launched``: a selected run
+    :mod:`.relaunch` started (its id, lock, folder and start are the run's)."""
     # Not resolved: a symlink planted as the cell folder is refused, never followed.
     cell_folder = Path(os.path.abspath(results_root / cell.name))
     # Everything the run reads is checked before the results folder is touched; nothing
@@ -152,14 +152,14 @@ def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
     checked = checked or preflight.check(cell, root)
     if checked.hardware.problem:
         raise AccelgridError(checked.hardware.problem)
-    run_start = time.time()
-    run_id = uuid.uuid4().hex if launched is None else launched[0]
+    run_start = time.time() if launched is None else launched.start
+    run_id = uuid.uuid4().hex if launched is None else launched.run_id
     chosen = selection(pytest_args)
     if launched is None:
         lock_fds = stack.enter_context(cell_lock(cell_folder, cell.name, run_id))
     else:
-        stack.enter_context(launched[1])
-        lock_fds = launched[2]
+        stack.enter_context(launched.stack)
+        lock_fds = launched.fds
     folder = results.run_folder(cell_folder, run_id, partial=bool(chosen))
     if chosen:
         folder.mkdir(parents=True, exist_ok=launched is not None)
@@ -369,7 +369,8 @@ def _run_stage(run: CellRun, stage: list[Pass]) -> None:
                           "beside": jobs[0][0].name if run_pass.beside else None,
                           "start": start, "end": end,
                           **({"gate": opened} if run_pass.gated else {}),
-                          **({"ahead": ahead} if ahead is not None else {})})
+                          **({"ahead": ahead} if ahead is not None else {}),
+                          **({"launched": True} if started and started.launched else {})})
 
 
 def end_left_behind(run: CellRun) -> CellRun:

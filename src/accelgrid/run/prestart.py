@@ -99,7 +99,7 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
         run = cellrun.open_run(
             stack, cell, str(python.absolute()), root, results_root, pytest_args,
             workers_override(), checked=preflight.check(cell, root, host=host),
-            launched=None if launch is None else (launch.run_id, launch.stack, launch.fds))
+            launched=launch)
         _HELD = _Held(run, stack, launch=launch, inputs=inputs, results_root=results_root)
         cellrun.plan(run)
         assert run.plan is not None
@@ -115,7 +115,7 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
             if relaunch.matches(launch, [(cmd, env, log) for _, cmd, env, log in jobs],
                                 [cellrun.log_head(p, cmd) for p, cmd, _, _ in jobs],
                                 _read(run.folder / contract.KNOWN_ISSUES_FILE)):
-                run.started = cellrun.HeldStart(jobs, gate, launch.started)
+                run.started = cellrun.HeldStart(jobs, gate, launch.started, launched=True)
                 return None
             # Not this run: ended with its folder; the run is started as without it.
             relaunch.forget(root, cell.name)

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class Launch:
         self.cell, self.run_id, self.folder = cell, run_id, folder
         self.stack, self.fds, self.jobs, self.heads = stack, fds, jobs, heads
         self.known_issues = known_issues
+        self.start = time.time()   # the run's start
         self.started: Any = None   # supervise.Started, once started
 
 
