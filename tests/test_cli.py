@@ -302,3 +302,28 @@ def test_a_command_loads_only_its_group() -> None:
     assert proc.stdout.rstrip().endswith("[]"), proc.stdout
     help_text = _cli("--help").stdout
     assert all(word in help_text for words in cli.GROUPS.values() for word in words)
+
+
+@pytest.mark.parametrize("argv", [["run", "no-such-cell", "--", "-x"],
+                                  ["cells", "--device", "cpu"]])
+def test_run_ends_without_the_interpreters_teardown(argv: list[str]) -> None:
+    """`accelgrid run` (quick_exit) ends once the command returned: the exit handlers run
+    and the output is all there, with the command's exit code, but no module's objects are
+    torn down one by one (0.04-0.06 s of a warm selected run). Other commands end as
+    usual."""
+    code = ("import atexit, sys\n"
+            "class Torn:\n"
+            "    def __del__(self): print('torn down', flush=True)\n"
+            "kept = Torn()\n"
+            "atexit.register(lambda: print('handler ran'))\n"
+            f"sys.argv = ['accelgrid', '--matrix', {str(ROOT / 'matrix.yaml')!r}, *{argv!r}]\n"
+            "from accelgrid import cli\n"
+            "sys.exit(cli.main())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    quick = argv[0] == "run"
+    assert proc.returncode == (2 if quick else 0), proc.stderr
+    assert "handler ran" in proc.stdout
+    assert ("torn down" in proc.stdout) is not quick
+    if quick:
+        assert proc.stderr.startswith("accelgrid run: unknown cell 'no-such-cell'")

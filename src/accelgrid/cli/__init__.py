@@ -52,6 +52,8 @@ if THE_COMMAND:
 
 # Imported after the handler above: a Ctrl-C while they load is one line too.
 import argparse  # noqa: E402
+import atexit  # noqa: E402
+import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import threading  # noqa: E402
 
@@ -153,7 +155,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (see ``accelgrid --help``)."""
     try:
-        return _main(argv)
+        code = _main(argv)
+        if THE_COMMAND and _QUICK_EXIT and threading.active_count() == 1:
+            _exit_now(code)
+        return code
     finally:
         if THE_COMMAND and threading.current_thread() is threading.main_thread():
             # The command is over (its files written or not, its line said): a stop now
@@ -161,6 +166,21 @@ def main(argv: list[str] | None = None) -> int:
             # back, and kill the process by the signal (-15, no line) instead of its exit
             # code. Held, it is never delivered: the process exits with the command's code.
             signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+
+
+_QUICK_EXIT: list[bool] = []   # the command asked for it (_common.quick_exit)
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` now: the exit handlers run (logging's flush, a launch
+    nobody claimed, coverage), the output is flushed, the interpreter's teardown (every
+    module's objects freed one by one) is skipped. Only once the command's files are
+    written and closed, and no other thread runs."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -182,6 +202,8 @@ def _main(argv: list[str] | None) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             if term in (signal.SIG_DFL, _interrupted_while_starting):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if getattr(args.func, "quick_exit", False):
+        _QUICK_EXIT.append(True)
     try:
         return int(args.func(args) or 0)
     except AccelgridError as exc:

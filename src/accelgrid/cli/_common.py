@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..base.lifetime import Stopped, stoppable
 from ..config.matrix import DEFAULT_MATRIX, Matrix, load_matrix
 
-__all__ = ["DEFAULT_MATRIX", "common_parser", "matrix_of", "writes_a_set"]
+__all__ = ["DEFAULT_MATRIX", "common_parser", "matrix_of", "quick_exit", "writes_a_set"]
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -36,6 +36,14 @@ def writes_a_set(handler: Handler) -> Handler:
             return 128 + exc.signum
     run.handles_stops = True  # type: ignore[attr-defined]  # read by main
     return run
+
+
+def quick_exit(handler: Handler) -> Handler:
+    """Mark a command whose process may end without the interpreter's teardown once it
+    returned (main's ``_exit_now``): ``accelgrid run``, where tearing down nox, accelgrid
+    and the matrix is 0.04-0.06 s of a 2-3 s warm selected run here."""
+    handler.quick_exit = True  # type: ignore[attr-defined]  # read by main
+    return handler
 
 
 def common_parser() -> argparse.ArgumentParser:

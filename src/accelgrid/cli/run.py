@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..base import contract
 from ..base.errors import EXIT_INVALID
-from ._common import matrix_of
+from ._common import matrix_of, quick_exit
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -78,6 +78,7 @@ def _prune(args: argparse.Namespace) -> int:
     return 0
 
 
+@quick_exit
 def _run(args: argparse.Namespace) -> int:
     matrix = matrix_of(args)
     if args.shard is not None:
