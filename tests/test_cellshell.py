@@ -339,3 +339,28 @@ def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path, tm
         assert [(r["nodeid"].split("::")[-1], r["outcome"]) for r in recs] == [
             ("test_allocation_and_matmul_match_cpu", "passed")], how
     shutil.rmtree(out)
+
+
+def test_the_linked_source_is_compiled_ahead_where_no_bytecode_is_written(
+        tmp_path: Path, monkeypatch) -> None:
+    """PYTHONDONTWRITEBYTECODE: each process importing accelgrid from the checkout would
+    compile it again; the session compiles it ahead (as installers do), only what changed
+    since. With bytecode written at import, nothing is done."""
+    import importlib.util
+
+    module = tmp_path / "src" / "accelgrid" / "mod.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("X = 1\n")
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    venvs.compile_source(tmp_path)
+    assert not cached.exists()
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    venvs.compile_source(tmp_path)
+    first = cached.read_bytes()
+    venvs.compile_source(tmp_path)
+    assert cached.read_bytes() == first   # unchanged: not compiled again
+    module.write_text("X = 22\n")
+    os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 10**9))
+    venvs.compile_source(tmp_path)
+    assert cached.read_bytes() != first

@@ -183,6 +183,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
             if not venvs.linked(site, checkout):
                 prestart.cancel()   # started ahead, its python may not import it
             venvs.link_project(python, checkout, site=site)
+            venvs.compile_source(checkout)
         else:
             _install_accelgrid(session, cell, python)
     if _install_only(session):   # the env is ready, run nothing
