@@ -118,3 +118,38 @@ def test_wheel_ships_the_schema_files(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         for name, file in SCHEMA_FILES.items():
             assert zf.read(f"accelgrid/schemas/{file}").decode() == schema_text(name)
+
+
+def test_data_found_valid_is_valid_again_without_jsonschema(tmp_path: Path) -> None:
+    """check_schema's memo (the envs folder): the same data, schema and validator pass
+    again without loading jsonschema; each changed value, a type alone included, is
+    checked again; only "valid" is kept; an unreadable memo is no memo."""
+    from accelgrid.config import validation
+
+    memo = tmp_path / ".nox"
+    memo.mkdir()
+    schema = load_schema("matrix")
+    text = (Path(__file__).parent / "base_matrix.yaml").read_text()
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    data, smap = validation.load_yaml(path)
+    assert validation.check_schema(data, schema, smap, memo=memo) == []
+    assert len(json.loads((memo / validation.MEMO_NAME).read_text())) == 1
+    code = ("import sys; from pathlib import Path; from accelgrid.config import validation as v; "
+            f"d, m = v.load_yaml(Path({str(path)!r})); "
+            f"print(v.check_schema(d, v.load_schema('matrix'), m, memo=Path({str(memo)!r})), "
+            "'jsonschema' in sys.modules)")
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True)
+    assert again.stdout.split() == ["[]", "False"]
+    # Another value, or the same value as another type: checked, and found wrong.
+    for old, new in (("schema: 1", "schema: 2"), ('  torch: "2.13"', "  torch: 2.13")):
+        assert old in text
+        path.write_text(text.replace(old, new, 1))
+        data, smap = validation.load_yaml(path)
+        assert validation.check_schema(data, schema, smap, memo=memo) != []
+    assert len(json.loads((memo / validation.MEMO_NAME).read_text())) == 1
+    (memo / validation.MEMO_NAME).write_text("{not json")
+    path.write_text(text)
+    data, smap = validation.load_yaml(path)
+    assert validation.check_schema(data, schema, smap, memo=memo) == []

@@ -12,6 +12,8 @@ this module is imported inside the cell.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import NamedTuple
 
 # --- set by the runner for each pytest it starts ---------------------------------------
@@ -102,6 +104,14 @@ MATRIX = "ACCELGRID_MATRIX"            # the matrix file a run uses instead of <
 WORKERS = "ACCELGRID_WORKERS"          # xdist workers per cell
 ENVDIR = "ACCELGRID_ENVDIR"            # where cell envs live (nox's --envdir; else .nox
                                        # beside the noxfile)
+
+
+def envs_folder(root: Path) -> Path:
+    """The folder of the cell envs of the project at ``root``: ``$ACCELGRID_ENVDIR``, else
+    ``.nox`` beside the noxfile. Caches of the runner's own live there too."""
+    return root / (os.environ.get(ENVDIR) or ".nox")
+
+
 WORKERS_PER_DEVICE = "ACCELGRID_WORKERS_PER_DEVICE"  # workers sharing each device (else
                                                      # chosen from the host: runner)
 TORCH_INDEX = "ACCELGRID_TORCH_INDEX"  # overrides the device's torch wheel index

@@ -36,6 +36,7 @@ from .validation import (
     check_schema,
     load_schema,
     load_yaml,
+    memo_folder,
     short,
     suggest,
 )
@@ -244,7 +245,8 @@ def load_registry(path: str | Path, matrix: Matrix) -> Registry:
     data, smap = load_yaml(path)
     if not isinstance(data, dict):
         raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
-    problems = check_schema(data, load_schema("known-issues"), smap)
+    problems = check_schema(data, load_schema("known-issues"), smap,
+                            memo=memo_folder(matrix.root))
     if problems:
         raise ValidationFailed(problems)
     problems = _semantic_problems(data, smap, matrix)

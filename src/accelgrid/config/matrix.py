@@ -42,6 +42,7 @@ from .validation import (
     check_schema,
     load_schema,
     load_yaml,
+    memo_folder,
     read_bounded,
     short,
     suggest,
@@ -815,7 +816,7 @@ def _load_matrix(path: Path) -> Matrix:
     data, smap = load_yaml(path)
     if not isinstance(data, dict):
         raise ValidationFailed([Problem(str(path), 1, (), "expected a mapping at the top level")])
-    problems = check_schema(data, load_schema("matrix"), smap)
+    problems = check_schema(data, load_schema("matrix"), smap, memo=memo_folder(path.parent))
     if problems:
         raise ValidationFailed(problems)
     problems = _injection_problems(data, smap) or _semantic_problems(data, smap, path.parent)

@@ -6,7 +6,6 @@ profile's flags are in the environment.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import platform
 import socket
@@ -17,6 +16,8 @@ from typing import Any
 
 from .. import devices
 from ..base import contract
+from ..base.clock import iso as iso  # re-exported: provenance.iso and .now, as ever
+from ..base.clock import now as now
 from ..base.versions import installed_version
 from . import environment, plan
 
@@ -25,17 +26,6 @@ PACKAGES = (
     "pytorch-triton-xpu", "intel-sycl-rt", "numpy", "scipy", "pillow", "tokenizers",
     "pytest", "pytest-xdist", "pytest-timeout",
 )
-
-
-def now() -> str:
-    # timezone.utc, not UTC (3.11+): this runs on the cell's Python, which may be older.
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")  # noqa: UP017
-
-
-def iso(epoch: float) -> str:
-    """``epoch`` (seconds) as UTC ISO 8601 to the millisecond: a pass's start."""
-    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(  # noqa: UP017
-        timespec="milliseconds")
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:

@@ -79,7 +79,7 @@ def cell_lock(cell_folder: Path, cell: str, run_id: str) -> Iterator[tuple[int, 
                     from .console import say  # (not at import: the early launch's path)
 
                     say(cell, f"cannot lock {path} ({exc}); running unguarded", err=True)
-            from ..results.provenance import now
+            from ..base.clock import now
 
             holder_text = json.dumps({"run_id": run_id, "pid": os.getpid(),
                                       "host": socket.gethostname(), "start": now()})

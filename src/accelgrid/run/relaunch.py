@@ -69,7 +69,7 @@ _LAUNCH: Launch | None = None
 def record_path(root: Path, cell: str) -> Path:
     """Where ``cell``'s launch is kept: beside the cell envs (``.nox``, or
     ``$ACCELGRID_ENVDIR``)."""
-    return root / (os.environ.get(contract.ENVDIR) or ".nox") / f"{RECORD_PREFIX}{cell}.json"
+    return contract.envs_folder(root) / f"{RECORD_PREFIX}{cell}.json"
 
 
 def stat_key(path: Path) -> list[int] | None:
