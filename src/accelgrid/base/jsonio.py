@@ -21,7 +21,6 @@ import math
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -173,6 +172,8 @@ def write_text(path: Path, text: str) -> None:
     planted one would have the write land outside the tree)."""
     refuse_symlink(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # (here: the run's early launch reads, it writes nothing)
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared

@@ -173,10 +173,12 @@ def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
 
 
 def run_env(cell: Cell, root: Path, folder: Path, checked: preflight.Preflight,
-            python: str, record: dict[str, Any], quiet: bool = False) -> dict[str, str]:
+            python: str, record: dict[str, Any], quiet: bool = False,
+            commit: tuple[str | None, bool] | None = None) -> dict[str, str]:
     """The env every pass of the run in ``folder`` starts with (``record``: its id, pytest
-    arguments and selection; ``quiet``: as :func:`~.cellenv.cell_env`'s)."""
-    env = cell_env(cell, root, folder, checked=checked, python=python, quiet=quiet)
+    arguments and selection; ``quiet``, ``commit``: as :func:`~.cellenv.cell_env`'s)."""
+    env = cell_env(cell, root, folder, checked=checked, python=python, quiet=quiet,
+                   commit=commit)
     env.update({contract.RUN_ID: str(record["run_id"]),
                 contract.PLAN_INPUTS: plan_inputs(cell),
                 contract.PYTEST_ARGS: json.dumps(jsonio.safe(record["pytest_args"])),

@@ -21,14 +21,16 @@ RUN_PLUGINS = ("xdist.plugin", "pytest_timeout", contract.PLUGIN)
 
 def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None,
              checked: preflight.Preflight | None = None,
-             python: str | Path | None = None, quiet: bool = False) -> dict[str, str]:
+             python: str | Path | None = None, quiet: bool = False,
+             commit: tuple[str | None, bool] | None = None) -> dict[str, str]:
     """The environment the cell's pytest starts with: the host's, the cell's (device and
     profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
     and how they were known), and accelgrid's own variables. ``checked``: the run's
     preflight (else made here, against ``base``). ``python``: the interpreter the run
     starts; inside a virtual environment, the compilers' caches go there
     (:func:`compile_caches`). ``quiet``: the hardware line is not said (said already for
-    this run)."""
+    this run). ``commit``: the project's commit and whether its tree is dirty, when the
+    caller knows them (else asked of git)."""
     env = dict(os.environ if base is None else base)
     checked = checked or preflight.check(cell, root, env)
     hardware = checked.hardware
@@ -38,7 +40,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     # variables by name only: results.environment.recorded_env).
     ours = {**cell.env, **hardware.env(cell)}
     env.update(ours)
-    commit, dirty = project_commit(root)
+    head, dirty = commit if commit is not None else project_commit(root)
     src = str(root / "src")
     ours.update({
         contract.CELL: cell.name,
@@ -47,7 +49,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
         contract.TORCH_CHANNEL: cell.channel,
         contract.PROFILE: cell.profile,
         contract.RESULTS: str(folder),
-        contract.COMMIT: commit or "",
+        contract.COMMIT: head or "",
         contract.DIRTY: "1" if dirty else "0",
         # The plugin and the suites' helpers come from this checkout, not an install.
         "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),

@@ -156,7 +156,11 @@ def take(cell: Cell, python: str, root: Path, results_root: Path,
         # The files the env points at are written again only where they would differ (the
         # held pytest may be reading them): a difference is another run.
         issues = _read(run.folder / contract.KNOWN_ISSUES_FILE)
-        env = cellrun.run_env(cell, root, run.folder, checked, python, run.record, quiet=True)
+        # The commit as the run was opened, a moment ago in this process: git asked again
+        # (two processes beside the held pytest) could only tell of a commit made since.
+        commit = (run.env.get(contract.COMMIT) or None, run.env.get(contract.DIRTY) == "1")
+        env = cellrun.run_env(cell, root, run.folder, checked, python, run.record, quiet=True,
+                              commit=commit)
         same = env == run.env and _read(run.folder / contract.KNOWN_ISSUES_FILE) == issues \
             and run.plan is not None and plan_run(
             cell, python, run.folder, root, pytest_args, workers,

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +67,7 @@ def start_pytests(jobs: Sequence[tuple[list[str], dict[str, str], Path | None]],
         preexec: Callable[[], None] | None = None
         cgroup = None
         if posix:
-            cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID, uuid.uuid4().hex)}-"
+            cgroup = lifetime.cell_cgroup(f"{env.get(contract.RUN_ID) or os.urandom(16).hex()}-"
                                           f"{env.get(contract.PASS, len(started.procs))}")
             if cgroup is not None:
                 started.cgroups.append(cgroup)
