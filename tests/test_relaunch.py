@@ -178,8 +178,10 @@ def test_a_launch_nobody_claims_is_ended_when_the_command_exits(project: Path) -
     code = ("import sys, os; from accelgrid.run import relaunch; "
             f"relaunch.early({ARGV!r}); l = relaunch._LAUNCH; "
             "print(l.started.procs[0].pid, l.folder, flush=True); sys.exit(2)")
+    # env: os.environ as this process sees it (a library here may have set variables in
+    # the C environment only, e.g. LINES and COLUMNS: another environment, another key).
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=dict(os.environ))
     assert done.returncode == 2, done.stderr
     pid, folder = done.stdout.split()
     assert not Path(folder).exists()
@@ -189,3 +191,40 @@ def test_a_launch_nobody_claims_is_ended_when_the_command_exits(project: Path) -
             time.sleep(0.05)
     with cell_lock(project / "results" / CELL, CELL, "x"):
         pass
+
+
+def test_what_started_before_a_failed_start_is_ended(project: Path, monkeypatch) -> None:
+    """Two passes, the second's interpreter gone: the first, started, is ended with the
+    launch, its folder removed, the lock free; the command goes on."""
+    old = _recorded(project)
+    kept = _record(project)
+    second = json.loads(json.dumps(kept["jobs"][0]))
+    second["cmd"][0] = str(project / "no-such-python")
+    second["log"] = second["log"].replace(contract.PYTEST_LOG_FILE, "pytest-two.log")
+    kept["jobs"].append(second)
+    relaunch.record_path(Path("."), CELL).write_text(json.dumps(kept))
+    started: list = []
+    real = relaunch.Launch.__init__
+
+    def keep(self, *args, **kwargs) -> None:
+        real(self, *args, **kwargs)
+        started.append(self)
+
+    monkeypatch.setattr(relaunch.Launch, "__init__", keep)
+    relaunch._KEY = None
+    relaunch.early(ARGV)
+    assert relaunch.claim(CELL) is None
+    (launch,) = started
+    assert launch.started is None and not launch.folder.exists()
+    assert [p.name for p in old.parent.iterdir()] == [OLD_ID]
+    with cell_lock(project / "results" / CELL, CELL, "x"):
+        pass
+
+
+def test_a_record_that_cannot_be_written_leaves_none(project: Path) -> None:
+    _recorded(project)
+    assert relaunch.record_path(Path("."), CELL).exists()
+    folder = project / "results" / CELL / contract.RUNS_DIR / OLD_ID
+    (folder / contract.KNOWN_ISSUES_FILE).write_bytes(b"\xff\xfe not utf-8")
+    relaunch.record(Path("."), CELL, folder, OLD_ID, [], [], project / "results")
+    assert not relaunch.record_path(Path("."), CELL).exists()

@@ -135,7 +135,7 @@ def _start(cell: str, root: Path) -> None:
         return
     from ..base import jsonio, lifetime
     from .lock import cell_lock
-    from .supervise import start_pytests
+    from .supervise import Started, start_pytests
 
     cell_folder = Path(kept["cell_folder"])
     results_root = Path(kept["results_root"])
@@ -164,7 +164,9 @@ def _start(cell: str, root: Path) -> None:
     for (_, _, log), head in zip(jobs, heads, strict=True):
         log.write_text(head, encoding="utf-8")
     lifetime.become_subreaper()   # before its pytest can leave anything behind
-    launch.started = start_pytests(jobs, root, fds)
+    # Filled as each starts: whatever started before a failure is ended with the launch.
+    launch.started = Started()
+    start_pytests(jobs, root, fds, into=launch.started)
 
 
 def _uuid4_hex() -> str:
@@ -228,6 +230,15 @@ def record(root: Path, cell: str, folder: Path, run_id: str,
     cannot be kept is not."""
     if _KEY is None:
         return
+    try:
+        _record(root, cell, folder, run_id, jobs, files, results_root)
+    except (OSError, ValueError):
+        forget(root, cell)   # none rather than a stale one
+
+
+def _record(root: Path, cell: str, folder: Path, run_id: str,
+            jobs: list[tuple[list[str], dict[str, str], Path, str]],
+            files: list[Path], results_root: Path) -> None:
     from ..base import jsonio
 
     def blank(text: str) -> str:
@@ -244,8 +255,7 @@ def record(root: Path, cell: str, folder: Path, run_id: str,
                   "unset": sorted(k for k in _ENVIRON if k not in env),
                   "log": blank(str(log)), "head": blank(head)}
                  for cmd, env, log, head in jobs]}
-    with contextlib.suppress(OSError, ValueError):
-        jsonio.write_text(record_path(root, cell), json.dumps(kept, indent=1) + "\n")
+    jsonio.write_text(record_path(root, cell), json.dumps(kept, indent=1) + "\n")
 
 
 def forget(root: Path, cell: str) -> None:
