@@ -233,9 +233,17 @@ def test_ctrl_c_while_the_session_checks_leaves_nothing_started_ahead(
             assert time.monotonic() < deadline and proc.poll() is None, "nothing started ahead"
             time.sleep(0.02)
         (log,) = runs.glob(f"*/{contract.PYTEST_LOG_FILE}")
-        time.sleep(0.3)   # nox has started: the session is in its checks
+        # Started with the command when launched, before accelgrid and nox have loaded:
+        # the stop must come once nox runs the session (then its checks take seconds).
+        said = []
+        for line in proc.stderr:  # type: ignore[union-attr]
+            said.append(line)
+            if line.startswith("nox > Running session"):
+                break
+        time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
+        err = "".join(said) + err
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
