@@ -29,6 +29,7 @@ def project(tmp_path: Path, monkeypatch) -> Path:
     """A folder with a matrix file (its stat key is in the launch's) and an envs folder;
     the module's state put back after."""
     (tmp_path / "matrix.yaml").write_text("schema: 1\n")
+    (tmp_path / "noxfile.py").write_text("import nox\n")
     (tmp_path / ".nox").mkdir()
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(contract.ENVDIR, raising=False)
@@ -56,7 +57,7 @@ def _recorded(root: Path) -> Path:
     relaunch.record(Path("."), CELL, old, OLD_ID,
                     [([*SLEEPER, f"--junitxml={old}/junit.xml"], env,
                       old / contract.PYTEST_LOG_FILE, f"accelgrid: pass single: {old}\n")],
-                    [root / "matrix.yaml"], root / "results")
+                    [root / "matrix.yaml", root / "noxfile.py"], root / "results")
     return old
 
 
@@ -114,19 +115,26 @@ def test_it_matches_only_the_very_run(project: Path) -> None:
     relaunch.end(launch)
 
 
-@pytest.mark.parametrize("change", ["environment", "matrix", "argv", "off", "version"])
+@pytest.mark.parametrize("change", ["environment", "matrix", "argv", "off", "shard",
+                                    "version"])
 def test_anything_else_starts_nothing(project: Path, monkeypatch, change: str) -> None:
     _recorded(project)
     argv = ARGV
-    if change == "environment":
+    if change in ("off", "shard"):
+        # Turned off (or a shard) in an environment whose launch was recorded as such: the
+        # switch alone keeps it from starting.
+        name, value = (relaunch.OFF, "1") if change == "off" else (contract.SHARD, "1/2")
+        monkeypatch.setenv(name, value)
+        kept = _record(project)
+        kept["key"] = relaunch._key(ARGV, dict(os.environ))
+        relaunch.record_path(Path("."), CELL).write_text(json.dumps(kept))
+    elif change == "environment":
         monkeypatch.setenv("TORCH_SOMETHING", "1")
     elif change == "matrix":
         time.sleep(0.01)
         (project / "matrix.yaml").write_text("schema: 1 \n")
     elif change == "argv":
         argv = [*ARGV, "-x"]
-    elif change == "off":
-        monkeypatch.setenv(relaunch.OFF, "1")
     else:
         kept = _record(project)
         kept["version"] = relaunch.VERSION + 1
@@ -228,3 +236,32 @@ def test_a_record_that_cannot_be_written_leaves_none(project: Path) -> None:
     (folder / contract.KNOWN_ISSUES_FILE).write_bytes(b"\xff\xfe not utf-8")
     relaunch.record(Path("."), CELL, folder, OLD_ID, [], [], project / "results")
     assert not relaunch.record_path(Path("."), CELL).exists()
+
+
+def test_run_ids_are_uuid4s() -> None:
+    import uuid
+
+    for _ in range(200):
+        text = relaunch._uuid4_hex()
+        parsed = uuid.UUID(hex=text)
+        assert parsed.hex == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_a_launch_for_another_cell_is_ended_and_end_twice_is_once(project: Path) -> None:
+    """A cell folder deleted since (results/ removed): the launch makes it again. Claimed
+    for another cell: ended, none given. Ended twice (the session's cancel, then its own
+    end): as once."""
+    import shutil
+
+    _recorded(project)
+    shutil.rmtree(project / "results")
+    relaunch._KEY = None
+    relaunch.early(ARGV)
+    launch = relaunch._LAUNCH
+    assert launch is not None and launch.folder.is_dir()
+    (proc,) = launch.started.procs
+    assert relaunch.claim("cpu-2.4") is None
+    assert proc.poll() is not None and not launch.folder.exists()
+    relaunch.end(launch)
+    with cell_lock(project / "results" / CELL, CELL, "x"):
+        pass
