@@ -104,6 +104,15 @@ def _cell_stages(results_dir: Path, cell: str, started: float, ended: float
     return [first - started, last - first, ended - last]
 
 
+def _launched(results_dir: Path, cell: str) -> bool:
+    """Whether the cell's latest run's pytest started with the command (summary.json's
+    first pass: ``launched``, run.relaunch)."""
+    summary, err = jsonio.read_json(results.last_run(results_dir / cell)[1]
+                                    / contract.SUMMARY_FILE)
+    passes = summary.get("passes") if isinstance(summary, dict) and not err else None
+    return bool(passes) and isinstance(passes[0], dict) and passes[0].get("launched") is True
+
+
 def _junit_seconds(path: Path) -> float | None:
     """The sum of the test durations in a junit XML file (pytest's: setup, call and
     teardown of each), or None when there is none."""
@@ -193,7 +202,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                     "args": partial_args if kind == "partial" else paths, "cell": [],
                     "bare": [], "ratios": [], "cell_cpu": [], "bare_cpu": [],
                     "cpu_ratios": [], "load": [], "tests": [], "bare_first": [],
-                    "outside_tests": [], "cell_stages": []})
+                    "outside_tests": [], "cell_stages": [], "launched": []})
                 cell_cmd = [*accelgrid, "--", *partial_args] if kind == "partial" else \
                     [*accelgrid, *(["--", *suites] if suites else [])]
                 if kind == "partial" and bare_partial is None:
@@ -217,6 +226,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                         began = time.time()
                         runs[side] = _timed(cell_cmd, root, env)
                         stages = _cell_stages(results_dir, the_cell.name, began, time.time())
+                        launched = _launched(results_dir, the_cell.name)
                         ids, cell_tests_s = _cell_tests(results_dir, the_cell.name)
                     else:
                         runs[side] = _timed(bare_cmd, root, bare_env)
@@ -231,7 +241,7 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                           "outside_tests": [cell_s - cell_tests_s,
                                             None if (b := _junit_seconds(junit)) is None
                                             else bare_s - b],
-                          "cell_stages": stages}
+                          "cell_stages": stages, "launched": launched}
                 for key, value in values.items():
                     entry[key].append(value)
                 print(f"[{n}/{len(order)}] {kind} ({shlex.join(entry['args'])}): cell "
@@ -333,6 +343,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append("| cell run: before its pytest / pytest / after | " + " | ".join(
                 "-" if st is None else " / ".join(f"{v:.2f}" for v in st) + " s"
                 for st in entry["cell_stages"]) + " | |")
+        if entry.get("launched"):
+            lines.append("| cell run's pytest started with the command (launched) | "
+                         + " | ".join("yes" if b else "no" for b in entry["launched"])
+                         + " | |")
         lines.append("| first | " + " | ".join("bare" if b else "cell"
                                                 for b in entry["bare_first"]) + " | |")
         lines.append("| load average | " + " | ".join(str(v) for v in entry["load"]) + " | |")
