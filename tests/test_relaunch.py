@@ -242,7 +242,7 @@ def test_run_ids_are_uuid4s() -> None:
     import uuid
 
     for _ in range(200):
-        text = relaunch._uuid4_hex()
+        text = relaunch.new_run_id()
         parsed = uuid.UUID(hex=text)
         assert parsed.hex == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
 

@@ -106,10 +106,18 @@ ENVDIR = "ACCELGRID_ENVDIR"            # where cell envs live (nox's --envdir; e
                                        # beside the noxfile)
 
 
+NOX_ENVDIR = ".nox"   # nox's default --envdir, beside the noxfile
+
+
+def envdir_option() -> str:
+    """nox's envdir as the noxfile gives it: ``$ACCELGRID_ENVDIR``, else ``.nox``."""
+    return os.environ.get(ENVDIR) or NOX_ENVDIR
+
+
 def envs_folder(root: Path) -> Path:
-    """The folder of the cell envs of the project at ``root``: ``$ACCELGRID_ENVDIR``, else
-    ``.nox`` beside the noxfile. Caches of the runner's own live there too."""
-    return root / (os.environ.get(ENVDIR) or ".nox")
+    """The folder of the cell envs of the project at ``root`` (:func:`envdir_option`).
+    Caches of the runner's own live there too."""
+    return root / envdir_option()
 
 
 WORKERS_PER_DEVICE = "ACCELGRID_WORKERS_PER_DEVICE"  # workers sharing each device (else

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..base import contract
+from ..base import contract, jsonio, statkey
 from ..base.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -463,17 +463,12 @@ def check_schema(data: Any, schema: dict, smap: SourceMap,
     if memo is not None and key is not None and not problems:
         with contextlib.suppress(OSError):
             kept = [k for k in _memo(memo) if k != key][-(MEMO_KEPT - 1):]
-            from ..base import jsonio
-
-            jsonio.write_text(memo / MEMO_NAME, json.dumps([*kept, key]) + "\n")
+            jsonio.write_json(memo / MEMO_NAME, [*kept, key])
     return problems
 
 
 def _memo(folder: Path) -> list[str]:
-    try:
-        kept = json.loads((folder / MEMO_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    kept, _ = jsonio.read_json(folder / MEMO_NAME)
     return [k for k in kept if isinstance(k, str)] if isinstance(kept, list) else []
 
 
@@ -481,11 +476,8 @@ def _memo_key(data: Any, schema: dict) -> str | None:
     """A digest of ``data`` (each value with its type: 1, 1.0, True and "1" differ),
     ``schema`` and the validator's files; None where one cannot be read."""
     spec = importlib.util.find_spec("jsonschema")
-    files = [__file__, spec.origin if spec is not None else None]
-    try:
-        stats = [(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                 for st in (os.stat(f) for f in files if f is not None)]
-    except OSError:
+    stats = [statkey.key(f) for f in (__file__, spec.origin if spec else None) if f]
+    if None in stats:
         return None
     digest = hashlib.sha256(repr((_typed(data), _typed(schema), stats)).encode(
         "utf-8", "surrogateescape"))

@@ -31,7 +31,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..base import contract
+from ..base import contract, statkey
 from ..config.matrix import Cell
 from . import statcache
 
@@ -232,7 +232,7 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
     for name, dist in sorted(found.items()):
         site = dist.dist_info.parent
         entry = str(dist.dist_info)
-        record_key = statcache.key(dist.dist_info / "RECORD") if kept else None
+        record_key = statkey.key(dist.dist_info / "RECORD") if kept else None
         if kept is not None and kept.unchanged(entry, record_key, "files", str(site)):
             continue
         try:
@@ -241,7 +241,7 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
                 rows = [row for row in csv.reader(fh) if len(row) >= 2 and row[1]]
         except OSError:
             continue   # an installer that writes no RECORD: nothing to compare with
-        matched: dict[str, statcache.Key | None] = {}
+        matched: dict[str, statkey.Key | None] = {}
         before = len(out)
         for row in rows:
             path, hashed = row[0], row[1]
@@ -251,7 +251,7 @@ def altered_files(found: Mapping[str, Installed], *, full: bool = False,
                     not (full or _top_level_python(path)):
                 continue
             # The key before the bytes: a write between the two changes the key kept.
-            file_key = statcache.key(site / path) if kept else None
+            file_key = statkey.key(site / path) if kept else None
             got = _sha256(site / path)
             if got != expected:
                 out.append(Altered(name, path, "missing" if got is None else "differs"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..base import contract, jsonio
+from ..base import contract, jsonio, statkey
 from ..base.errors import InvalidInput
 from ..base.versions import version_key
 from ..config.matrix import RELEASE, Cell
@@ -514,7 +514,7 @@ def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = (),
                     continue
                 record = site / info / "RECORD"
                 entry = f"{site.relative_to(envdir).as_posix()}/{info}"
-                record_key = statcache.key(record) if store is not None else None
+                record_key = statkey.key(record) if store is not None else None
                 if store is not None and store.unchanged(entry, record_key, "folders",
                                                          str(site)):
                     continue
@@ -535,7 +535,7 @@ def missing_files(envdir: Path, limit: int = 3, skip: Collection[str] = (),
                 if store is not None:   # whole: kept with every folder its files are in
                     folders = {p.replace("\\", "/").rpartition("/")[0] for p in paths}
                     store.keep(entry, record_key, "folders",
-                               {f: statcache.key(os.path.join(site, f)) for f in folders})
+                               {f: statkey.key(os.path.join(site, f)) for f in folders})
         return None
     finally:
         if store is not None:

@@ -1,10 +1,7 @@
 """What a check of an env found good, kept by stat key beside the env, so that the next
 check skips what has not changed since (git's index does the same for a work tree).
 
-A key is (inode, size, mtime_ns, ctime_ns) of a file or folder. Writing a file changes
-its mtime and ctime; a folder's entries changing (a file removed, added or renamed)
-changes the folder's; ctime cannot be set back (setting the times sets it to now), and a
-file replaced by another has another inode. A key is kept only when its times are
+A key is a file's or folder's :mod:`~accelgrid.base.statkey`. A key is kept only when its times are
 :data:`RACY_S` older than the check (a change within the same tick of a coarse clock would
 not show: git's "racily clean" entries). A store that cannot be read is empty; one that
 cannot be written is not kept: the checks then do all their work, as without one.
@@ -18,19 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..base import jsonio
+from ..base.statkey import Key, key
 
-Key = tuple[int, int, int, int]
 RACY_S = 2.0
 VERSION = 1
-
-
-def key(path: str | Path) -> Key | None:
-    """``path``'s stat key, or None when it cannot be stat'ed."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class Store:

@@ -36,7 +36,6 @@ from ..base import contract
 from ..base.errors import AccelgridError
 from ..config.matrix import Cell
 
-ENVDIR = ".nox"                 # nox's default --envdir, beside the noxfile
 PTH = "accelgrid-src.pth"       # in the env's site-packages: the project's src/
 
 
@@ -50,7 +49,7 @@ def env_dir(root: Path, cell: Cell) -> Path:
     # nox names the env from its envdir option as given: the noxfile's ACCELGRID_ENVDIR,
     # else ".nox" in the noxfile's folder, relative (a long name is hashed by that length:
     # from root/.nox, a deep checkout's name would be hashed where nox's is not).
-    base = os.environ.get(contract.ENVDIR) or ENVDIR
+    base = contract.envdir_option()
     # nox logs a hashed name as a warning; outside nox nothing configures its logger, so
     # Python's last-resort handler would print it to stderr on every call.
     log = logging.getLogger("nox")

@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,7 @@ from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing, say
 from .lock import cell_lock
 from .passes import Pass, RunPlan, pass_args, plan_run, pytest_command, stages
-from .relaunch import Launch
+from .relaunch import Launch, new_run_id
 from .selection import selection
 from .supervise import Started, append_logs, run_pytests
 
@@ -153,7 +152,7 @@ def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
     if checked.hardware.problem:
         raise AccelgridError(checked.hardware.problem)
     run_start = time.time() if launched is None else launched.start
-    run_id = uuid.uuid4().hex if launched is None else launched.run_id
+    run_id = new_run_id() if launched is None else launched.run_id
     chosen = selection(pytest_args)
     if launched is None:
         lock_fds = stack.enter_context(cell_lock(cell_folder, cell.name, run_id))

@@ -48,7 +48,6 @@ class _Held:
     taken: bool = False
     launch: relaunch.Launch | None = None   # its processes, started by .relaunch
     inputs: list[Path] = field(default_factory=list)   # what its launch depends on
-    results_root: Path | None = None
 
 
 _HELD: _Held | None = None
@@ -95,12 +94,11 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
         # What the launch of this run depends on, besides the command and environment.
         inputs = [matrix.path, root / "noxfile.py", known_issues.registry_path(root),
                   envdir / install.STAMP]
-        results_root = _results_root(root)
         run = cellrun.open_run(
-            stack, cell, str(python.absolute()), root, results_root, pytest_args,
+            stack, cell, str(python.absolute()), root, _results_root(root), pytest_args,
             workers_override(), checked=preflight.check(cell, root, host=host),
             launched=launch)
-        _HELD = _Held(run, stack, launch=launch, inputs=inputs, results_root=results_root)
+        _HELD = _Held(run, stack, launch=launch, inputs=inputs)
         cellrun.plan(run)
         assert run.plan is not None
         first = stages(run.plan.passes)[0]
@@ -170,11 +168,11 @@ def take(cell: Cell, python: str, root: Path, results_root: Path,
         return None
     held.taken = True
     run.finalized = finalized
-    if run.started is not None and held.results_root is not None:
+    if run.started is not None:
         relaunch.record(root, cell.name, run.folder, str(run.record["run_id"]),
                         [(cmd, env, log, cellrun.log_head(p, cmd))
                          for p, cmd, env, log in run.started.jobs_of_passes],
-                        held.inputs, held.results_root)
+                        held.inputs, Path(os.path.abspath(results_root)))
     return run
 
 

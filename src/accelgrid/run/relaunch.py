@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..base import contract
+from ..base import contract, statkey
 
 VERSION = 1
 RECORD_PREFIX = ".accelgrid-launch-"   # + the cell's name + .json, in the envs' folder
@@ -68,16 +68,6 @@ def record_path(root: Path, cell: str) -> Path:
     """Where ``cell``'s launch is kept: beside the cell envs (``.nox``, or
     ``$ACCELGRID_ENVDIR``)."""
     return contract.envs_folder(root) / f"{RECORD_PREFIX}{cell}.json"
-
-
-def stat_key(path: Path) -> list[int] | None:
-    """What changes when ``path`` is written, renamed over or replaced (git's index
-    idea); None when it is not there."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _key(argv: list[str], environ: dict[str, str]) -> dict[str, Any]:
@@ -121,19 +111,16 @@ def early(argv: list[str]) -> None:
 
 def _start(cell: str, root: Path) -> None:
     global _LAUNCH
-    path = record_path(root, cell)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            kept = json.load(fh)
-    except (OSError, ValueError):
-        return
+    from ..base import jsonio
+
+    kept, _ = jsonio.read_json(record_path(root, cell))
     if not isinstance(kept, dict) or kept.get("version") != VERSION \
             or kept.get("key") != _KEY or kept.get("cell") != cell:
         return
     files = kept["files"]
-    if any(stat_key(Path(f)) != k for f, k in files.items()):
+    if any(statkey.key(f) != (None if k is None else tuple(k)) for f, k in files.items()):
         return
-    from ..base import jsonio, lifetime
+    from ..base import lifetime
     from .lock import cell_lock
     from .supervise import Started, start_pytests
 
@@ -141,7 +128,7 @@ def _start(cell: str, root: Path) -> None:
     results_root = Path(kept["results_root"])
     for name in ("", contract.RUNS_DIR, contract.LOCK_FILE):
         jsonio.refuse_symlink(cell_folder / name if name else cell_folder, results_root)
-    run_id = _uuid4_hex()
+    run_id = new_run_id()
     folder = cell_folder / contract.RUNS_DIR / run_id
 
     def fill(text: str) -> str:
@@ -169,8 +156,9 @@ def _start(cell: str, root: Path) -> None:
     start_pytests(jobs, root, fds, into=launch.started)
 
 
-def _uuid4_hex() -> str:
-    """A run id as ``uuid.uuid4().hex`` makes one (the uuid module costs the launch ms)."""
+def new_run_id() -> str:
+    """A run's id: a random UUID (version 4) in hex, made without the uuid module (its
+    import costs the launch milliseconds)."""
     raw = bytearray(os.urandom(16))
     raw[6] = (raw[6] & 0x0F) | 0x40   # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80   # RFC 4122 variant
@@ -193,7 +181,7 @@ def matches(launch: Launch, jobs: list[Job], heads: list[str],
     """Whether ``launch`` started exactly ``jobs`` (commands, envs, logs), with these
     first log lines and known-issues file."""
     return (launch.started is not None and len(launch.started.procs) == len(jobs)
-            and [(c, e, Path(log)) for c, e, log in launch.jobs] == jobs
+            and launch.jobs == jobs
             and launch.heads == heads and launch.known_issues == known_issues)
 
 
@@ -248,13 +236,15 @@ def _record(root: Path, cell: str, folder: Path, run_id: str,
     kept = {
         "version": VERSION, "key": _KEY, "cell": cell,
         "cell_folder": str(folder.parent.parent), "results_root": str(results_root),
-        "files": {str(f.absolute()): stat_key(f) for f in files},
+        "files": {str(f.absolute()): statkey.key(f) for f in files},
         "known_issues": issues.read_text(encoding="utf-8") if issues.exists() else None,
         "jobs": [{"cmd": [blank(c) for c in cmd],
                   "env": {k: blank(v) for k, v in env.items() if _ENVIRON.get(k) != v},
                   "unset": sorted(k for k in _ENVIRON if k not in env),
                   "log": blank(str(log)), "head": blank(head)}
                  for cmd, env, log, head in jobs]}
+    # Every value exactly (json escapes a lone surrogate, from a variable that is not
+    # UTF-8): write_json's safe text would replace it, and the record would never match.
     jsonio.write_text(record_path(root, cell), json.dumps(kept, indent=1) + "\n")
 
 
