@@ -73,6 +73,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _state(pid: int) -> str | None:
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def _sid(pid: int) -> int | None:
     try:
         return os.getsid(pid)
@@ -430,3 +437,73 @@ def test_die_with_parent_arms_the_signal() -> None:
                          check=True).stdout
     assert int(out) == signal.SIGKILL
     assert lifetime.with_death_signal(["x"])[-1] == "x"
+
+
+def test_children_lists_the_living_children_from_either_source(monkeypatch) -> None:
+    living = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10   # a zombie until reaped: not a living child
+        while _state(ended.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _state(ended.pid) == "Z"
+        listed = lifetime.children(os.getpid())
+        assert living.pid in listed and ended.pid not in listed
+        # where the kernel keeps no children lists: the scan of /proc finds the same
+        monkeypatch.setattr(lifetime, "_listed_children", lambda pid: None)
+        scanned = lifetime.children(os.getpid())
+        assert living.pid in scanned and ended.pid not in scanned
+        assert lifetime.children(2 ** 22 + 1) == []   # no such process
+    finally:
+        living.kill()
+        living.wait()
+        ended.wait()
+
+
+def test_join_cgroup_moves_the_process_and_what_it_started_before() -> None:
+    path = lifetime.cell_cgroup("test-join-" + os.urandom(4).hex())
+    if path is None:
+        pytest.skip("no writable cgroup v2 with cgroup.kill here (needs root or a "
+                    "delegated cgroup, Linux 5.14+)")
+    # It forks before it is moved: the move must take that child along.
+    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(600)']); print(c.pid, flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(proc.stdout.readline())
+        assert lifetime.join_cgroup(path, proc.pid)
+        with open(os.path.join(path, "cgroup.procs")) as fh:
+            members = {int(x) for x in fh.read().split()}
+        assert {proc.pid, child} <= members
+        assert set(lifetime.end_cgroup(path)) >= {proc.pid, child}
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+        assert not lifetime.join_cgroup(path, os.getpid())   # the cgroup is gone
+    finally:
+        proc.kill()
+        proc.wait()
+        if os.path.isdir(path):
+            lifetime.end_cgroup(path)
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_wait_briefly_wakes_when_the_process_ends(monkeypatch, pidfd) -> None:
+    if not pidfd:   # as on macOS: Popen.wait's polling
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no os.pidfd_open")
+    short = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    t0 = time.monotonic()
+    supervise._wait_briefly(short, 30)
+    assert time.monotonic() - t0 < 10 and short.poll() == 0
+    long = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        t0 = time.monotonic()
+        supervise._wait_briefly(long, 0.2)
+        assert 0.15 <= time.monotonic() - t0 < 10 and long.poll() is None
+    finally:
+        long.kill()
+        long.wait()
