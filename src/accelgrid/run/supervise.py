@@ -202,7 +202,9 @@ def _wait_briefly(proc: subprocess.Popen, timeout: float) -> None:
             proc.wait(timeout=timeout)
         return
     try:
-        select.select([fd], [], [], timeout)
+        waiter = select.poll()   # not select.select: it refuses a descriptor above 1023
+        waiter.register(fd, select.POLLIN)
+        waiter.poll(timeout * 1000)
     finally:
         os.close(fd)
 
