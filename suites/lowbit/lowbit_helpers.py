@@ -188,6 +188,51 @@ def int4_matmul(case: Int4Case, device: str) -> torch.Tensor:
     return torch._weight_int4pack_mm(a, packed, case.group, sz)
 
 
+# --- torchao's int4 weight-only (Int4WeightOnlyConfig) ------------------------------------
+# Its packed weights have no dequantize (torchao 0.17 and 0.18: Int4TilePackedTo4dTensor
+# and Int4PlainInt32Tensor implement linear, slice and select only; on the H200 the test's
+# `q.weight.dequantize()` raised NotImplementedError for aten.dequantize), so the reference
+# weight is quantized again from the float one with the quantization primitives each
+# packing's from_hp calls (torchao/quantization/quantize_/workflows/int4/): what is under
+# test is the packing and the device's kernel.
+
+def _tinygemm_dequantized(w: torch.Tensor, group: int) -> torch.Tensor:
+    """cuda's tile_packed_to_4d: tinygemm's float zero point (scale and zero in the
+    weight's dtype, values 0..15 around 8)."""
+    from torchao.quantization import quant_primitives as qp
+
+    block = [1, group]
+    scale, zero = qp._choose_qparams_affine_tinygemm(
+        w, qp.MappingType.ASYMMETRIC, block, torch.int32, 0, 15,
+        scale_dtype=w.dtype, zero_point_dtype=w.dtype)
+    q = qp._quantize_affine_tinygemm(w, block, scale, zero, torch.int32, 0, 15)
+    return qp._dequantize_affine_tinygemm(q, block, scale, zero, torch.int32, 0, 15,
+                                          output_dtype=torch.float32)
+
+
+def _plain_int32_dequantized(w: torch.Tensor, group: int) -> torch.Tensor:
+    """xpu's plain_int32: choose_qparams_affine's integer zero point, eps 1e-6."""
+    from torchao.quantization import quant_primitives as qp
+
+    block = [1, group]
+    scale, zero = qp.choose_qparams_affine(w, qp.MappingType.ASYMMETRIC, block, torch.int32,
+                                           0, 15, 1e-6, None, torch.int32)
+    q = qp.quantize_affine(w, block, scale, zero, torch.int32, 0, 15)
+    return qp.dequantize_affine(q, block, scale, zero, torch.int32, 0, 15,
+                                output_dtype=torch.float32)
+
+
+# packing format (torchao's Int4PackingFormat value) -> the weight it stores, dequantized
+INT4_WEIGHT_ONLY = {"tile_packed_to_4d": _tinygemm_dequantized,
+                    "plain_int32": _plain_int32_dequantized}
+
+
+def int4_weight_only_dequantized(w: torch.Tensor, packing: str, group: int) -> torch.Tensor:
+    """The (N, K) fp32 weight Int4WeightOnlyConfig(group_size=group, int4_packing_format=
+    packing) makes of the float weight ``w``, on the CPU."""
+    return INT4_WEIGHT_ONLY[packing](w.detach().cpu(), group)
+
+
 def gemm_problems(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> list[str]:
     """A bf16 GEMM result against its fp32 reference: every element within ``rtol`` of the
     reference's largest magnitude (bf16 output rounding is 2**-8 relative); NaN fails."""

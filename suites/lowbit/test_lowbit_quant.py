@@ -50,13 +50,14 @@ def test_int4_weight_only_matches_dequantized(torchao_quant, device: str, m: int
         Int4PackingFormat,
     )
 
-    fmt = Int4PackingFormat(INT4_FORMAT[torch.device(device).type])
+    packing = INT4_FORMAT[torch.device(device).type]
     q = torch.nn.Linear(512, 256, bias=False, device=device, dtype=torch.bfloat16)
+    # The packed weight has no dequantize: the reference quantizes the float one the same way.
+    weight = h.int4_weight_only_dequantized(q.weight, packing, group=128)
     torchao_quant.quantize_(q, torchao_quant.Int4WeightOnlyConfig(
-        group_size=128, int4_packing_format=fmt))
+        group_size=128, int4_packing_format=Int4PackingFormat(packing)))
     x = torch.randn(m, 512, device=device, dtype=torch.bfloat16)
-    ref = x.float() @ q.weight.dequantize().float().T
-    assert h.gemm_problems(q(x), ref, GEMM_RTOL) == []
+    assert h.gemm_problems(q(x), x.float().cpu() @ weight.T, GEMM_RTOL) == []
 
 
 @skip_on("mps", reason="no int4-packed matmul kernel for mps in these tests")
