@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,7 +230,7 @@ class Adopted:
 
 
 @pytest.fixture(scope="module")
-def adopted(tmp_path_factory) -> Adopted:
+def adopted(tmp_path_factory) -> Iterator[Adopted]:
     """Built and installed once for the wheel tests below: the build, the venv and its
     install are most of a minute."""
     tmp = tmp_path_factory.mktemp("adopt")
@@ -254,7 +255,8 @@ def adopted(tmp_path_factory) -> Adopted:
     run = adopted.run("init", "--torch", adopted.series, timeout=120)
     assert run.returncode == 0, run.stderr
     assert not (repo / "conftest.py").exists()
-    return adopted
+    yield adopted
+    shutil.rmtree(tmp, ignore_errors=True)   # its venv and cell envs: 2 GB
 
 
 @pytest.mark.slow

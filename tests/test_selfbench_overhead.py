@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,11 @@ def test_wait():
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     proj = make_project(tmp_path_factory.mktemp("bench") / "proj", noxfile=True)
     (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
-    return proj
+    yield proj
+    shutil.rmtree(proj.parent, ignore_errors=True)   # its cell env: 0.9 GB
 
 
 def bench(proj: Path, tmp: Path, *args: str, **popen: object) -> subprocess.Popen:

@@ -48,6 +48,25 @@ def test_the_slow_tests_envs_are_outside_the_checkout(monkeypatch, tmp_path: Pat
     assert cell_envdir().name == where.name and len(where.name) == 12
 
 
+def test_a_passing_tests_tmp_path_is_gone_at_its_end_a_failing_ones_stays(tmp_path: Path
+                                                                          ) -> None:
+    """The project's pytest settings: the slow set builds a cell env in many tests' tmp_path;
+    kept to the end of the run they filled a CI machine's disk (13 GB by the end here)."""
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_two.py").write_text(
+        "def test_passes(tmp_path):\n    (tmp_path / 'env').write_text('x')\n\n"
+        "def test_fails(tmp_path):\n    (tmp_path / 'env').write_text('x')\n    assert 0\n")
+    base = tmp_path / "base"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                           "--rootdir", str(tests), "--basetemp", str(base), "-p", "no:xdist",
+                           "-p", "no:cacheprovider", "-q", str(tests)], cwd=tests,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTEST_ADDOPTS": ""})
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert sorted(p.name for p in base.iterdir() if not p.is_symlink()) == ["test_fails0"]
+
+
 @pytest.mark.parametrize("name", ["ACCELGRID_ENVDIR", "ACCELGRID_WORKERS_PER_DEVICE"])
 def test_each_test_starts_from_the_same_variables(name: str) -> None:
     # conftest's autouse fixtures: mini projects keep their envs beside them, and plans
