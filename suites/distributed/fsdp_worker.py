@@ -59,10 +59,14 @@ def main() -> None:
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     if divide is not None:
-        # Renamed from set_reduce_scatter_divide_factor (torch 2.6-2.7) in 2.8.
-        setter = (getattr(model, "set_gradient_divide_factor", None)
-                  or model.set_reduce_scatter_divide_factor)
-        setter(divide)
+        # Each fully_shard module reduces its own parameters' gradients with its own factor
+        # (the setter does not recurse, torch 2.4-2.13): set on the root alone, which holds
+        # no parameter here, the factor would be ignored.
+        for module in (model[0], model[2], model):
+            # Renamed from set_reduce_scatter_divide_factor (torch 2.6-2.7) in 2.8.
+            setter = (getattr(module, "set_gradient_divide_factor", None)
+                      or module.set_reduce_scatter_divide_factor)
+            setter(divide)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     gen = torch.Generator().manual_seed(rank)
     out_dtype = None

@@ -6,7 +6,8 @@ Each rank trains fsdp_worker.py's MLP for a few SGD steps on its own data; the r
 trains the same model in this process the way FSDP2's mixed precision does it: the fp32
 parameters cast to bf16 for forward and backward, each rank's bf16 gradients cast to
 fp32, summed and divided by the world size (or the set divide factor), an fp32 step.
-A world of 2 on the cpu; one rank per visible device elsewhere, 1 where the host has one.
+A world of 2 on the cpu (1 for the divide factor: gloo has no PREMUL_SUM); one rank per
+visible device elsewhere, 1 where the host has one.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from pathlib import Path
 import pytest
 import torch
 from test_collectives import CPU_WORLD, _backend
+from torch.torch_version import TorchVersion
 
 from accelgrid import devices
 from accelgrid.base import lifetime
 from accelgrid.devices import backends
-from accelgrid.testing import skip_on
 
 pytestmark = pytest.mark.multi_device
 
@@ -48,9 +49,10 @@ def _fsdp_world(device: str) -> int:
     return max(1, backends.dispatch("device_count", device))
 
 
-def run_fsdp(device: str, tmp_path: Path, divide: float | None = None) -> list[dict]:
+def run_fsdp(device: str, tmp_path: Path, divide: float | None = None,
+             world: int | None = None) -> list[dict]:
     backend = _backend(device)
-    world = _fsdp_world(device)
+    world = world or _fsdp_world(device)
     out = tmp_path / "ranks"
     out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -114,11 +116,21 @@ def test_fsdp2_mixed_precision_matches_single_process(device: str, tmp_path: Pat
     check_fsdp(run_fsdp(device, tmp_path))
 
 
-@skip_on("cpu", reason="gloo has no ReduceOp.PREMUL_SUM (torch 2.13: 'Cannot use "
-         "ReduceOp.PREMUL_SUM with Gloo'); FSDP2 uses it for a divide factor other than "
-         "the world size")
+# From torch 2.10 FSDP2 reduces one rank's gradients without a collective, dividing by the
+# factor in place (_fsdp_collectives.foreach_reduce's one-rank branch, read in 2.10, 2.11 and
+# 2.13); before, it reduce-scatters with PREMUL_SUM on one rank too (read in 2.5, 2.8, 2.9).
+ONE_RANK_WITHOUT_COLLECTIVE = (2, 10)
+
+
 def test_fsdp2_gradient_divide_factor(device: str, tmp_path: Path) -> None:
     """A divide factor of world + 1: FSDP2 reduce-scatters with ReduceOp.PREMUL_SUM
-    (unsupported on xccl before torch 2.11: intel/torch-xpu-ops#1571, known_issues.yaml)."""
+    (unsupported on xccl before torch 2.11: intel/torch-xpu-ops#1571, known_issues.yaml).
+    gloo has no PREMUL_SUM (torch 2.13: 'Cannot use ReduceOp.PREMUL_SUM with Gloo'): the
+    cpu runs it on one rank, where torch calls no collective."""
     world = _fsdp_world(device)
-    check_fsdp(run_fsdp(device, tmp_path, divide=world + 1.0), divide=world + 1.0)
+    if device == "cpu":
+        if TorchVersion(torch.__version__) < ONE_RANK_WITHOUT_COLLECTIVE:
+            pytest.skip(f"gloo has no ReduceOp.PREMUL_SUM, which torch {torch.__version__}'s "
+                        "FSDP2 reduce-scatters with for a divide factor, one rank included")
+        world = 1
+    check_fsdp(run_fsdp(device, tmp_path, divide=world + 1.0, world=world), divide=world + 1.0)
