@@ -60,8 +60,8 @@ def main() -> None:
     fully_shard(model, mp_policy=mp)
     if divide is not None:
         # Each fully_shard module reduces its own parameters' gradients with its own factor
-        # (the setter does not recurse, torch 2.4-2.13): set on the root alone, which holds
-        # no parameter here, the factor would be ignored.
+        # and the setter sets its module's alone (pytorch/pytorch#129286; read in torch 2.11
+        # and 2.13): on the root alone, which holds no parameter here, it was ignored.
         for module in (model[0], model[2], model):
             # Renamed from set_reduce_scatter_divide_factor (torch 2.6-2.7) in 2.8.
             setter = (getattr(module, "set_gradient_divide_factor", None)
