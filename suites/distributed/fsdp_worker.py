@@ -55,14 +55,14 @@ def main() -> None:
     model = build(device)
     initial = [p.detach().cpu().flatten().tolist() for p in model.parameters()]
     mp = policy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in (model[0], model[2]):
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    sharded = (model[0], model[2], model)   # the layers first, the root last
+    for module in sharded:
+        fully_shard(module, mp_policy=mp)
     if divide is not None:
         # Each fully_shard module reduces its own parameters' gradients with its own factor
         # and the setter sets its module's alone (pytorch/pytorch#129286; read in torch 2.11
         # and 2.13): on the root alone, which holds no parameter here, it was ignored.
-        for module in (model[0], model[2], model):
+        for module in sharded:
             # Renamed from set_reduce_scatter_divide_factor (torch 2.6-2.7) in 2.8.
             setter = (getattr(module, "set_gradient_divide_factor", None)
                       or module.set_reduce_scatter_divide_factor)
