@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mini_projects import cell_envdir, make_project
+from helpers.mini_projects import cell_envdir, make_project
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -30,7 +30,7 @@ SLOW = "slow"
 # Asking for one of these fixtures puts a test in the slow set: it runs a real cell.
 CELL_FIXTURES = frozenset({"python"})
 NOX_IN_CHECKOUT = ROOT / ".nox"
-_ENVS_BEFORE = pytest.StashKey[set]()  # .nox's entries when the run started
+_ENVS_BEFORE = pytest.StashKey[set[str]]()  # .nox's entries when the run started
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -73,7 +73,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     where they go): a new entry of ``.nox`` fails the run, naming it."""
     if os.environ.get("PYTEST_XDIST_WORKER") or _ENVS_BEFORE not in session.config.stash:
         return
-    new = sorted(_envs_in_checkout() - session.config.stash[_ENVS_BEFORE])
+    before = session.config.stash[_ENVS_BEFORE]
+    new = sorted(_envs_in_checkout() - before)
     if new:
         session.config.get_terminal_writer().line(
             f"\naccelgrid's tests: a test left {', '.join(new)} in {NOX_IN_CHECKOUT} (cell "

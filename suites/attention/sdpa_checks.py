@@ -2,7 +2,7 @@
 reference within dtype-aware bounds, and which kernel ran against the device's and torch
 series' expectation.
 
-Torch only (tests/test_attention_checks.py imports it for the planted faults; the compile
+Torch only (tests/suites/test_attention_checks.py imports it for the planted faults; the compile
 suite's flex_attention test for the reference).
 
 Bounds (:func:`close_problems`). The output is a convex combination of V's rows, so its
@@ -127,7 +127,7 @@ def _series(series: str) -> tuple[int, ...]:
 # XPU: the op torch's native_functions.yaml gives an XPU kernel, newest first; before
 # the oldest, the math path. The same facts as accelgrid's XPU prediction
 # (accelgrid.ops.xpu_prediction's _SDPA_FUSED, from each release's yaml); a quick test
-# (tests/test_attention_checks.py) holds the two together for every series it knows.
+# (tests/suites/test_attention_checks.py) holds the two together for every series it knows.
 XPU_FUSED_SINCE = (("2.10", "flash"), ("2.7", "overrideable"))
 # CPU: sdp_utils_cpp.cpp's order is flash, then math; flash takes fp32, fp64, bf16 and
 # fp16, boolean and float masks, dense 4-d inputs with equal head dims (pytorch/pytorch

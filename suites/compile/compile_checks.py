@@ -1,7 +1,7 @@
 """The compile suite's checks: compiled against eager within dtype-aware bounds, and
 dynamo's counters (graph breaks, recompiles).
 
-Torch only (tests/test_compile_checks.py imports it for the planted faults).
+Torch only (tests/suites/test_compile_checks.py imports it for the planted faults).
 
 The bound, per tensor (:func:`close_problems`): ``|compiled - eager| <= TOLERANCE[dtype] *
 scale``, where ``scale`` is the tensor's largest ``|eager|`` or, where that is smaller,

@@ -34,8 +34,9 @@ WORKER = Path(__file__).with_name("fsdp_worker.py")
 # As fsdp_worker.py (written out here, not imported: a worker that drifted from the
 # reference must fail the check, not move it).
 STEPS, LR, BATCH, SIZES = 3, 0.5, 8, (16, 32, 8)
-# check_fsdp's bound (tests/test_fsdp2_bounds.py plants faults against it). On the cpu FSDP2 and the
-# reference agree exactly (torch 2.13, 2 ranks, 1 or 2 threads: max difference 0.0).
+# check_fsdp's bound (tests/suites/test_fsdp2_bounds.py plants faults against it). On the
+# cpu FSDP2 and the reference agree exactly (torch 2.13, 2 ranks, 1 or 2 threads: max
+# difference 0.0).
 # A device's bf16 GEMM may round an output one bf16 ulp (2**-8 relative) away from the
 # CPU's; that moves an fp32 weight by about LR * |grad| * 2**-8 ~ 5e-5 per step here, 10x
 # inside the bound. Not yet measured on a GPU. A missed step, a world that sums instead

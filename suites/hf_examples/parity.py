@@ -23,7 +23,7 @@ by sqrt(v): a gradient that is all noise still moves its parameter by a whole ``
 in either direction.
 
 Imports only torch, so the checks can be tested without the cell's packages
-(tests/test_hf_workloads.py); suites/hf_examples/test_parity_checks.py shows each check
+(tests/suites/test_hf_workloads.py); suites/hf_examples/test_parity_checks.py shows each check
 failing on a planted fault in a real workload.
 """
 

@@ -13,7 +13,7 @@ Each op runs on the cell's device and must match the per-tensor result
 fresh interpreter with ``PYTORCH_DEBUG_XPU_FALLBACK=1`` and must not fall back
 (``test_foreach_without_cpu_fallback``: fails on 2.4). ``XPU_CALLS`` names the aten ops
 each case reaches on XPU (the foreach op, and the per-tensor op its slow path calls, from
-PyTorch's ForeachOpsKernels.cpp); tests/test_repro_prediction.py checks the registry's
+PyTorch's ForeachOpsKernels.cpp); tests/ops/test_repro_prediction.py checks the registry's
 scope against accelgrid's per-release prediction for them.
 """
 

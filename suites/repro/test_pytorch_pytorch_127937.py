@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 pytestmark = pytest.mark.upstream("pytorch/pytorch#127937")
-# The aten ops each case reaches on XPU (tests/test_repro_prediction.py checks the
+# The aten ops each case reaches on XPU (tests/ops/test_repro_prediction.py checks the
 # registry's scope against accelgrid's per-release prediction for them).
 XPU_CALLS = {
     "3d": ["aten::nll_loss2d_forward.default", "aten::nll_loss2d_backward.default"],

@@ -29,7 +29,7 @@ OPS = {
     "upsample_nearest2d": "F.interpolate(torch.rand(1, 2, 4, 4, device=d), scale_factor=2, "
                           "mode='nearest')",
 }
-# The aten ops each case reaches on XPU (tests/test_repro_prediction.py checks the
+# The aten ops each case reaches on XPU (tests/ops/test_repro_prediction.py checks the
 # registry's scope against accelgrid's per-release prediction for them).
 XPU_CALLS = {
     "cdist": ["aten::_cdist_forward.default"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final, Literal
 
 # The vocabulary as a type (records, grids: accelgrid.results.records); ALL below is the
-# same words in display order (tests/test_records.py keeps the two equal).
+# same words in display order (tests/results/test_records.py keeps the two equal).
 Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed", "timeout",
                   "crashed", "not-run", "flaky"]
 

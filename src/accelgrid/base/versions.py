@@ -125,7 +125,7 @@ def _probes(bounds: set[Version]) -> set[Version]:
     and ``2.5.1`` -> ``2.5.0.1``: a final release, so neither a pre-release of the upper
     bound nor a post-release of the lower); plus 0 and a version above every bound.
 
-    A heuristic, checked against brute force on random ranges (tests/test_versions.py):
+    A heuristic, checked against brute force on random ranges (tests/base/test_versions.py):
     it could only miss a range whose sole versions are builds of one release several
     dev/pre/post steps away from all of its bounds, which a registry has no use for.
     """

@@ -52,7 +52,7 @@ from .validation import check_known as _known
 PIN_NAMES = ("torch", "torchao", "transformers", "accelerate", "torchvision", "datasets")
 DEFAULT_MATRIX = "matrix.yaml"
 # Installed in a cell only when its ``reruns`` > 0 (unless ``tools`` pins it already);
-# the version the dev extra is tested with, constraints.txt's (tests/test_reruns.py checks).
+# the version the dev extra is tested with, constraints.txt's (tests/config/test_reruns.py checks).
 RERUN_TOOL = "pytest-rerunfailures==16.7"
 AXES = ("device", "torch", "profile")
 # PyTorch's channels (torch.<series>.channel): releases from the device's index; nightly

@@ -106,7 +106,7 @@ _TEXT_SPECIAL = re.compile("[&<>]")
 # attributes in the order set, `<x ... />` for an empty leaf. Escaping is XML 1.0's
 # (https://www.w3.org/TR/xml/#syntax): &, <, > in text; those and " in attribute values,
 # with CR, LF and tab as character references so a reader keeps them
-# (https://www.w3.org/TR/xml/#AVNormalize). tests/test_junit.py checks the file against
+# (https://www.w3.org/TR/xml/#AVNormalize). tests/results/test_junit.py checks the file against
 # ElementTree's own serialization of what it parses.
 
 

@@ -4,7 +4,7 @@
 
 Each has a JSON Schema shipped beside the package's others
 (``accelgrid/schemas/<name>.schema.json``, :data:`SCHEMA_FILES`, :func:`load_schema`),
-for dashboards and other readers; ``tests/test_records.py`` validates a real run's files
+for dashboards and other readers; ``tests/results/test_records.py`` validates a real run's files
 and a real grid against them and keeps each TypedDict's keys equal to its schema's
 ``properties`` and ``required`` (a nested one is the schema's ``$defs`` entry of the same
 name). docs/results.md and docs/grid-schema.md say what each field means.
