@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT / "src"))  # accelgrid itself need not be installed 
 from accelgrid import results  # noqa: E402
 from accelgrid.base import contract  # noqa: E402
 from accelgrid.base.errors import AccelgridError  # noqa: E402
+from accelgrid.base.redact import redact_text  # noqa: E402
 from accelgrid.commands import sessions  # noqa: E402
 from accelgrid.config.matrix import load_matrix, matrix_path  # noqa: E402
-from accelgrid.results.environment import redact_text  # noqa: E402
 
 nox.needs_version = ">=2026.7.11"  # pyproject.toml: the oldest nox tested
 nox.options.default_venv_backend = "uv"

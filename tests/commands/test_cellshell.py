@@ -26,7 +26,7 @@ from accelgrid.base import contract
 from accelgrid.commands import sessions
 from accelgrid.config.matrix import load_matrix
 from accelgrid.host import venvs
-from accelgrid.results import environment
+from accelgrid.results import provenance
 from accelgrid.run.cell import plan_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -316,7 +316,7 @@ def test_env_and_shell_give_a_test_what_a_real_run_gives_it(cpu_python: Path, tm
     debug = out / "cpu-2.13" / ".debug"
     assert found["results"] == str(debug) and found["set"][contract.RESULTS] == str(debug)
     applied = {k: v for k, v in base.items() if k not in found["unset"]} | found["set"]
-    assert comparable(environment.recorded_env(applied)) == comparable(ran["env"])
+    assert comparable(provenance.recorded_env(applied)) == comparable(ran["env"])
     assert set(RUN_ONLY) <= set(ran["env"]) and not set(RUN_ONLY) & set(found["set"])
     issues = json.loads(Path(found["set"][contract.KNOWN_ISSUES]).read_text())
     assert issues == json.loads(Path(ran["env"][contract.KNOWN_ISSUES]).read_text())

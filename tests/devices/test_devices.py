@@ -16,12 +16,12 @@ from helpers.device_cases import FAKE_DEVICE
 
 from accelgrid import devices, results
 from accelgrid.base import contract
+from accelgrid.config import flags
 from accelgrid.config.matrix import ValidationFailed, load_matrix
 from accelgrid.devices import backends
 from accelgrid.devices import spec as device_spec
 from accelgrid.devices import xpu as xpu_device
 from accelgrid.host import detect
-from accelgrid.results import environment
 from accelgrid.run import passes as pass_plan
 from accelgrid.run.cell import run_cell
 from accelgrid.testing import opcapture
@@ -68,7 +68,7 @@ def test_callers_read_the_device_types() -> None:
         "cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
     assert {n: d.fallback_flag for n, d in by_name.items() if d.fallback_flag} == {
         "xpu": "PYTORCH_ENABLE_XPU_FALLBACK", "mps": "PYTORCH_ENABLE_MPS_FALLBACK"}
-    assert [environment.flag_device(v) for v in (
+    assert [flags.flag_device(v) for v in (
         "ZE_AFFINITY_MASK", "PYTORCH_ENABLE_MPS_FALLBACK", "CUBLAS_WORKSPACE_CONFIG",
         "OMP_NUM_THREADS")] == ["xpu", "mps", "cuda", None]
     assert backends.TABLES["memory_allocated"]["xpu"] == "torch.xpu.memory_allocated"
@@ -339,7 +339,7 @@ def test_a_spec_device_declares_every_fact_and_the_run_reads_each(mini_project, 
     reads["fallback_notice"] = found["generic_fallback"] == {"fullacc"}
     reads["fallback_messages"] = found["fallback"] == {"aten::topk"}
     reads["missing_messages"] = found["missing"] == {"aten::cdist"}
-    reads["flags"] = environment.flag_device("FULLACC_ANYTHING") == "fullacc"
+    reads["flags"] = flags.flag_device("FULLACC_ANYTHING") == "fullacc"
     facts = provenance.torch_facts("fullacc")
     reads["runtime_attr"] = "git_version_runtime" in facts
     reads["torch_devices"] = (facts["devices"], facts["driver"]) == (

@@ -269,7 +269,7 @@ def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Pat
 def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real `pip config` runs; a remembered answer asks pip nothing."""
-    from accelgrid.results import environment
+    from accelgrid.host import pipconfig
 
     env = tmp_path / "env"
     env.mkdir()
@@ -280,8 +280,8 @@ def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
     assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/one.txt"
     assert (env / install.PIP_CONFIG).is_file()
     asked: list[str] = []
-    real = environment.pip_settings
-    monkeypatch.setattr(environment, "pip_settings",
+    real = pipconfig.pip_settings
+    monkeypatch.setattr(pipconfig, "pip_settings",
                         lambda *a: asked.append("pip") or real(*a))
     assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/one.txt" and asked == []
     # The file pip reads changed: pip is asked again.

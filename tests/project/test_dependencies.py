@@ -24,7 +24,7 @@ from packaging.version import Version
 
 from accelgrid.base import contract
 from accelgrid.config.matrix import RERUN_TOOL
-from accelgrid.results import environment
+from accelgrid.host import pipconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSTRAINTS = ROOT / "constraints.txt"
@@ -174,7 +174,7 @@ def test_the_lowest_bounds_pass_a_part_of_the_quick_set(tmp_path: Path) -> None:
            and k not in ("PYTEST_PLUGINS", "PYTEST_ADDOPTS", "PYTHONPATH")
            and not k.startswith("PYTEST_XDIST")}
     # uv reads no pip configuration: the host's indexes and local wheels passed on.
-    env.update(environment.uv_env_from_pip(environment.pip_settings(), env))
+    env.update(pipconfig.uv_env_from_pip(pipconfig.pip_settings(), env))
     venv = tmp_path / "venv"
     started = time.monotonic()
     subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True,

@@ -17,7 +17,7 @@ from helpers.history_cases import T, night
 from accelgrid.cli import main
 from accelgrid.config.matrix import load_matrix
 from accelgrid.report import hud
-from accelgrid.results import environment, history, provenance
+from accelgrid.results import history, provenance
 from accelgrid.results.history import open_store
 
 GH = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "acme/grid",
@@ -41,7 +41,7 @@ def test_env_json_records_the_ci_run_outside_the_flaky_rules_inputs(monkeypatch)
 
 
 def test_ci_run_url_and_what_it_refuses() -> None:
-    url = environment.ci_run_url
+    url = provenance.ci_run_url
     assert url(GH) == "https://github.com/acme/grid/actions/runs/101/attempts/1"
     assert url({**GH, "GITHUB_SERVER_URL": "https://ghe.example.com/"}) == (
         "https://ghe.example.com/acme/grid/actions/runs/101/attempts/1")

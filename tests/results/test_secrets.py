@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 
 from accelgrid import cli, results
-from accelgrid.base import contract, errors
+from accelgrid.base import contract, errors, redact
 from accelgrid.commands import sessions
 from accelgrid.config.matrix import load_matrix
-from accelgrid.host import install
-from accelgrid.results import environment
+from accelgrid.host import install, pipconfig
+from accelgrid.results import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(ROOT / "matrix.yaml")
-R = environment.REDACTED
+R = redact.REDACTED
 GH = "ghp_" + "A1b2C3d4E5" * 4
 TOKENS = {
     "github-classic": GH,
@@ -54,23 +54,23 @@ SECRET_NAMES = ["TORCH_HUB_AUTH", "HF_AUTH", "PIP_PASSWORD", "DB_PASS", "MYSQL_P
 
 @pytest.mark.parametrize("name", SECRET_NAMES)
 def test_secret_names_are_redacted_whatever_the_value(name: str) -> None:
-    assert environment.is_secret(name)
-    assert environment.redact({name: "plain"}) == {name: R}
+    assert redact.is_secret(name)
+    assert redact.redact({name: "plain"}) == {name: R}
 
 
 @pytest.mark.parametrize("name", ["ACCELGRID_PASS", "PYTORCH_ENABLE_XPU_FALLBACK",
                                   "ZE_AFFINITY_MASK", "ACCELGRID_CELL", "OMP_NUM_THREADS"])
 def test_ordinary_names_keep_their_value(name: str) -> None:
-    assert environment.redact({name: "1"}) == {name: "1"}
+    assert redact.redact({name: "1"}) == {name: "1"}
 
 
 @pytest.mark.parametrize("kind", list(TOKENS))
 def test_token_shaped_values_are_redacted_under_any_name(kind: str) -> None:
     token = TOKENS[kind]
     for text in (token, f"prefix {token} suffix", f"Authorization: token {token}"):
-        out = environment.redact({"ACCELGRID_NOTE": text})["ACCELGRID_NOTE"]
+        out = redact.redact({"ACCELGRID_NOTE": text})["ACCELGRID_NOTE"]
         assert token not in out and R in out, (kind, out)
-        assert environment.redact_text(text) == out
+        assert redact.redact_text(text) == out
 
 
 @pytest.mark.parametrize("url,shown", [
@@ -84,7 +84,7 @@ def test_token_shaped_values_are_redacted_under_any_name(kind: str) -> None:
     ("git+https://u:p@github.com/o/r.git", f"git+https://{R}@github.com/o/r.git"),
 ])
 def test_url_credentials_are_removed_entirely(url: str, shown: str) -> None:
-    assert environment.redact_text(url) == shown
+    assert redact.redact_text(url) == shown
 
 
 @pytest.mark.parametrize("text", ["https://download.pytorch.org/whl/xpu",
@@ -92,20 +92,20 @@ def test_url_credentials_are_removed_entirely(url: str, shown: str) -> None:
                                   "suites/hf_examples/test_x.py::test_hf_models[bert]",
                                   "task-1234567890abcdefghijklmnop", "AKIA-not-a-key"])
 def test_ordinary_text_is_kept(text: str) -> None:
-    assert environment.redact_text(text) == text
+    assert redact.redact_text(text) == text
 
 
 def test_recorded_env_and_the_grid_never_hold_them(tmp_path) -> None:
     env = {"TORCH_HUB_AUTH": "s3cret", "HF_HOME": "/x", "PIP_INDEX_URL": "https://u:p@ss@m/s",
            "ACCELGRID_NOTE": GH, "PYTORCH_DEBUG_XPU_FALLBACK": "1",
            contract.TORCH_INDEX: "https://u:p@ss@m/s", "OMP_NUM_THREADS": "4"}
-    out = environment.recorded_env(env)
+    out = provenance.recorded_env(env)
     assert out == {"ACCELGRID_NOTE": R, "HF_HOME": R, "PIP_INDEX_URL": R,
                    "PYTORCH_DEBUG_XPU_FALLBACK": "1", "TORCH_HUB_AUTH": R,
                    contract.TORCH_INDEX: f"https://{R}@m/s", "OMP_NUM_THREADS": "4"}
     # What the cell set keeps its value; a secret by name or shape goes all the same.
     cell = {**env, contract.SET_VARS: "HF_HOME,PIP_INDEX_URL,TORCH_HUB_AUTH,ACCELGRID_NOTE"}
-    assert environment.recorded_env(cell) == {**out, "HF_HOME": "/x",
+    assert provenance.recorded_env(cell) == {**out, "HF_HOME": "/x",
                                               "PIP_INDEX_URL": f"https://{R}@m/s"}
 
 
@@ -117,8 +117,8 @@ UNUSUAL = {"HF_HUB_BEARER": "bearer-9f8e7d6c5b4a", "TORCH_HUB_TKN": "tkn.4242.zz
 
 
 def test_a_variable_the_cell_did_not_set_is_recorded_by_name_only() -> None:
-    recorded = {k: v for k, v in UNUSUAL.items() if k.startswith(environment.RECORDED_PREFIXES)}
-    out = environment.recorded_env(UNUSUAL)
+    recorded = {k: v for k, v in UNUSUAL.items() if k.startswith(provenance.RECORDED_PREFIXES)}
+    out = provenance.recorded_env(UNUSUAL)
     assert out == dict.fromkeys(sorted(recorded), R)
     for value in UNUSUAL.values():
         assert value not in json.dumps(out)
@@ -131,22 +131,22 @@ def test_a_variable_the_cell_did_not_set_is_recorded_by_name_only() -> None:
     ("SYCL_CACHE_PERSISTENT", "1"), ("OMP_NUM_THREADS", "2"),
     (contract.CELL, "cpu-2.13"), (contract.SHARD, "1/2")])
 def test_allowlisted_device_and_own_variables_keep_their_value(name: str, value: str) -> None:
-    assert environment.value_recorded(name)
-    assert environment.recorded_env({name: value}) == {name: value}
+    assert provenance.value_recorded(name)
+    assert provenance.recorded_env({name: value}) == {name: value}
 
 
 @pytest.mark.parametrize("name", ["ACCELGRID_X_PASS", "ACCELGRID_NOTE", "HF_HUB_BEARER",
                                   "TORCH_HUB_TKN", "PYTORCH_NOTIFY", "UV_PUBLISH_USERNAME"])
 def test_other_names_are_not_allowlisted(name: str) -> None:
-    assert not environment.value_recorded(name)
-    assert environment.value_recorded(name, frozenset({name}))
+    assert not provenance.value_recorded(name)
+    assert provenance.value_recorded(name, frozenset({name}))
 
 
 def test_the_list_of_what_the_cell_set_is_not_itself_recorded() -> None:
     env = {contract.SET_VARS: " TORCH_A , ,HF_B", "TORCH_A": "1", "HF_B": "2", "HF_C": "3",
            contract.RECORDER_PID: "123"}
-    assert environment.set_by_cell(env) == {"TORCH_A", "HF_B"}
-    assert environment.recorded_env(env) == {"HF_B": "2", "HF_C": R, "TORCH_A": "1"}
+    assert provenance.set_by_cell(env) == {"TORCH_A", "HF_B"}
+    assert provenance.recorded_env(env) == {"HF_B": "2", "HF_C": R, "TORCH_A": "1"}
 
 
 def test_record_messages_lose_tokens_when_written_and_when_read(tmp_path) -> None:
@@ -284,7 +284,7 @@ class _Session:
 def test_the_cell_session_installs_without_logging_the_password(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(contract.TORCH_INDEX, INDEX)
     monkeypatch.setattr(install, "index_problem", lambda index, timeout=15.0: None)
-    monkeypatch.setattr(environment, "pip_settings", lambda python=None: {})
+    monkeypatch.setattr(pipconfig, "pip_settings", lambda python=None: {})
     # The session's env: a real one (after installing, the session links it to src/).
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path)], check=True)
     session = _Session(tmp_path)
@@ -319,7 +319,7 @@ def test_a_bad_workers_override_is_one_line(tmp_path, monkeypatch, value: str) -
     monkeypatch.setenv(contract.WORKERS, value)
     monkeypatch.setenv(contract.TORCH_INDEX, "")
     monkeypatch.setattr(install, "index_problem", lambda index, timeout=15.0: None)
-    monkeypatch.setattr(environment, "pip_settings", lambda python=None: {})
+    monkeypatch.setattr(pipconfig, "pip_settings", lambda python=None: {})
     session = _Session(tmp_path)
     with pytest.raises(SystemExit) as info:
         sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
@@ -367,13 +367,13 @@ def test_cell_env_lists_what_the_cell_set(mini_project, tmp_path) -> None:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     host = {"PATH": "/usr/bin:/bin", **UNUSUAL, "TORCH_PROBE_LEVEL": "host's"}
     env = cell_env(cell, proj, tmp_path / "r", base=host)
-    listed = environment.set_by_cell(env)
+    listed = provenance.set_by_cell(env)
     assert {"TORCH_PROBE_LEVEL", contract.CELL, contract.RESULTS, contract.COMMIT} <= listed
     assert not listed & set(UNUSUAL)
-    out = environment.recorded_env(env)
+    out = provenance.recorded_env(env)
     assert out["TORCH_PROBE_LEVEL"] == "3" and out[contract.CELL] == "cpu-2.13"
     assert {k: out[k] for k in UNUSUAL if k in out} == {
-        k: R for k in UNUSUAL if k.startswith(environment.RECORDED_PREFIXES)}
+        k: R for k in UNUSUAL if k.startswith(provenance.RECORDED_PREFIXES)}
 
 
 def _run_grid_publish(python: str, proj: Path, extra: dict[str, str], tmp_path: Path
@@ -469,8 +469,8 @@ def test_values_a_test_prints_or_asserts_with_are_nowhere(mini_project, python,
     # What the test printed is there, the credentials replaced; the path is as it was.
     for name in (contract.TESTS_FILE, "junit.xml", "pytest.log"):
         data = (results_dir / "cpu-2.13" / name).read_text()
-        assert plain in data and "saw " + environment.REDACTED in data, name
-    assert "HF_HUB_BEARER = " + environment.REDACTED in (
+        assert plain in data and "saw " + redact.REDACTED in data, name
+    assert "HF_HUB_BEARER = " + redact.REDACTED in (
         results_dir / "cpu-2.13" / "pytest.log").read_text()
 
 
@@ -481,13 +481,13 @@ def test_secret_values_of_the_environment(monkeypatch) -> None:
     env = {**PRINTED, "PWD": "/home/me/work", "XDG_SESSION_ID": "12345678",
            "HF_TOKEN_SET": "1", "PLAIN": "/srv/data", "NOTE": "hello world",
            "SOME_KEY": "short", "MY_KEY": "sixsix"}
-    found = environment.secret_values(env)
+    found = redact.secret_values(env)
     assert set(found) == {*SECRET_PART.values(), "bob:s3cr3t-pw", "sixsix"} - {"s3cr3t-pw"}
     assert [len(v) for v in found] == sorted((len(v) for v in found), reverse=True)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     text = " ".join(f"{k}={v}" for k, v in env.items())
-    out = environment.redact_text(text)
+    out = redact.redact_text(text)
     for name, secret in SECRET_PART.items():
         assert secret not in out, name
     for kept in ("/home/me/work", "12345678", "HF_TOKEN_SET=1", "/srv/data", "hello world",
@@ -495,10 +495,10 @@ def test_secret_values_of_the_environment(monkeypatch) -> None:
         assert kept in out, kept
     # What pytest's repr leaves of a long one: its start or end beside '...' goes, down
     # to MIN_SECRET_VALUE characters; a shorter piece, or one with no '...', stays.
-    n = environment.MIN_SECRET_VALUE
-    assert environment.redact_text(f"'a {GH[:14]}...' == 'b'") == f"'a {R}...' == 'b'"
-    assert environment.redact_text(f"'...{GH[-n:]} c'") == f"'...{R} c'"
-    assert environment.redact_text(f"'...{GH[-n + 1:]} c'") == f"'...{GH[-n + 1:]} c'"
-    assert environment.redact_text(f"'{GH[:14]} d'") == f"'{GH[:14]} d'"
+    n = redact.MIN_SECRET_VALUE
+    assert redact.redact_text(f"'a {GH[:14]}...' == 'b'") == f"'a {R}...' == 'b'"
+    assert redact.redact_text(f"'...{GH[-n:]} c'") == f"'...{R} c'"
+    assert redact.redact_text(f"'...{GH[-n + 1:]} c'") == f"'...{GH[-n + 1:]} c'"
+    assert redact.redact_text(f"'{GH[:14]} d'") == f"'{GH[:14]} d'"
     monkeypatch.delenv("MY_KEY")
-    assert environment.redact_text("MY_KEY=sixsix") == "MY_KEY=sixsix"
+    assert redact.redact_text("MY_KEY=sixsix") == "MY_KEY=sixsix"

@@ -505,7 +505,7 @@ def test_env_shell_lines_through_bash(tmp_path, value) -> None:
 
 # --- secrets by value, everywhere (issue 27) ---------------------------------------------
 # A corpus of credentials as they turn up under names no list knows: each is removed by
-# environment.redact_text (the one redaction) wherever it lands.
+# redact.redact_text (the one redaction) wherever it lands.
 SECRETS = {
     "bearer": ("Authorization: Bearer ", "s3cr3tBearerTok.en_0123456789"),
     "basic": ("Authorization: Basic ", "dXNlcjpzM2NyM3RQYXNzd29yZA=="),
@@ -537,21 +537,21 @@ def _secret_part(value: str) -> str:
 
 @pytest.mark.parametrize("kind", sorted(SECRETS))
 def test_the_one_redaction_removes_each_shape(kind) -> None:
-    from accelgrid.results import environment
+    from accelgrid.base import redact
 
     prefix, value = SECRETS[kind]
     for text in (prefix + value, f"error: {prefix}{value} (while loading)",
                  json.dumps({"detail": prefix + value})):
-        out = environment.redact_text(text)
-        assert _secret_part(value) not in out and environment.REDACTED in out, (kind, out)
-        assert environment.redact_text(out) == out  # idempotent: a second pass is a no-op
+        out = redact.redact_text(text)
+        assert _secret_part(value) not in out and redact.REDACTED in out, (kind, out)
+        assert redact.redact_text(out) == out  # idempotent: a second pass is a no-op
 
 
 @pytest.mark.parametrize("text", NOT_SECRETS)
 def test_ordinary_text_keeps_its_words(text) -> None:
-    from accelgrid.results import environment
+    from accelgrid.base import redact
 
-    assert environment.redact_text(text) == text
+    assert redact.redact_text(text) == text
 
 
 LEAKY = '''

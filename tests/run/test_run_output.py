@@ -186,9 +186,9 @@ def _uv(*args: str, env: dict[str, str]) -> str:
 def test_uv_changes_reads_what_a_real_install_did(tmp_path: Path) -> None:
     import os
 
-    from accelgrid.results import environment
+    from accelgrid.host import pipconfig
 
-    env = {**os.environ, **environment.uv_env_from_pip(environment.pip_settings()),
+    env = {**os.environ, **pipconfig.uv_env_from_pip(pipconfig.pip_settings()),
            "VIRTUAL_ENV": str(tmp_path / "venv")}
     _uv("venv", "-q", "--python", sys.executable, str(tmp_path / "venv"), env=env)
     first = _uv("pip", "install", "packaging==26.4", "pluggy", env=env)
@@ -206,8 +206,7 @@ import sys
 sys.path.insert(0, {src!r})
 import nox
 from accelgrid.commands import sessions
-from accelgrid.host import install
-from accelgrid.results import environment
+from accelgrid.host import install, pipconfig
 from accelgrid.config.matrix import load_matrix
 
 nox.options.default_venv_backend = "uv"
@@ -220,7 +219,7 @@ def tiny(session):
     steps = tuple(install.Step(f"step {{i}}", tuple(arg.split())) for i, arg in
                   enumerate(session.posargs, 1))
     plan = install.InstallPlan(CELL.name, "default", steps,
-                               environment.uv_env_from_pip(environment.pip_settings()))
+                               pipconfig.uv_env_from_pip(pipconfig.pip_settings()))
     session.env.update(plan.env)
     sessions.build_env(session, CELL, plan)
 '''

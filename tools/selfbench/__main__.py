@@ -11,9 +11,9 @@ import argparse
 import sys
 
 from accelgrid.base.errors import AccelgridError
+from accelgrid.base.redact import redact_text
 from accelgrid.bench import Stopped
 from accelgrid.cli._common import DEFAULT_MATRIX, common_parser, matrix_of
-from accelgrid.results.environment import redact_text
 
 from . import grid, history, ops, overhead
 

@@ -60,7 +60,7 @@ import threading  # noqa: E402
 from .. import __version__  # noqa: E402
 from ..base.errors import EXIT_INVALID, AccelgridError  # noqa: E402
 from ..base.jsonio import storage_problem  # noqa: E402
-from ..results.environment import redact_text  # noqa: E402
+from ..base.redact import redact_text  # noqa: E402
 from ..run.console import tolerant_console  # noqa: E402
 from ._common import DEFAULT_MATRIX, common_parser  # noqa: E402
 

@@ -33,11 +33,11 @@ from pathlib import Path
 import jinja2
 
 from .. import results
-from ..base import contract
+from ..base import contract, redact
 from ..base.errors import InvalidInput
 from ..config.matrix import Cell, Matrix, Runtime, control_problem
-from ..host import install, venvs
-from ..results import environment, provenance
+from ..host import install, pipconfig, venvs
+from ..results import provenance
 
 TEMPLATES_DIR = "containers"
 IMAGE_REPOSITORY = "accelgrid"
@@ -71,7 +71,7 @@ _PIP_NOT_HASHED = ("cert", "trusted-host")   # how to reach an index, not what i
 # ... and the CI run's variables, so env.json inside the container names the run too.
 FORWARDED_ENV = (contract.WORKERS, contract.SKIP_DETECT, contract.SHARD,
                  contract.SHARD_DURATIONS, contract.HARDWARE, contract.DRIVER,
-                 *environment.CI_RUN_VARS)
+                 *provenance.CI_RUN_VARS)
 
 
 class ContainerError(InvalidInput):
@@ -192,7 +192,7 @@ def render(matrix: Matrix, cell: Cell, *, base: str | None = None, input_hash: s
         raise ContainerError(f"cell {cell.name}: device {cell.device} has no container")
     runtime = runtime_requirements(matrix.root)
     uv_req = next((r for r in runtime if re.match(r"^uv\b", r)), "uv")
-    if torch_index and environment.url_credentials(torch_index):
+    if torch_index and redact.url_credentials(torch_index):
         raise ContainerError(f"{contract.TORCH_INDEX} carries credentials, which a build would "
                              "write into the image: use a pip config (--build-arg) instead")
     plan = install.plan(cell, torch_index=torch_index, uv_env={}, cpu_fallback=cpu_fallback)
@@ -257,7 +257,7 @@ def _mount_for(key: str, path: str) -> str:
 
 
 def pip_passthrough(settings: Mapping[str, str], can_mount: bool = True) -> PipPassthrough:
-    """PIP_* build args from pip's effective ``settings`` (environment.pip_settings()).
+    """PIP_* build args from pip's effective ``settings`` (pipconfig.pip_settings()).
 
     Local folders and files they name (find-links folders, file:// indexes, constraint
     files) are mounted at the same path during the build, so the values stay valid and
@@ -355,7 +355,7 @@ def spec(matrix: Matrix, cell: Cell, *, base: str | None = None,
                         cpu_fallback=fallback)
     files = project_files(matrix)
     if settings is None:
-        settings = environment.pip_settings()
+        settings = pipconfig.pip_settings()
     pip = pip_passthrough(settings, can_mount=can_mount)
     digest = input_hash(unlabelled, files, cell, pip)
     final = render(matrix, cell, base=base, input_hash=digest, torch_index=torch_index,

@@ -24,11 +24,11 @@ from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
 from .. import __version__, results
-from ..base import contract, jsonio
+from ..base import contract, jsonio, redact
 from ..base.errors import AccelgridError, InvalidInput
 from ..config.matrix import Cell, Matrix
 from ..host import detect, inputs, install, venvs
-from ..results import environment, history, shards
+from ..results import history, shards
 from ..run import console, preflight, prestart
 from ..run.cell import run_cell
 from ..run.passes import workers_override
@@ -45,7 +45,7 @@ def _python_in(session: nox.Session) -> str:
 
 def _fail(session: nox.Session, message: str) -> None:
     """Stop the session with one line, never showing a credential."""
-    session.error(environment.redact_text(message))
+    session.error(redact.redact_text(message))
 
 
 def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
@@ -405,7 +405,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
     can_fall_back = install.can_fall_back(cell, os.environ.get(contract.TORCH_INDEX))
     for number, step in enumerate(plan.steps, 2):
         # The index options and their URLs are in the description already.
-        wanted = " ".join(environment.redact_text(a) for i, a in enumerate(step.args)
+        wanted = " ".join(redact.redact_text(a) for i, a in enumerate(step.args)
                           if a not in _INDEX_OPTIONS
                           and (i == 0 or step.args[i - 1] not in _INDEX_OPTIONS))
         session.log(f"{cell.name}: [{number}/{total}] installing {step.description}: {wanted}")
@@ -430,7 +430,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
         # In GitHub Actions: uv's own output, folded away under the step's line.
         with actions.group(f"{cell.name}: [{number}/{total}] uv's output"):
             if actions.active():
-                sys.stdout.write(environment.redact_text(text).rstrip("\n") + "\n")
+                sys.stdout.write(redact.redact_text(text).rstrip("\n") + "\n")
         installed = installed and bool(text.strip())
         did = (install.uv_changes(text, wanted.split()) if text.strip()
                else "skipped: nox reuses the env without installing (-R / --no-install)")

@@ -26,8 +26,8 @@ from typing import Any
 
 from ..base import contract, jsonio
 from ..base.jsonio import dumps
+from ..base.redact import redact_text
 from ..base.versions import in_range, range_is_empty
-from ..results.environment import redact_text
 from .matrix import Cell, Matrix, load_matrix, matrix_path
 from .validation import (
     Problem,

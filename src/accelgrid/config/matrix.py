@@ -28,13 +28,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from .. import devices
-from ..base import contract
+from ..base import contract, redact
 from ..base.errors import UnknownName
 from ..base.versions import in_range, public_version, range_is_empty
 from ..devices import DeviceType
 from ..devices import spec as device_spec
-from ..results import environment
-from . import compat
+from . import compat, flags, indexes
 from .validation import (
     Problem,
     SourceMap,
@@ -342,8 +341,8 @@ def _requirement_problem(text: str) -> str | None:
         req = Requirement(text)
     except InvalidRequirement as exc:
         return f"'{short(text)}' is not a requirement: {short(str(exc), 120)}"
-    if req.url and environment.url_credentials(req.url):
-        return (f"'{environment.redact_text(short(text, 200))}' carries credentials: keep "
+    if req.url and redact.url_credentials(req.url):
+        return (f"'{redact.redact_text(short(text, 200))}' carries credentials: keep "
                 "them out of committed files")
     return None
 
@@ -353,11 +352,11 @@ def _flag_problems(env: dict, owner_devices: list[str] | None, smap: SourceMap,
     """Env flags that no device of ``owner_devices`` (None: every device) reads."""
     problems = []
     for var, value in (env or {}).items():
-        msg = environment.flag_value_problem(var, str(value))
+        msg = flags.flag_value_problem(var, str(value))
         if msg:
             problems.append(smap.problem((*base, var), msg))
             continue
-        device = environment.flag_device(var)
+        device = flags.flag_device(var)
         if device is None:
             continue
         if owner_devices is None:
@@ -483,11 +482,11 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
             problems.append(smap.problem(("torch", key, "torch"), why))
 
     for dev, spec in data["devices"].items():
-        why = environment.index_url_problem(spec["index"])
+        why = indexes.index_url_problem(spec["index"])
         if why:
             problems.append(smap.problem(("devices", dev, "index"), why))
         for channel, url in (spec.get("channels") or {}).items():
-            why = environment.index_url_problem(url)
+            why = indexes.index_url_problem(url)
             if why:
                 problems.append(smap.problem(("devices", dev, "channels", channel), why))
         for key, texts in (spec.get("packages") or {}).items():
@@ -523,7 +522,7 @@ def _semantic_problems(data: dict, smap: SourceMap, root: Path) -> list[Problem]
         for kind in ("hardware", "drivers"):
             for name, entry in (spec.get(kind) or {}).items():
                 for var, value in (entry.get("env") or {}).items():
-                    msg = environment.flag_value_problem(var, str(value))
+                    msg = flags.flag_value_problem(var, str(value))
                     if msg:
                         problems.append(smap.problem(("devices", dev, kind, name, "env", var),
                                                      msg))

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..base import contract, jsonio, statkey
+from ..base import contract, jsonio, redact, statkey
 from ..base.errors import InvalidInput
 from ..base.versions import version_key
+from ..config.indexes import index_url_problem
 from ..config.matrix import RELEASE, Cell
-from ..results import environment
-from . import statcache
+from . import pipconfig, statcache
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,12 @@ class InstallPlan:
     @property
     def shown_index(self) -> str:
         """The index as it may be printed (credentials replaced)."""
-        return environment.redact_url(self.index)
+        return redact.redact_url(self.index)
 
     def as_dict(self) -> dict:
-        return {"index": self.shown_index, "env": environment.redact(self.env),
+        return {"index": self.shown_index, "env": redact.redact(self.env),
                 "steps": [{"description": s.description, "args": list(s.args),
-                           **({"env": environment.redact(s.env)} if s.env else {})}
+                           **({"env": redact.redact(s.env)} if s.env else {})}
                           for s in self.steps]}
 
 
@@ -183,12 +183,12 @@ def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] |
     pip's configuration alone). ``cpu_fallback``: the cpu cell's CPU index cannot be
     reached, torch's CPU build comes from pip's configuration (:func:`can_fall_back`)."""
     if torch_index is not None and torch_index.strip():
-        why = environment.index_url_problem(torch_index.strip(), allow_credentials=True)
+        why = index_url_problem(torch_index.strip(), allow_credentials=True)
         if why:
             raise InvalidInput(f"{contract.TORCH_INDEX}: {why}")
     index = (torch_index or "").strip() or cell.index
     if uv_env is None:
-        uv_env = environment.uv_env_from_pip(environment.pip_settings())
+        uv_env = pipconfig.uv_env_from_pip(pipconfig.pip_settings())
     uv_env = {**uv_env, **link_mode()}
     requirement = torch_requirement(cell)
     if cpu_fallback and can_fall_back(cell, torch_index):
@@ -207,7 +207,7 @@ def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] |
             Step(f"torch from the local wheel {wheel or cell.torch_wheel}", (pin,)),
             Step("test tooling and suite packages", (pin, *cell.packages)),
         ), dict(uv_env))
-    if index != "default" and environment.url_credentials(index):
+    if index != "default" and redact.url_credentials(index):
         # Not on the command line: nox logs it, and so do CI jobs. pip and uv both read
         # extra indexes from the environment (space-separated).
         extra = " ".join(v for v in (index, uv_env.get("UV_EXTRA_INDEX_URL")
@@ -218,7 +218,7 @@ def plan(cell: Cell, *, torch_index: str | None = None, uv_env: dict[str, str] |
     daily = resolved_at_run(cell)
     if daily:   # an env holding an older nightly satisfies the range: take the newest
         torch_args = ("--upgrade", *torch_args)
-    shown = "the default index" if index == "default" else environment.redact_url(index)
+    shown = "the default index" if index == "default" else redact.redact_url(index)
     what = f"torch ({cell.channel} channel)" if cell.channel != RELEASE else "torch"
     steps = (
         Step(f"{what} from {shown}", torch_args, torch_env),
@@ -317,8 +317,8 @@ def index_problem(index: str, timeout: float = 15.0) -> str | None:
     from urllib.error import HTTPError
     from urllib.request import Request, urlopen
 
-    shown = environment.redact_url(index)
-    why = environment.index_url_problem(index, allow_credentials=True)
+    shown = redact.redact_url(index)
+    why = index_url_problem(index, allow_credentials=True)
     if why:
         return f"package index {why}"
     parts = urllib.parse.urlsplit(index)
@@ -331,7 +331,7 @@ def index_problem(index: str, timeout: float = 15.0) -> str | None:
         headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
         parts = parts._replace(netloc=host)
     url = urllib.parse.urlunsplit(parts).rstrip("/") + "/torch/"
-    shown_url = environment.redact_url(shown.rstrip("/") + "/torch/")
+    shown_url = redact.redact_url(shown.rstrip("/") + "/torch/")
     try:
         with urlopen(Request(url, headers=headers, method="GET"), timeout=timeout) as resp:
             resp.read(1)
@@ -341,7 +341,7 @@ def index_problem(index: str, timeout: float = 15.0) -> str | None:
     except Exception as exc:  # noqa: BLE001 - URLError, OSError, http.client's InvalidURL...
         reason = getattr(exc, "reason", None) or exc
         return (f"package index {shown} cannot be reached: "
-                f"{environment.redact_text(str(reason))[:300]}")
+                f"{redact.redact_text(str(reason))[:300]}")
 
 
 def uv_changes(output: str, requested: Sequence[str] = ()) -> str:
@@ -380,7 +380,7 @@ _PIP_VARS = ("PIP_", "UV_", "XDG_CONFIG_", "HOME", "APPDATA")
 
 def uv_env(envdir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """pip's configuration as uv's variables
-    (:func:`accelgrid.results.environment.uv_env_from_pip`), remembered in ``envdir`` while
+    (:func:`accelgrid.host.pipconfig.uv_env_from_pip`), remembered in ``envdir`` while
     the interpreter running pip, the variables that steer pip (PIP_*, UV_*, HOME,
     XDG_CONFIG_*) and every configuration file pip reads (as ``pip config debug`` lists
     them: each one's presence, size and time) stay as they were: asking pip costs a second
@@ -396,9 +396,9 @@ def uv_env(envdir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
             and isinstance(data.get("files"), dict) and isinstance(data.get("uv_env"), dict)
             and all(_file_state(f) == state for f, state in data["files"].items())):
         return {str(k): str(v) for k, v in data["uv_env"].items()}
-    files = environment.pip_config_files()
-    found = environment.uv_env_from_pip(environment.pip_settings(), env)
-    secret = any(environment.redact({k: v})[k] != v for k, v in found.items())
+    files = pipconfig.pip_config_files()
+    found = pipconfig.uv_env_from_pip(pipconfig.pip_settings(), env)
+    secret = any(redact.redact({k: v})[k] != v for k, v in found.items())
     if files is not None and not secret and envdir.is_dir():
         jsonio.write_json(cache, {"key": key, "files": {f: _file_state(f) for f in files},
                                    "uv_env": found})

@@ -3,7 +3,7 @@ newest first, one column per cell, a square per result coloured by its verdict, 
 to the cell's page and to the CI run it came from.
 
 A row is one CI run (the results whose env.json "ci" names the same run and attempt,
-:func:`accelgrid.results.environment.ci_run_url`); a result without one (a run outside CI)
+:func:`accelgrid.results.provenance.ci_run_url`); a result without one (a run outside CI)
 is a row of its own. The runs come from the history (``publish --history``), else from the
 results folders given. The page's filters (a part of a cell's name, rows with a bad
 result only) live in the URL's fragment, so a link reproduces the view.

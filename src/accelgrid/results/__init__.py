@@ -61,7 +61,7 @@ from ..base.jsonio import (
     write_json,
 )
 from ..base.outcomes import Outcome
-from .environment import redact_text, redact_value
+from ..base.redact import redact_text, redact_value
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import PassTiming, Summary, TestRecord
@@ -395,7 +395,7 @@ def clean_record(rec: dict[str, Any], where: str, redacted: dict[str, str] | Non
                  ) -> tuple[TestRecord | None, list[str]]:
     """A test record with the types reports rely on, and what was wrong with it; None
     when it cannot stand for a test (its nodeid or outcome is not text). Messages and
-    tracebacks lose credentials (:func:`accelgrid.results.environment.redact_text`; ``redacted``,
+    tracebacks lose credentials (:func:`accelgrid.base.redact.redact_text`; ``redacted``,
     when given, remembers its results across records). ``rec`` is changed in place
     (read_jsonl's records are fresh)."""
     nodeid, outcome = rec.get("nodeid"), rec.get("outcome")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may hav
     from .records import TestRecord
 from ..base.errors import AccelgridError
 from ..base.jsonio import mapping
-from . import environment
+from . import provenance
 from .cellresults import CellResults, discover, read_cell, run_of
 from .provenance import now
 
@@ -100,7 +100,7 @@ MIGRATIONS: dict[int, str] = {
         testset = (SELECT id FROM testsets WHERE ids = coalesce((SELECT group_concat(test)
             FROM (SELECT test FROM results WHERE run = runs.id ORDER BY test)), ''))
     """,
-    # The CI run a cell ran in (env.json "ci": environment.ci_run_url): the site's runs x
+    # The CI run a cell ran in (env.json "ci": provenance.ci_run_url): the site's runs x
     # cells page links each result to it and makes a row of the results of one CI run.
     3: """
     ALTER TABLE runs ADD COLUMN ci_url TEXT;
@@ -212,7 +212,7 @@ def run_row(cell: CellResults, source: Path) -> dict[str, Any] | None:
         "selection": json.dumps([str(a) for a in run.get("selection") or []]),
         "inputs": inputs_digest(env, cell.plan), "total": len(cell.tests),
         "counts": json.dumps(counts, sort_keys=True), "source": str(source), "added": now(),
-        "ci_url": environment.ci_run_url(mapping(env.get("ci"))),
+        "ci_url": provenance.ci_run_url(mapping(env.get("ci"))),
     }
 
 

@@ -1,5 +1,8 @@
 """Provenance of a cell run (``env.json``): what ran, on what, with which flags.
 
+Its "env" holds the variables under :data:`RECORDED_PREFIXES`, with their values only
+where the allowlist says so (:func:`value_recorded`), all of them redacted
+(:mod:`accelgrid.base.redact`); its "ci" the CI run's variables (:data:`CI_RUN_VARS`).
 Runs inside the cell's interpreter (stdlib only, torch imported lazily), after the
 profile's flags are in the environment.
 """
@@ -8,9 +11,12 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
+import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +24,10 @@ from .. import devices
 from ..base import contract
 from ..base.clock import iso as iso  # re-exported: provenance.iso and .now, as ever
 from ..base.clock import now as now
+from ..base.redact import REDACTED, redact
+from ..base.torchflags import INTEGER_FLAGS
 from ..base.versions import installed_version
-from . import environment, plan
+from . import plan
 
 PACKAGES = (
     "torch", "torchao", "transformers", "accelerate", "torchvision", "triton",
@@ -60,6 +68,94 @@ def torch_facts(device_type: str) -> dict[str, Any]:
     return facts
 
 
+# --- env.json's "env": which variables, and which values (the allowlist) ---------------
+# Env vars worth recording in provenance (the flags that change what torch does).
+RECORDED_PREFIXES = (
+    contract.PREFIX, "PYTORCH_", "TORCH_", "CUDA_", "CUBLAS_", "NCCL_", "ZE_", "SYCL_", "IGC_",
+    "ONEAPI_", "OverrideDefault", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "KMP_", "PIP_", "UV_",
+)
+# Variables under a recorded prefix whose values env.json records whoever set them: which
+# devices a test process sees, its threads, the offline switches, the index strategy. Any
+# other one the cell did not set is recorded by name only (a host's HF_HUB_BEARER or
+# PYTORCH_NOTIFY webhook is a credential no name or shape rule can know).
+RECORDED_VALUES = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "ZE_AFFINITY_MASK",
+    "ZE_FLAT_DEVICE_HIERARCHY", "ONEAPI_DEVICE_SELECTOR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
+    "UV_INDEX_STRATEGY", "UV_COMPILE_BYTECODE", "UV_LINK_MODE", "TORCH_SHOW_CPP_STACKTRACES",
+    *INTEGER_FLAGS,
+})
+# accelgrid's own variables (every ACCELGRID_* name the contract defines): the runner's
+# and the user's settings, recorded with their values (a URL's password still goes).
+OWN_VARS = frozenset(v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)
+                     and v.startswith(contract.PREFIX) and v != contract.PREFIX)
+# Not inputs of the cell: the recorder's pid marks its own process tree (nested pytests
+# record nothing) and differs every run; the list of what the cell set is said by the values.
+_NOT_RECORDED = frozenset({contract.RECORDER_PID, contract.SET_VARS})
+
+
+def set_by_cell(env: Mapping[str, str]) -> frozenset[str]:
+    """The names ``env``'s :data:`~accelgrid.base.contract.SET_VARS` lists (the runner's
+    :func:`accelgrid.run.cellenv.cell_env` sets it)."""
+    return frozenset(n.strip() for n in env.get(contract.SET_VARS, "").split(",") if n.strip())
+
+
+def value_recorded(name: str, cell_set: frozenset[str] = frozenset()) -> bool:
+    """Whether env.json records ``name``'s value (else its name only): the cell set it
+    (``cell_set``), it is accelgrid's own, on :data:`RECORDED_VALUES`, or a flag of a device
+    type (its visibility and hiding variables, its ``flags``). A secret-looking name or
+    value is redacted all the same (:func:`~accelgrid.base.redact.redact`)."""
+    if name in cell_set or name in OWN_VARS or name in RECORDED_VALUES:
+        return True
+    return any(name == kind.visibility_var or name in kind.hide or kind.reads_flag(name)
+               for kind in devices.TYPES.values())
+
+
+def recorded_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables under :data:`RECORDED_PREFIXES` in ``env`` (default: os.environ):
+    the values of those :func:`value_recorded` allows, :data:`REDACTED` for the others;
+    then :func:`~accelgrid.base.redact.redact` (by name and by shape) over all of them."""
+    env = os.environ if env is None else env
+    cell_set = set_by_cell(env)
+    picked = {k: (v if value_recorded(k, cell_set) else REDACTED) for k, v in env.items()
+              if k.startswith(RECORDED_PREFIXES) and k not in _NOT_RECORDED}
+    return dict(sorted(redact(picked).items()))
+
+
+# --- env.json's "ci": the CI run ------------------------------------------------------
+# The CI run a cell ran in, recorded in env.json's "ci" (not in "env": they change every
+# run, and "env" is an input of the history's flaky rule). GitHub Actions sets them on every
+# job (docs.github.com/en/actions/reference/variables-reference); the site's runs x cells
+# page links each result to its run with them (ci_run_url).
+CI_RUN_VARS = ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT",
+               "RUNNER_NAME")
+_REPOSITORY = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
+
+
+def ci_run(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The :data:`CI_RUN_VARS` set in ``env`` (default: os.environ), redacted as any."""
+    env = os.environ if env is None else env
+    return redact({k: env[k] for k in CI_RUN_VARS if env.get(k)})
+
+
+def ci_run_url(ci: Mapping[str, Any] | None) -> str | None:
+    """The CI run's page (``<server>/<owner>/<repo>/actions/runs/<id>[/attempts/<n>]``) from
+    env.json's "ci", or None when it names none or a part is not what GitHub sets (an
+    http(s) server without credentials, owner/name, numbers): the value becomes a link."""
+    ci = ci or {}
+    server = str(ci.get("GITHUB_SERVER_URL") or "").rstrip("/")
+    repo, run = str(ci.get("GITHUB_REPOSITORY") or ""), str(ci.get("GITHUB_RUN_ID") or "")
+    attempt = str(ci.get("GITHUB_RUN_ATTEMPT") or "")
+    parts = urllib.parse.urlsplit(server)
+    if (parts.scheme not in ("https", "http") or not parts.hostname or parts.username
+            or parts.password or parts.query or parts.fragment
+            or not _REPOSITORY.fullmatch(repo) or ".." in repo or not run.isdigit()
+            or (attempt and not attempt.isdigit())):
+        return None
+    return (f"{server}/{repo}/actions/runs/{run}"
+            + (f"/attempts/{attempt}" if attempt else ""))
+
+
 def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, Any]:
     """Everything env.json records at the start of a run. Without ``with_torch`` the
     ``torch`` section is left pending: the test processes, which import torch anyway,
@@ -75,13 +171,13 @@ def collect(cell: str, device_type: str, with_torch: bool = True) -> dict[str, A
                    platform.python_implementation(), "executable": sys.executable},
         # The cell's pinned packages too (results.plan: the names the runner gave).
         "packages": package_versions(tuple(dict.fromkeys((*PACKAGES, *plan.pinned_names())))),
-        "env": environment.recorded_env(),
+        "env": recorded_env(),
         "host": {"name": socket.gethostname(), "system": platform.system(),
                  "release": platform.release(), "machine": platform.machine(),
                  "cpus": os.cpu_count()},
         "project": {"commit": os.environ.get(contract.COMMIT),
                     "dirty": os.environ.get(contract.DIRTY) == "1"},
-        "ci": environment.ci_run(),
+        "ci": ci_run(),
     }
 
 

@@ -149,7 +149,7 @@ class Env(TypedDict, total=False):
     env: dict[str, str]               # recorded variables: values set by the cell, else <redacted>
     host: dict[str, Any]              # name, system, release, machine, cpus
     project: dict[str, Any]           # commit, dirty
-    ci: dict[str, str]                # the CI run's variables (environment.CI_RUN_VARS)
+    ci: dict[str, str]                # the CI run's variables (provenance.CI_RUN_VARS)
     run_id: str | None
     pytest_args: list[str]
     selection: list[str]

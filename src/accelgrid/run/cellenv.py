@@ -37,7 +37,7 @@ def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None =
     if hardware.problem:
         raise AccelgridError(hardware.problem)
     # What the cell sets, which env.json records with its values (the host's other
-    # variables by name only: results.environment.recorded_env).
+    # variables by name only: results.provenance.recorded_env).
     ours = {**cell.env, **hardware.env(cell)}
     env.update(ours)
     head, dirty = commit if commit is not None else project_commit(root)

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from .. import devices, results, testing
-from ..base import contract, jsonio, lifetime, outcomes
-from ..results import environment, junit, provenance, shards
+from ..base import contract, jsonio, lifetime, outcomes, redact
+from ..results import junit, provenance, shards
 from ..results import plan as run_plan
 from . import known_issues_runtime
 
@@ -175,7 +175,7 @@ class Recorder:
             else:
                 new["passes"] = [entry]
             # Every value by its shape too (pytest arguments, paths): records' redaction.
-            return environment.redact_value(new)
+            return redact.redact_value(new)
 
         self.env_started = jsonio.update_json(self.folder / contract.ENV_FILE, start)
         # The plan's inputs, before any test: what readers judge the records against.
@@ -211,7 +211,7 @@ class Recorder:
             # The run is finished when its last pass is (passes may run at once).
             if all(not isinstance(e, dict) or e.get("end") for e in passes):
                 env.update(end=end, status="finished", exitstatus=int(exitstatus))
-            return environment.redact_value(env)
+            return redact.redact_value(env)
 
         jsonio.update_json(self.folder / contract.ENV_FILE, finish)
         run_plan.end_pass(self.folder, self.pass_name, session.testscollected,

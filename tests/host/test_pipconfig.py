@@ -1,4 +1,4 @@
-"""Env flags, secret redaction, and carrying pip's configuration over to uv (real pip)."""
+"""Carrying pip's configuration over to uv (accelgrid.host.pipconfig; real pip)."""
 
 from __future__ import annotations
 
@@ -7,29 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelgrid.results import environment
-
-
-def test_integer_flags_need_0_or_1() -> None:
-    assert environment.flag_value_problem("PYTORCH_DEBUG_XPU_FALLBACK", "1") is None
-    assert environment.flag_value_problem("IGC_EnableDPEmulation", "0") is None
-    msg = environment.flag_value_problem("PYTORCH_ENABLE_XPU_FALLBACK", "true")
-    assert msg and "use 0 or 1, not 'true'" in msg
-    assert environment.flag_value_problem("ZE_AFFINITY_MASK", "0.1") is None
-
-
-def test_secrets_never_written() -> None:
-    env = {"HF_TOKEN": "hf_abc", "PIP_INDEX_URL": "https://user:pw@mirror.example/simple",
-           "MY_API_KEY": "k", "DB_PASSWORD": "p", "AWS_CREDENTIALS": "c", "GH_SECRET_X": "s",
-           "PYTORCH_DEBUG_XPU_FALLBACK": "1"}
-    out = environment.recorded_env(env)
-    assert out["HF_TOKEN"] == environment.REDACTED
-    assert "pw" not in out["PIP_INDEX_URL"] and "user" not in out["PIP_INDEX_URL"]
-    assert out["PYTORCH_DEBUG_XPU_FALLBACK"] == "1"
-    assert "MY_API_KEY" not in out  # not a recorded prefix at all
-    red = environment.redact(env)
-    for name in ("MY_API_KEY", "DB_PASSWORD", "AWS_CREDENTIALS", "GH_SECRET_X"):
-        assert red[name] == environment.REDACTED
+from accelgrid.host import pipconfig
 
 
 def _pip_settings_with(tmp_path: Path, conf: str, extra_env: dict[str, str]) -> dict:
@@ -37,7 +15,7 @@ def _pip_settings_with(tmp_path: Path, conf: str, extra_env: dict[str, str]) -> 
     cfg.write_text(conf)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update({"PIP_CONFIG_FILE": str(cfg), **extra_env})
-    code = ("import json, accelgrid.results.environment as e; "
+    code = ("import json, accelgrid.host.pipconfig as e; "
             "print(json.dumps(e.uv_env_from_pip(e.pip_settings(), env={})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout
@@ -65,6 +43,6 @@ def test_pip_env_vars_override_files(tmp_path: Path) -> None:
 
 
 def test_existing_uv_settings_win() -> None:
-    uv = environment.uv_env_from_pip({"find-links": "/a"}, env={"UV_FIND_LINKS": "/mine",
+    uv = pipconfig.uv_env_from_pip({"find-links": "/a"}, env={"UV_FIND_LINKS": "/mine",
                                                                "UV_INDEX_STRATEGY": "first-index"})
     assert "UV_FIND_LINKS" not in uv and "UV_INDEX_STRATEGY" not in uv
