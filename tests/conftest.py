@@ -3,12 +3,12 @@
 A plain ``pytest`` (the README's test command) runs the quick tests on one xdist worker
 per core (``-n N`` chooses, ``-n 0`` runs them in this process) and leaves out the
 end-to-end set, the tests marked ``slow``: they build real cell envs and run real cells
-(minutes). ``pytest -m slow`` runs that set (docs/testing.md: where), in one process
+(minutes). ``pytest -m slow`` runs that set (docs/design/testing.md: where), in one process
 unless ``-n`` says otherwise (its tests build the same cell env); any ``-m`` given
 decides alone (``-m "slow or not slow"``: everything). The cell envs they build live
 outside the checkout (:func:`cell_envdir`), reused from one run to the next.
 
-Which tests are ``slow`` (docs/testing.md, "The rule"): a test that runs a real cell, a
+Which tests are ``slow`` (docs/design/testing.md, "The rule"): a test that runs a real cell, a
 real nox/tox/pytest session or a process that imports torch carries ``@pytest.mark.slow``;
 a test that asks for the :func:`python` fixture (the interpreter its real cell runs on) is
 put in the set by :func:`pytest_collection_modifyitems` without it. A run that leaves a

@@ -22,7 +22,7 @@ child per mutant that writes the mutant into the copy and runs pytest in-process
 (the module under test is imported fresh in each child: the parent never imports it).
 
 Writes ``results/mutation/<module>.json`` (every mutant and its outcome) and prints the
-survivors; the kill figures and the reviewed survivors live in docs/mutation.md.
+survivors; the kill figures and the reviewed survivors live in docs/design/mutation.md.
 Exit 0 when every mutant not marked equivalent in tools/mutation.toml was killed, 1 if
 some survived, 2 on bad arguments. A mutant marked ``device_only`` (its code runs only on
 an accelerator: a GPU cell's tests kill it) that survives on this host is reported as such

@@ -5,7 +5,7 @@
     python tools/test_times.py quick.xml [more.xml ...]   # a Markdown table, largest first
 
 Each row: the test file, its test count, the sum of its tests' times and that sum's share
-of the whole. On a shared machine compare shares, not seconds (docs/testing.md); the
+of the whole. On a shared machine compare shares, not seconds (docs/design/testing.md); the
 numbers are the tests' own times (setup, call, teardown), so with xdist the sum exceeds
 the run's wall time by about the worker count.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write docs/xpu-prediction.md: every table and figure in it comes from
+"""Write docs/devices/xpu-prediction.md: every table and figure in it comes from
 accelgrid.ops.xpu_prediction over the packaged upstream data and a captured ops.json.
 
     python tools/xpu_prediction_doc.py [--ops CAPTURE/ops.json] [--check]
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=Path,
                         default=(ROOT / "docs" / "measured" / "h200-2026-11-30"
                                  / "ops-cuda-2.11-op-capture.json"))
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "xpu-prediction.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "devices" / "xpu-prediction.md")
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
     text = render(args.ops)

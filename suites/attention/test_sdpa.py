@@ -5,7 +5,7 @@ the expectation for the device and torch series (sdpa_checks.expected_kernels): 
 back to the math path where a fused kernel is expected fails.
 
 Each test records the kernels it saw (``kernels``; the expectation test ``expected`` too)
-as its record's properties. docs/attention.md.
+as its record's properties. docs/suites/attention.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ model from the same weights, compiled and eager, within dtype-aware bounds
 Each test records, as its record's properties: ``graph_breaks`` and ``graphs`` (dynamo's
 counters over the first compiled step), ``recompiles`` (frames dynamo converted over the
 warm steps: 0), ``compile_s`` (the first compiled step less a warm one),
-``eager_step_ms`` and ``compiled_step_ms`` (medians of the warm steps). docs/compile.md.
+``eager_step_ms`` and ``compiled_step_ms`` (medians of the warm steps). docs/suites/compile.md.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ import torch
 # NVIDIA H200, torch 2.11.0+cu130, transformers 5.17.0, TF32 off (harness.strict_fp32),
 # against the CPU of the same host. "cpu": this project's 2-core CI-like host, torch
 # 2.13.0+cpu, transformers 5.24.0, AdamW fused/foreach against the for-loop. Numbers in
-# docs/hf_examples.md ("Tolerances").
+# docs/suites/hf_examples.md ("Tolerances").
 
 # Loss, first step and every step of a run: accelerator vs CPU fp32, TF32 off; what is left
 # is reduction order and fused/vendor kernels (cuDNN/oneDNN conv and attention), ~1e-5

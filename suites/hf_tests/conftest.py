@@ -34,7 +34,8 @@ from . import hf_ops
 
 PROJECTS = {
     "transformers": hf_checkouts.Project("transformers", contract.TRANSFORMERS_SRC, "tests"),
-    # accelerate's newest reachable tree is main before 1.15.0 (1.15.0.dev0): docs/hf_tests.md
+    # accelerate's newest reachable tree is main before 1.15.0 (1.15.0.dev0):
+    # docs/suites/hf_tests.md
     "accelerate": hf_checkouts.Project("accelerate", contract.ACCELERATE_SRC, "tests",
                                        dev_of_release=True),
 }

@@ -81,7 +81,7 @@ def update_errors(before: list[torch.Tensor], actual: list[torch.Tensor],
 
 
 # Worst per-tensor relative update error allowed against fp32 AdamW after STEPS steps.
-# Measured on the cpu (torch 2.13, torchao 0.18, this model and data; docs/lowbit.md): 8-bit
+# Measured on the cpu (torch 2.13, torchao 0.18, this model and data; docs/suites/lowbit.md): 8-bit
 # 0.0112, 4-bit 0.166, FP8 0.0243. The bounds are ~3x that: the state's quantization error
 # is statistical, a device with other rounding lands near it (not yet measured on a GPU).
 # An optimizer that does not step scores 1.0, one at twice the learning rate 1.0 too.
@@ -115,7 +115,7 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 # Largest state size as a share of fp32 AdamW's (8 bytes per element): 8-bit and FP8 keep
 # one byte per element per moment plus a scale per block (measured 0.258 and 0.256 on this
-# model with its fp32 biases; docs/lowbit.md), 4-bit half a byte plus scales (0.136).
+# model with its fp32 biases; docs/suites/lowbit.md), 4-bit half a byte plus scales (0.136).
 MEMORY_BOUND = {"AdamW8bit": 0.30, "AdamW4bit": 0.17, "AdamWFp8": 0.30}
 
 

@@ -190,7 +190,7 @@ BENCH_MODELS = ("transformer", "mlp", "mlp-gelu")
 # are denormal jumps within one layer (CPU, fp32, Linear's init, seed 0: 128 wide 16 / 17 /
 # 18 layers 17.3 / 94.4 / 100 %; 512 wide 16 / 17: 66.5 / 100 %; 1024: 91.5 / 100 %; 2048:
 # 15 / 16: 31.5 / 99.5 %; 4096: 57.1 / 99.98 %). 15 x Linear(8192) gave 84.3 % on an H200
-# (docs/offload.md), short of DENORMAL_MIN: 15 layers is one too few at every width up to
+# (docs/suites/offload.md), short of DENORMAL_MIN: 15 layers is one too few at every width up to
 # 8192. So every stack is at least as deep, in those terms, as the measured reference
 # DENORMAL_REF_DEPTH x Linear(DENORMAL_REF_WIDTH), with the factors that give the most
 # layers, rounded up; and never shallower than the reference (wider stacks would need

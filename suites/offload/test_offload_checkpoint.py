@@ -8,7 +8,7 @@ with its own by position (each per-param CPU optimizer is a stock torch optimize
 ``load_state_dict`` checks counts, not shapes) and loads the on-device part last. Those
 tests are strict xfails registered in known_issues.yaml (pytorch/ao#584, pytorch/ao#1720,
 the PRs that wrote that code); if one passes, the bug looks fixed in that version.
-What each mismatch does instead is recorded in docs/offload.md.
+What each mismatch does instead is recorded in docs/suites/offload.md.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def test_load_rejects_shape_mismatch(offload_cls: type, device: str, base: str) 
 
     (torchao loads it; then SGD fails at the first step with a shape error, while the
     fused CPU AdamW that CPUOffloadOptimizer runs by default steps on with the
-    wrong-shaped moments: silent corruption — see docs/offload.md. Only this shrinking
+    wrong-shaped moments: silent corruption — see docs/suites/offload.md. Only this shrinking
     direction is run: growing makes the fused kernel write past the saved buffers.)"""
     optimizer_class, kwargs = {
         "AdamW-fused": (torch.optim.AdamW, {}),

@@ -229,7 +229,7 @@ def test_whole_run_on_cpu_with_stand_ins(cpu_stand_ins: None, tmp_path: Path,
     assert "[bench offload] [3/3] mlp 0.0001 B fp32 offload_grad:" in out
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_a_failed_run_is_reported_and_exits_1(cpu_stand_ins: None, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     helpers = offload.suite_helpers(SUITE)

@@ -199,7 +199,7 @@ def test_models_side_by_side_with_and_without_flush(cpu_stand_ins: None, tmp_pat
         "transformer", "mlp-gelu"]
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_a_denormal_model_that_is_not_denormal_fails_the_run(
         cpu_stand_ins: None, tmp_path: Path, helpers: Any, monkeypatch) -> None:
     """The planted fault: mlp-gelu under a sum loss (gradients far from denormal). The

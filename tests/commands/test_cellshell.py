@@ -138,7 +138,7 @@ def test_shell_runs_a_command_in_the_env_and_exits_with_its_status(project: Path
     assert inside["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(project / "src")
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_no_venv_gives_this_interpreter_the_variables_and_activates_nothing(
         project: Path) -> None:
     """As `nox --no-venv -s CELL` (GPU hosts with torch preinstalled): this interpreter,

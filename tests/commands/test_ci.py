@@ -288,12 +288,12 @@ def test_least_privilege_pinned_actions_and_no_secrets(rel: str) -> None:
     assert workflow["permissions"] == {"contents": "read"}
     # The nightly plan reads a dispatched pull request's labels
     # (tests/commands/test_actions.py) and, with a sharded cell in the matrix, which run
-    # holds the history (docs/ci.md, "Shards").
+    # holds the history (docs/guides/ci.md, "Shards").
     assert jobs["plan"]["permissions"] == ({} if rel == ci.PR_WORKFLOW
                                            else {"pull-requests": "read", "actions": "read"})
     for name, job in jobs.items():
         if name == "grid" and rel == ci.WORKFLOW:
-            # Reading the earlier run's history artifact (docs/history.md); nothing more.
+            # Reading the earlier run's history artifact (docs/reference/history.md); nothing more.
             assert job["permissions"] == {"contents": "read", "actions": "read"}
             continue
         if name == "pages" and rel == ci.WORKFLOW:
@@ -540,7 +540,7 @@ def _default_envs(listing: str) -> list[str]:
     return [line.split()[0] for line in block.strip().splitlines()]
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_tox_runs_exactly_the_selected_cell_through_nox(tmp_path) -> None:
     proc = _tox(tmp_path, "run", DEVICE="cpu", TORCH="2.13", PROFILE="default")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -548,7 +548,7 @@ def test_tox_runs_exactly_the_selected_cell_through_nox(tmp_path) -> None:
         f"-f {tmp_path / 'ci'}/../noxfile.py -s cpu-2.13 --"]
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_tox_without_profile_selects_exactly_the_default_profile_cell(tmp_path) -> None:
     # DEVICE=cpu TORCH=2.13 is cpu-2.13, not also cpu-2.13-op-capture.
     assert len([c for c in MATRIX.cells if c.device == "cpu" and c.torch == "2.13"]) > 1

@@ -1,6 +1,6 @@
 """The nightly workflow's images job (built once, pushed under the content-hash tag, pulled
 by the cell jobs), the hosted cells' uv cache and transformers / accelerate clones, and the
-nightly-channel and sharded cells of the committed matrix (docs/ci.md, #39 items 4-5).
+nightly-channel and sharded cells of the committed matrix (docs/guides/ci.md, #39 items 4-5).
 The steps' scripts run here, with git for real and a stand-in docker for the registry
 (none is reachable from this machine)."""
 
@@ -149,7 +149,7 @@ exit 0
 def test_the_tag_step_finds_the_cells_hash_tag_and_skips_a_pushed_one(tmp_path) -> None:
     cell = MATRIX.cell("cuda-2.11")
     script = _step(JOBS["images"], "The image's tag")["run"]
-    # The hash covers pip's configuration (docs/containers.md): the step's environment's.
+    # The hash covers pip's configuration (docs/guides/containers.md): the step's environment's.
     plain = {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     tag = subprocess.run([str(BIN / "accelgrid"), "container", "tag", cell.name], cwd=ROOT,
                          env=plain, capture_output=True, text=True, check=True,

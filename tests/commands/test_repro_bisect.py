@@ -143,7 +143,7 @@ def _cli(proj: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProc
                           text=True, timeout=timeout, env=env)
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_repro_in_every_cell_of_the_scope(repro_project: Path) -> None:
     proc = _cli(repro_project, "repro", "acme/widgets#1", "--no-venv")
     got = dict(ln.split(None, 1) for ln in proc.stdout.splitlines() if " → " in ln)
@@ -163,7 +163,7 @@ def test_repro_in_every_cell_of_the_scope(repro_project: Path) -> None:
     assert (folder / "tests.jsonl").exists() and (folder / "junit.xml").exists()
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_repro_fixed_with_expect(repro_project: Path) -> None:
     proc = _cli(repro_project, "repro", "acme/widgets#2", "--cell", "cpu-2.13", "--no-venv",
                 "--expect", "fixed")
@@ -182,7 +182,7 @@ def test_repro_errors_are_one_line(repro_project: Path) -> None:
     assert "did you mean 'cpu-2.13'?" in proc.stderr
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_bisect_runs_each_version_through_nox(repro_project: Path) -> None:
     # --no-venv: only the dev interpreter's torch (2.13) can run; 2.4 shows as not run.
     proc = _cli(repro_project, "bisect", "suites/repro/test_acme_widgets_2.py",
@@ -240,7 +240,7 @@ def test_repro_files_follow_the_naming_rule() -> None:
         assert repro.known_issues.repro_file(issue) == f"suites/repro/{path.name}"
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_local_wheel_cell_runs_only_when_named(repro_project: Path) -> None:
     """A cell whose torch is a local wheel (xpu-2.4 in matrix.yaml: a source build) is in
     the scope but excluded from default runs: repro says so; --cell runs it."""
@@ -258,7 +258,7 @@ def test_local_wheel_cell_runs_only_when_named(repro_project: Path) -> None:
     [line] = [ln for ln in proc.stdout.splitlines() if " → " in ln]
     assert line == (f"cpu-2.4 → not run (torch comes from a local wheel and {repro_project}/"
                     "wheels/cpu does not exist (build torch 2.4 from source and put its wheel "
-                    "there: docs/xpu.md))")
+                    "there: docs/devices/xpu.md))")
     assert "Traceback" not in proc.stderr
     listed = _cli(repro_project, "repro", "--list").stdout
     assert "cells in scope: cpu-2.4 (local torch wheel: --cell only), cpu-2.13" in listed
@@ -278,7 +278,7 @@ def test_repro_unknown_or_excluded_cell_is_one_line(repro_project: Path) -> None
     assert "unknown cell 'xpu-2.31'; did you mean 'xpu-2.13'?" in proc.stderr
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_bisect_repro_and_predict_outputs_are_no_cell_columns(repro_project: Path,
                                                               tmp_path: Path) -> None:
     """Real ``accelgrid run``, ``bisect``, ``repro`` and ``ops predict --out

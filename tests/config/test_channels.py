@@ -74,7 +74,7 @@ def test_the_test_channel_pins_the_release_from_its_own_index(matrix_file: Path)
     assert plan.steps[0].args == ("--extra-index-url", TEST_CPU, install.torch_requirement(cell))
     assert not plan.daily
     # A channel's index must answer: no fallback to pip's configuration (a cpu release
-    # cell's, docs/running.md), which would hold some other build.
+    # cell's, docs/guides/running.md), which would hold some other build.
     matrix = load_matrix(matrix_file)
     assert not install.can_fall_back(cell) and not install.can_fall_back(matrix.cell("cpu-2.16"))
     # A release cell of the same matrix keeps the device's own index.

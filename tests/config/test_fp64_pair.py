@@ -1,6 +1,6 @@
 """The matrix runs test_float64_math with and without the fp64 emulation flags on the same
 card and torch series: xpu-2.13 takes them from an ATS-M / Arc A-series host's hardware,
-xpu-2.13-fp64-no-emulation sets them to 0 there (docs/xpu.md, "fp64 emulation"). Neither
+xpu-2.13-fp64-no-emulation sets them to 0 there (docs/devices/xpu.md, "fp64 emulation"). Neither
 has run here (no Intel GPU): this checks the env each would run with."""
 
 from __future__ import annotations

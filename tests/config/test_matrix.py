@@ -288,5 +288,5 @@ def test_suite_env_reaches_its_cells_and_an_include_rule_env_overrides_it(tmp_pa
     real = matrix.cell("cuda-2.11")
     assert "bert" in real.env["ACCELGRID_HF_TRANSFORMERS_TESTS"].split(",")
     assert "hf_tests" in real.suites and "parameterized==0.9.0" in real.packages
-    # The cpu cells' include rule: ViT alone, sized for CI's hosted runners (docs/ci.md).
+    # The cpu cells' include rule: ViT alone, sized for CI's hosted runners (docs/guides/ci.md).
     assert matrix.cell("cpu-2.13").env["ACCELGRID_HF_TRANSFORMERS_TESTS"] == "vit"

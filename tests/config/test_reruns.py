@@ -1,7 +1,7 @@
 """The matrix's ``reruns`` (pytest-rerunfailures): resolved per default/device/include
 rule, the plugin installed and ``--reruns N`` passed only when > 0, and a test that
 passes on a rerun recorded ``flaky``, never ``passed``, through a real cell run
-(docs/history.md, "Reruns" and the gate's flaky policy)."""
+(docs/reference/history.md, "Reruns" and the gate's flaky policy)."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def test_unknown_schema_name() -> None:
     assert info.value.return_code == EXIT_INVALID
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_wheel_ships_the_schema_files(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",

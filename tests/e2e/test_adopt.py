@@ -305,12 +305,12 @@ def _fenced(section: str, lang: str) -> list[str]:
 
 @pytest.mark.slow
 def test_the_wheel_in_a_fresh_venv_runs_a_spec_devices_cell(adopted: Adopted) -> None:
-    """docs/adopting.md's section 3 walked as written in the repository init set up, its
+    """docs/guides/adopting.md's section 3 walked as written in the repository init set up, its
     device (npu there) being tests/helpers/fake_device_spec.py's fakeacc (a PrivateUse1-style
     device on the CPU's kernels): the spec file where the section's matrix names it, the
     section's matrix lines, then its commands, to a grid naming the example test with
     fakeacc in the cell's records and env.json."""
-    section = _doc_section(ROOT / "docs" / "adopting.md", "## 3. ")
+    section = _doc_section(ROOT / "docs" / "guides" / "adopting.md", "## 3. ")
     # The first yaml block adds the device; the next (its packages: torch_npu) is not
     # walked, fakeacc being on the CPU's kernels.
     (block, *_), (commands,) = _fenced(section, "yaml"), _fenced(section, "sh")

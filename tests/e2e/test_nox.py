@@ -147,7 +147,7 @@ def test_no_venv_runs_on_current_interpreter(tmp_path: Path) -> None:
     assert len(recs) == 1 and json.loads(recs[0])["outcome"] == "passed"
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_unreachable_torch_index_fails_in_one_line_before_installing(tmp_path: Path) -> None:
     import socket
 
@@ -163,7 +163,7 @@ def test_unreachable_torch_index_fails_in_one_line_before_installing(tmp_path: P
     assert "uv pip install" not in proc.stderr  # nothing was installed
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_an_absent_device_is_refused_before_any_environment_is_made(tmp_path: Path) -> None:
     # nox used to build the cell's venv (.nox/mps-2-13) and only then refuse.
     default_env = ROOT / ".nox" / "mps-2-13"
@@ -244,7 +244,7 @@ def _project_with_the_real_noxfile(proj: Path) -> Path:
     return proj
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_matrix_option_reaches_the_noxfile_and_the_registry(tmp_path: Path) -> None:
     # `accelgrid --matrix alt.yaml run CELL`: the cell exists only in alt.yaml (the project's
     # matrix.yaml has no cpu device), and the registry validates against alt.yaml (its

@@ -3,7 +3,7 @@ on the CPU's kernels, so a PrivateUse1-style device can be tested on a host with
 (tests/devices/test_devices.py runs the smoke suite with it).
 
 A real backend's spec imports its package (which renames PrivateUse1 and registers its
-kernels) and names its torch module's functions; see docs/adding-a-device.md.
+kernels) and names its torch module's functions; see docs/guides/adding-a-device.md.
 """
 
 import torch

@@ -37,7 +37,7 @@ TEST_ENVS = "ACCELGRID_TEST_ENVS"
 
 def cell_envdir() -> Path:
     """The folder the slow tests build this checkout's cell envs in (outside it; the
-    slow set is run after building the shared one there: docs/testing.md)."""
+    slow set is run after building the shared one there: docs/design/testing.md)."""
     base = os.environ.get(TEST_ENVS) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "accelgrid",
         "test-envs")

@@ -153,13 +153,14 @@ def test_runtime_check(tmp_path: Path) -> None:
         "xpu-2.5: torch 2.5.1+xpu needs Intel GPU dependencies for PyTorch 2.5 "
         "(intel-for-pytorch-gpu-dev-0.5) 0.5.3 installed and sourced: "
         "source /opt/intel/oneapi/pytorch-gpu-dev-0.5/oneapi-vars.sh && "
-        "source /opt/intel/oneapi/pti/0.9/env/vars.sh (ONEAPI_ROOT is not set; see docs/xpu.md)")
+        "source /opt/intel/oneapi/pti/0.9/env/vars.sh "
+        "(ONEAPI_ROOT is not set; see docs/devices/xpu.md)")
     assert "\n" not in missing
     lib = tmp_path / "compiler/lib"
     lib.mkdir(parents=True)
     env = {"ONEAPI_ROOT": str(tmp_path), "LD_LIBRARY_PATH": f"/nowhere:{lib}"}
     assert detect.runtime_problem(old, env).endswith(
-        "(libsycl.so.7 is not on LD_LIBRARY_PATH; see docs/xpu.md)")
+        "(libsycl.so.7 is not on LD_LIBRARY_PATH; see docs/devices/xpu.md)")
     (lib / "libsycl.so.8").write_text("")                     # a 2025 runtime is not it
     assert "libsycl.so.7 is not on" in detect.runtime_problem(old, env)
     (lib / "libsycl.so.7").write_text("")

@@ -241,7 +241,7 @@ def test_an_in_place_edit_through_uvs_links_is_repaired_from_the_wheel(venv, tmp
 
 def test_the_check_of_a_cells_env_costs_little(venv, tmp_path, mini_project) -> None:
     """The whole check (the env's path from its python, the pins, the hashes) on a small
-    env; torch's own cost is in docs/running.md."""
+    env; torch's own cost is in docs/guides/running.md."""
     from accelgrid.config.matrix import load_matrix
 
     env, python, add = venv

@@ -126,12 +126,12 @@ def test_local_wheel_folder(matrix, tmp_path: Path) -> None:
     wheel, problem = install.local_wheel(cell)
     assert wheel is None and problem == (
         f"xpu-2.4: torch comes from a local wheel and {tmp_path}/w does not exist (build torch "
-        "2.4 from source and put its wheel there: docs/xpu.md)")
+        "2.4 from source and put its wheel there: docs/devices/xpu.md)")
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "torch-2.5.1+xpu-cp311-cp311-linux_x86_64.whl").write_text("")
     assert install.local_wheel(cell)[1] == (
         f"xpu-2.4: no torch 2.4 wheel in {tmp_path}/w (build torch 2.4 from source and put "
-        "its wheel there: docs/xpu.md)")
+        "its wheel there: docs/devices/xpu.md)")
     built = tmp_path / "w" / "torch-2.4.0a0+git1234abc-cp311-cp311-linux_x86_64.whl"
     built.write_text("")
     assert install.local_wheel(cell) == (str(built), None)
@@ -265,7 +265,7 @@ def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Pat
     assert install.env_holds(env, secret)
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real `pip config` runs; a remembered answer asks pip nothing."""

@@ -431,7 +431,7 @@ def test_recorded_cpu_run_feeds_ops_predict(mini_project, python, tmp_path: Path
     assert "| `aten::linspace.default` | fallback | fallback | decomposed |" in md
 
 
-# --- the capture's parts no other test reaches (docs/mutation.md, opcapture) ---------------
+# --- the capture's parts no other test reaches (docs/design/mutation.md, opcapture) ---------------
 
 def test_a_forced_fallback_names_the_op_as_the_user_wrote_it() -> None:
     """torch-xpu-ops (src/ATen/native/xpu/XPUFallback.template) warns "The operator '<op>'

@@ -393,7 +393,7 @@ def test_observation_agreement_line_and_doc() -> None:
     n, m = (int(x) for x in re.findall(r"(\d+) of (\d+)", line)[0])
     assert m >= 30 and n / m >= 0.95
     assert all("disagreement" in r for r in rows if not r["agree"])
-    text = (ROOT / "docs" / "xpu-prediction.md").read_text()
+    text = (ROOT / "docs" / "devices" / "xpu-prediction.md").read_text()
     figures = xp.seed_figures()
     for figure in (figures["nightly_line"], figures["release_line"], line):
         assert sum(1 for ln in text.splitlines() if ln == figure) == 1, figure
@@ -464,7 +464,7 @@ def test_doc_is_generated_from_the_data() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "xpu_prediction_doc.py"),
                            "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    text = (ROOT / "docs" / "xpu-prediction.md").read_text()
+    text = (ROOT / "docs" / "devices" / "xpu-prediction.md").read_text()
     doc_capture = json.loads(CUDA_OP_CAPTURE.read_text())
     rows = xp.compare_with_seed(doc_capture["ops"], xp.SEED_SERIES)
     assert xp.agreement_line(rows) == "Agreement with the seed's table: 24 of 32 rows (75 %)"
@@ -543,7 +543,7 @@ def test_observed_vs_predicted_only_for_xpu(capture: dict, upstream: dict) -> No
     assert check["counts"] == {"agree": 1, "disagree": 1, "not_compared": 1}
 
 
-# --- rules and notes no other test reaches (docs/mutation.md, xpu_prediction) -----------------
+# --- rules and notes no other test reaches (docs/design/mutation.md, xpu_prediction) ---------
 
 def test_a_partly_listed_op_says_which_rule_made_it_native(upstream: dict) -> None:
     """release/2.4 lists random_.to and has kernels for random_ and random_.from: those

@@ -106,18 +106,18 @@ def test_only_cli_builds_argument_parsers() -> None:
 
 
 def test_architecture_layout_names_every_module() -> None:
-    doc = (ROOT / "docs" / "architecture.md").read_text()
+    doc = (ROOT / "docs" / "design" / "architecture.md").read_text()
     table = doc[doc.index("## Layout"):]
     rows = [ln for ln in table.splitlines() if ln.startswith("| `src/accelgrid/")]
     named = " ".join(rows)
     modules = {p.stem for p in SRC.rglob("*.py")
                if not p.stem.startswith("_") and "templates" not in p.parts}
     missing = sorted(m for m in modules if f"`{m}`" not in named)
-    assert not missing, f"docs/architecture.md's layout table does not name {missing}"
+    assert not missing, f"docs/design/architecture.md's layout table does not name {missing}"
 
 
 def test_architecture_draws_the_layers_import_linter_checks() -> None:
-    """docs/architecture.md's drawing names every module of .importlinter's layers, in
+    """docs/design/architecture.md's drawing names every module of .importlinter's layers, in
     the same order from top to bottom."""
     import configparser
     import re
@@ -126,7 +126,7 @@ def test_architecture_draws_the_layers_import_linter_checks() -> None:
     cfg.read(ROOT / ".importlinter")
     layers = [[m.strip() for m in re.split(r"[|:]", line) if m.strip()]
               for line in cfg["importlinter:contract:layers"]["layers"].split("\n") if line]
-    doc = (ROOT / "docs" / "architecture.md").read_text()
+    doc = (ROOT / "docs" / "design" / "architecture.md").read_text()
     drawing = doc[doc.index("```"):doc.index("## The data's path")]
     # Each layer's line starts with its first module, in .importlinter's order.
     at = [re.search(rf"^ {re.escape(layer[0])}(?![\w])", drawing, re.M) for layer in layers]
@@ -278,7 +278,7 @@ def test_no_package_file_is_ignored_by_git() -> None:
 
 
 def test_what_the_readme_commands_write_is_ignored_by_git() -> None:
-    """results/ (cells, grids) and site/ (`accelgrid publish --out site`, docs/history.md)
+    """results/ (cells, grids) and site/ (`accelgrid publish --out site`, docs/reference/history.md)
     leave the checkout clean."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")

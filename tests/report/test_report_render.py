@@ -94,7 +94,7 @@ def test_json_schema_is_documented(tmp_path: Path) -> None:
     assert all("longrepr" not in c for r in data["rows"] for c in r["cells"].values())
     failed = [c for r in model["rows"] for c in r["cells"].values() if c.get("longrepr")]
     assert failed, "the model keeps tracebacks for the HTML"
-    doc = (ROOT / "docs" / "grid-schema.md").read_text()
+    doc = (ROOT / "docs" / "reference" / "grid-schema.md").read_text()
     assert f"Current schema: **{SCHEMA_VERSION}**" in doc
     # Every key grid.json has is documented: top level, columns, rows, cells, baseline.
     keys = {*data, *data["baseline"], *data["baseline"]["changes"][0]}

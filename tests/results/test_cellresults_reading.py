@@ -1,5 +1,5 @@
 """Reading a cell back (accelgrid.results.cellresults) on folders the results API writes:
-each case pins a behaviour a planted fault changed unseen (docs/mutation.md,
+each case pins a behaviour a planted fault changed unseen (docs/design/mutation.md,
 ``python tools/mutate.py cellresults``)."""
 
 from __future__ import annotations

@@ -452,7 +452,7 @@ def test_bench_history_small(tmp_path: Path) -> None:
         history_bench.run(nights=1, out=None)
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatch,
                                                         tmp_path: Path) -> None:
     from accelgrid.config.matrix import load_matrix

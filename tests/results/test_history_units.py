@@ -3,7 +3,7 @@ checks and faults, the path from the environment, the inputs digest, the torch b
 ids of results from before run ids, what a result row keeps, the window's end and its
 known runs, chunks past SQLite's bound-parameter limit, WAL and the migration lock. Real
 SQLite files and results folders as a run writes them (tests/helpers/report_cases.write_cell);
-each test kills mutants of tools/mutate.py's history module (docs/mutation.md)."""
+each test kills mutants of tools/mutate.py's history module (docs/design/mutation.md)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_the_databases_folders_are_made(tmp_path: Path) -> None:
 
 
 def test_the_busy_timeout_is_thirty_seconds(tmp_path: Path) -> None:
-    """docs/history.md: 'a 30 s busy timeout' (a second writer waits that long)."""
+    """docs/reference/history.md: 'a 30 s busy timeout' (a second writer waits that long)."""
     with open_store(tmp_path / "h.sqlite") as store:
         assert store.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
@@ -164,7 +164,7 @@ def test_torch_build_names_the_runtime_and_a_channel_other_than_release() -> Non
 
 def test_results_from_before_run_ids_get_a_stable_id_from_cell_and_start(
         tmp_path: Path) -> None:
-    """docs/history.md: legacy-<sha1(cell, start)>; the id must not change between
+    """docs/reference/history.md: legacy-<sha1(cell, start)>; the id must not change between
     versions, or adding the same folder again would store the run twice."""
     starts = ["2026-11-01T03:00:00+00:00", "2026-11-02T03:00:00+00:00"]
     folders = [write_cell(tmp_path / f"r{i}", CELL, {T + "a": "passed"}, start=s)

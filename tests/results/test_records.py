@@ -260,7 +260,7 @@ def test_a_real_runs_files_and_its_grid_match_the_schemas(mini_project, python,
     assert code == 3
     grid = _validate_grid(out)
     assert grid["baseline"]["regressions"] == 1 and grid["lost"][0]["cell"] == "cpu-2.6"
-    # What the test recorded, in its result (docs/grid-schema.md).
+    # What the test recorded, in its result (docs/reference/grid-schema.md).
     passed = next(r for r in grid["rows"] if r["test"] == "test_pass")["cells"]["cpu-2.13"]
     assert passed["properties"] == {"fact": 1, "kernels": ["flash_cpu"]}
     assert "| ✅ `flash_cpu` |" in (out / "grid.md").read_text()

@@ -1,5 +1,5 @@
 """The run folder's protocol (accelgrid.results) on real folders and records: each case
-pins a behaviour a planted fault changed unseen (docs/mutation.md,
+pins a behaviour a planted fault changed unseen (docs/design/mutation.md,
 ``python tools/mutate.py results``)."""
 
 from __future__ import annotations

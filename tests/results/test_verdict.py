@@ -1,6 +1,6 @@
 """The verdict tables (results/verdict.py): every pair of the ten outcomes and absent, for
 the change against a baseline and the transition since the previous run, spelled out here
-row by row so a change to either table shows as a changed row; and docs/results.md prints
+row by row so a change to either table shows as a changed row; and docs/reference/results.md prints
 the same tables."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_the_classes_issue_36_named() -> None:
 
 
 def _doc_table(title: str) -> dict[str | None, list[str]]:
-    text = (ROOT / "docs" / "results.md").read_text()
+    text = (ROOT / "docs" / "reference" / "results.md").read_text()
     lines = text[text.index(title):].splitlines()[2:]
     rows = lines[:next(i for i, ln in enumerate(lines) if not ln.startswith("|"))]
     header = [c.strip().strip("`") for c in rows[0].strip("|").split("|")][1:]
@@ -113,7 +113,7 @@ def _doc_table(title: str) -> dict[str | None, list[str]]:
     ("### Against the baseline", verdict.change),
     ("### Since the previous run", verdict.transition)])
 def test_docs_print_the_tables(title, call) -> None:
-    """docs/results.md's two tables are the functions' (each cell the category's name)."""
+    """docs/reference/results.md's two tables are the functions' (each cell the category's name)."""
     table = _doc_table(title)
     assert set(table) == set(COLUMNS)
     for before, cells in table.items():

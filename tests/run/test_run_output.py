@@ -73,7 +73,7 @@ def _run(proj: Path, *args: str) -> tuple[int, Path]:
     return rc, results.last_run(proj / "results" / "cpu-2.13")[1]
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_console_shows_progress_per_suite_and_why_tests_did_not_run(
         mini_project, capfd) -> None:
     proj = _project(mini_project)
@@ -113,7 +113,7 @@ def test_console_shows_progress_per_suite_and_why_tests_did_not_run(
     assert len(out.splitlines()) < 20, out
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_a_long_suite_reports_while_it_runs(mini_project, capfd, monkeypatch) -> None:
     proj = _project(mini_project)
     monkeypatch.setattr(console, "HEARTBEAT_S", 1.0)
@@ -125,7 +125,7 @@ def test_a_long_suite_reports_while_it_runs(mini_project, capfd, monkeypatch) ->
     assert re.fullmatch(r"two 3/3 done: 3 passed \[\d+ s\]", lines[-1]), lines
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_pytest_that_stops_early_shows_why(mini_project, capfd) -> None:
     proj = _project(mini_project)
     rc, folder = _run(proj, "suites/two", "--no-such-option")
@@ -138,7 +138,7 @@ def test_pytest_that_stops_early_shows_why(mini_project, capfd) -> None:
         folder / contract.PYTEST_LOG_FILE).read_text()
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_grid_md_says_why_tests_did_not_run_per_cell_and_suite(mini_project, tmp_path) -> None:
     proj = _project(mini_project)
     _, mixed = _run(proj, "suites/one")
@@ -225,7 +225,7 @@ def tiny(session):
 '''
 
 
-@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/testing.md)
+@pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)
 def test_env_build_prints_each_step_with_what_and_how_long(tmp_path: Path) -> None:
     (tmp_path / "noxfile.py").write_text(textwrap.dedent(NOXFILE.format(
         src=str(SRC), matrix=str(ROOT / "tests" / "base_matrix.yaml"))))

@@ -1,7 +1,7 @@
 """The in-cell plugin's records (accelgrid.testing.pytest_plugin's Recorder) from real
 pytest runs in process (pytester): each way a test can end, as tests.jsonl, env.json,
 collected.json and plan.json get it. Each case pins a behaviour a planted fault changed
-unseen (docs/mutation.md, ``python tools/mutate.py plugin``)."""
+unseen (docs/design/mutation.md, ``python tools/mutate.py plugin``)."""
 
 from __future__ import annotations
 

@@ -393,7 +393,7 @@ def test_a_record_tells_cpu_work_from_waiting(mini_project, python) -> None:
 def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatch,
                                               flags: dict) -> None:
     """The real smoke test on the cpu cell: float64 math runs, and the flags in effect are
-    in its record (on xpu, has_fp64 too: docs/xpu.md)."""
+    in its record (on xpu, has_fp64 too: docs/devices/xpu.md)."""
     root = Path(__file__).resolve().parents[2]
     for name in ("OverrideDefaultFP64Settings", "IGC_EnableDPEmulation"):
         monkeypatch.delenv(name, raising=False)
@@ -1013,7 +1013,7 @@ def test_a_run_whose_tests_do_not_import_torch_does_not_import_it(mini_project,
                                                                    python) -> None:
     """The torch report of a process whose tests never import torch is the installed
     version from metadata: importing torch for the report alone was most of a small
-    cell run's CPU (docs/testing.md). A process whose tests import it reports in full."""
+    cell run's CPU (docs/design/testing.md). A process whose tests import it reports in full."""
     proj = mini_project(workers=2)
     (proj / "suites" / "payload" / "test_no_torch.py").write_text(
         "import sys\n"

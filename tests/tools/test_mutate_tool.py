@@ -1,5 +1,5 @@
 """tools/mutate.py's mutants: each planted fault is one change of the source, of the kinds
-docs/mutation.md lists, only in the names asked for; and the configured modules exist."""
+docs/design/mutation.md lists, only in the names asked for; and the configured modules exist."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Re-measure docs/containers.md on this box: base image, first build, whole cell in podman.
+# Re-measure docs/guides/containers.md on this box: base image, first build, whole cell in podman.
 set -u
 cd /work/ctr
 log() { echo "$(date -u +%FT%TZ) $*" | tee -a steps.log; }

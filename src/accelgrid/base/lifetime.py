@@ -250,7 +250,7 @@ def join_cgroup(path: str, pid: int) -> bool:
     """Move ``pid`` (a child this process just started), and whatever it started by then,
     into the cgroup ``path``. Done from here, after its exec, and not by the child before
     it (a ``preexec_fn``): a move waits for the kernel (an RCU grace period, 10-20 ms on
-    the 2-core box of docs/running.md), which the child's own start now overlaps. The
+    the 2-core box of docs/guides/running.md), which the child's own start now overlaps. The
     kernel blocks forks while it moves a process, so what the child forked before the
     move is in /proc by then, and moved too; what it forks after is born in the cgroup.
     False when ``pid`` could not be moved (it has ended, or no permission)."""

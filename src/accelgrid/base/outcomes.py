@@ -19,7 +19,7 @@ TIMEOUT: Final = "timeout"
 CRASHED: Final = "crashed"
 NOT_RUN: Final = "not-run"
 # Passed only after failing first inside the run (pytest-rerunfailures' reruns, the
-# matrix's ``reruns``): never plain "passed", never bad (docs/history.md, gate policy).
+# matrix's ``reruns``): never plain "passed", never bad (docs/reference/history.md, gate policy).
 FLAKY: Final = "flaky"
 
 ALL: tuple[Outcome, ...] = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, TIMEOUT,

@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     relay = actions.add_parser(
         "relay", parents=[common],
         help="PyTorch's cross-repository CI relay: read its event, report the grid to it",
-        description="The workflow's side of PyTorch's CI relay (docs/ci.md). Each command "
+        description="The workflow's side of PyTorch's CI relay (docs/guides/ci.md). Each command "
                     "prints its outputs as KEY=VALUE lines and appends them to "
                     "$GITHUB_OUTPUT when set.")
     steps = relay.add_subparsers(dest="step", required=True, metavar="STEP")

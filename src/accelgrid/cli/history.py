@@ -14,8 +14,9 @@ from ..results.cellresults import require_runs
 
 HISTORY_DESCRIPTION = f"""\
 The history: every cell run's results in one SQLite database (default
-results/history.sqlite, or ${contract.HISTORY}; schema in docs/history.md), so grids can say
-what changed since the previous run, since when a test fails and which tests are flaky.
+results/history.sqlite, or ${contract.HISTORY}; schema in docs/reference/history.md), so
+grids can say what changed since the previous run, since when a test fails and which tests
+are flaky.
 
   accelgrid history add results/*            add runs (idempotent by run id)
   accelgrid history show                     cells and their runs

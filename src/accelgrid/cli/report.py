@@ -62,10 +62,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="compare with DIR/<cell>.json; exit 3 on any regression")
     p.add_argument("--allow-incomplete", action="store_true",
                    help="exit 0 even where a run recorded less than it collected "
-                        "(collected.json against tests.jsonl; else exit 1: docs/results.md)")
+                        "(collected.json against tests.jsonl; else exit 1: "
+                        "docs/reference/results.md)")
     p.add_argument("--allow-lost", action="store_true",
                    help="exit 0 even where a baseline's test has no record in its column "
-                        "(a lost test; else exit 3: docs/results.md)")
+                        "(a lost test; else exit 3: docs/reference/results.md)")
     add_history_options(p)
     p.set_defaults(func=writes_a_set(_grid))
     _register_baseline(sub, common)
@@ -175,7 +176,7 @@ def add_history_options(p: argparse.ArgumentParser) -> None:
                    help="add the results to this history database and show it: strips, "
                         "since the previous run, since when a test fails, flaky tests "
                         f"(no DB: {DEFAULT_DB}; default: ${contract.HISTORY} when set, "
-                        "else no history; docs/history.md)")
+                        "else no history; docs/reference/history.md)")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW, metavar="N",
                    help="runs per cell the history shows (%(default)s)")
     p.add_argument("--expect", action="append", metavar="CELLS",

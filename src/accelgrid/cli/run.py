@@ -140,7 +140,7 @@ def in_process(root: Path) -> bool:
     another checkout of accelgrid, whose noxfile imports its own ``src/accelgrid`` (here
     the one already loaded would answer). In this process, a warm selected run starts
     one interpreter less, loads accelgrid and the matrix once, and can start its pytest
-    ahead of nox (docs/running.md)."""
+    ahead of nox (docs/guides/running.md)."""
     own = root / "src" / "accelgrid"
     return not own.is_dir() or own.resolve() == Path(__file__).resolve().parents[1]
 

@@ -63,7 +63,7 @@ ACTIONS = {
     "cache-save": ("actions/cache/save", "27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5"),
 }
 
-# PyTorch's CI relay callback (docs/ci.md, "PyTorch's CI relay"): a composite action in
+# PyTorch's CI relay callback (docs/guides/ci.md, "PyTorch's CI relay"): a composite action in
 # pytorch/test-infra, which tags no releases; pinned to the newest commit read for this
 # (2026-08-21), whose action.yml last changed in c0b0155 (#8303, delivery-id/event-type).
 RELAY_ACTION = ("pytorch/test-infra/.github/actions/cross-repo-ci-relay-callback",
@@ -77,7 +77,7 @@ HOSTED_RUNNER = "ubuntu-24.04"    # the plan and grid jobs (no device needed)
 # The label on a pull request that lets a maintainer's dispatch run every cell, GPU
 # runners included, on its head commit (ci/README.md, "GPU cells for a pull request").
 PR_LABEL = "ciflow/gpu"
-# Where the images job pushes and the cell jobs pull (docs/ci.md, "Images"): the repository
+# Where the images job pushes and the cell jobs pull (docs/guides/ci.md, "Images"): the repository
 # variable, else GitHub's registry under the repository's owner.
 REGISTRY_VARIABLE = "ACCELGRID_IMAGE_REGISTRY"
 DEFAULT_REGISTRY = "ghcr.io"

@@ -12,7 +12,7 @@ covers everything that went in (the rendered Containerfile, the project files co
 the pins and where pip took packages from), so an unchanged cell is never rebuilt.
 Engines: docker, podman or buildah, the first on PATH that answers (``--engine`` forces
 one). ``--base IMAGE`` replaces the matrix's digest-pinned base (the offline path: a local
-base, e.g. made with debootstrap). docs/containers.md has the details and timings.
+base, e.g. made with debootstrap). docs/guides/containers.md has the details and timings.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """PyTorch's Cross-Repository CI Relay (CRCR): what a relayed event asks for, and what the
-grid tells the relay back (docs/ci.md, "PyTorch's CI relay").
+grid tells the relay back (docs/guides/ci.md, "PyTorch's CI relay").
 
     accelgrid ci relay resolve EVENT.json   # the torch under test, the cells, run or not
     accelgrid ci relay report GRID_DIR      # the callback's conclusion and test-results
@@ -60,7 +60,7 @@ class Resolved:
     pr: str = ""            # PyTorch's pull request number, for pull_request events
     base: str = ""          # its base commit
     torch: tuple[str, ...] = ()   # the torch series whose cells run: the nightly channel's
-    build: str = "nightly"  # how the torch under test is installed (docs/ci.md)
+    build: str = "nightly"  # how the torch under test is installed (docs/guides/ci.md)
 
     def outputs(self) -> dict[str, str]:
         return {"run": "true" if self.run else "false", "why": self.why,
@@ -79,7 +79,7 @@ def resolve(event: Mapping[str, Any], matrix: Matrix) -> Resolved:
     """The relayed ``repository_dispatch`` event (GITHUB_EVENT_PATH's content, or its
     ``client_payload`` alone) -> what to test. The torch under test is the nightly
     channel's newest build: the payload names PyTorch's commit, not a wheel of it
-    (docs/ci.md says what the other ways cost), so only the matrix's nightly series run."""
+    (docs/guides/ci.md says what the other ways cost), so only the matrix's nightly series run."""
     client = mapping(event.get("client_payload")) if "client_payload" in event else event
     kind = client.get("event_type")
     if kind not in EVENT_TYPES:

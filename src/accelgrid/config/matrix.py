@@ -433,7 +433,7 @@ def _device_spec_problems(name: str, spec: str | None, root: Path, smap: SourceM
             return [smap.problem(where, (
                 f"unknown name '{name}'; expected one of: {', '.join(known)}"
                 f"{suggest(name, known)} (another device type is declared by a spec: "
-                "FILE.py, docs/adding-a-device.md)"))]
+                "FILE.py, docs/guides/adding-a-device.md)"))]
         return []
     if name in known:
         return [smap.problem(where, f"'{name}' is a built-in device type; a spec file "

@@ -1,7 +1,7 @@
 """The device types accelgrid knows, one module each, in one typed table (:data:`TYPES`).
 
 ``devices.get("xpu").visibility_var`` instead of a ``{"cuda": ..., "xpu": ...}`` dict in
-every module that needs a fact: docs/adding-a-device.md says how a fifth one comes in
+every module that needs a fact: docs/guides/adding-a-device.md says how a fifth one comes in
 (a module here, or a spec file the matrix names: :mod:`.spec`).
 """
 
@@ -41,7 +41,7 @@ def get(name: str) -> DeviceType:
     if kind is None:
         raise UnknownDevice(f"unknown device type '{name}': accelgrid knows "
                             f"{', '.join(TYPES)}; another comes from a spec file "
-                            "(docs/adding-a-device.md)")
+                            "(docs/guides/adding-a-device.md)")
     return kind
 
 

@@ -1,6 +1,6 @@
 """What accelgrid knows about one device type, in one place (:class:`DeviceType`).
 
-Note [Adding a Device Type] (docs/adding-a-device.md): a device type is one module of
+Note [Adding a Device Type] (docs/guides/adding-a-device.md): a device type is one module of
 this package holding one ``DEVICE = DeviceType(...)``, listed in ``devices.BUILTIN``; or,
 for an out-of-tree (PrivateUse1) backend, a spec file named by the matrix
 (``devices.<name>.spec``, read by :mod:`accelgrid.devices.spec`). Every other module asks
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 # The device APIs accelgrid.devices.backends dispatches (its tables, one per API), in the order a
-# spec file's hooks are documented (docs/adding-a-device.md).
+# spec file's hooks are documented (docs/guides/adding-a-device.md).
 APIS = ("manual_seed", "synchronize", "device_count", "device_name", "memory_allocated",
         "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "Stream", "Event",
         "is_bf16_supported")

@@ -16,7 +16,7 @@ The file follows the two upstream conventions for bringing a device into a test 
 
 accelgrid reads, beside those: one ``<API>_FN`` per API of :data:`~.base.APIS` (e.g.
 ``SYNCHRONIZE_FN``, ``MEMORY_ALLOCATED_FN``) and every other fact a built-in device type
-has, under the names of :data:`FACTS` (docs/adding-a-device.md lists them).
+has, under the names of :data:`FACTS` (docs/guides/adding-a-device.md lists them).
 
 Outside the cell (the runner, ``plan``) the matrix's spec device is :func:`resolve`'d: the
 file is run there too; where it cannot run (it imports a backend accelgrid's own

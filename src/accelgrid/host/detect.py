@@ -104,7 +104,7 @@ def runtime_problem(cell: Cell, env: Mapping[str, str] | None = None) -> str | N
     scripts = " && ".join(f"source {script}" for script in rt.env_scripts)
     torch = cell.torch_requirement.removeprefix("torch==")
     return (f"{cell.name}: torch {torch} needs {rt.name} {rt.version} installed and "
-            f"sourced: {scripts} ({why}; see docs/xpu.md)")
+            f"sourced: {scripts} ({why}; see docs/devices/xpu.md)")
 
 
 @dataclass(frozen=True)

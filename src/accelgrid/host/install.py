@@ -289,13 +289,13 @@ def local_wheel(cell: Cell) -> tuple[str | None, str | None]:
     if not path.is_dir():
         return None, (f"{cell.name}: torch comes from a local wheel and {path} does not exist "
                       f"(build torch {cell.torch} from source and put its wheel there: "
-                      "docs/xpu.md)")
+                      "docs/devices/xpu.md)")
     found = sorted(w for w in path.glob("torch-*.whl") if _series(w.name) == cell.torch)
     if len(found) == 1:
         return str(found[0]), None
     if not found:
         return None, (f"{cell.name}: no torch {cell.torch} wheel in {path} (build torch "
-                      f"{cell.torch} from source and put its wheel there: docs/xpu.md)")
+                      f"{cell.torch} from source and put its wheel there: docs/devices/xpu.md)")
     return None, (f"{cell.name}: {len(found)} torch {cell.torch} wheels in {path} "
                   f"({', '.join(w.name for w in found)}): keep one")
 

@@ -688,7 +688,7 @@ def seed_series_agreement(upstream: Mapping[str, Any] | None = None,
 def seed_figures(upstream: Mapping[str, Any] | None = None,
                  seed: Mapping[str, Any] | None = None, core: Mapping[str, Any] | None = None,
                  torch_data: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The two seed figures of docs/xpu-prediction.md: the seed against the torch it ran
+    """The two seed figures of docs/devices/xpu-prediction.md: the seed against the torch it ran
     (the pre-#127412 nightly: release 2.4 without the foreach composites) and the seed's
     rows predicted for the 2.4.x release, each as its one line, with the rows that differ."""
     nightly = seed_rows(SEED_SERIES, upstream, seed, core, torch_data, True)
@@ -705,7 +705,7 @@ def seed_figures(upstream: Mapping[str, Any] | None = None,
     }
 
 
-# --- Markdown tables for docs/xpu-prediction.md -----------------------------------------
+# --- Markdown tables for docs/devices/xpu-prediction.md -----------------------------------------
 
 def extraction_table(upstream: Mapping[str, Any]) -> str:
     """Series, branch, commit, date, number of kernel and fallback entries."""

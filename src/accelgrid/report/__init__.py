@@ -3,7 +3,7 @@ Markdown and HTML, and the op-coverage pages.
 
     model.py            the grid model from results folders (:func:`model.from_folders`)
     compare.py          baselines: files, :func:`compare.classify`, :func:`compare.mark`
-    render_json.py      grid.json (docs/grid-schema.md)
+    render_json.py      grid.json (docs/reference/grid-schema.md)
     render_markdown.py  grid.md (fits a GitHub job summary)
     render_html.py      grid.html (one self-contained page)
     ops_pages.py        ops.json/.md/.html per cell, ops-grid.* across cells

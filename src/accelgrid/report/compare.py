@@ -7,7 +7,7 @@ model's ``baseline`` summary (``accelgrid grid --baseline DIR`` exits 3 on a reg
 :func:`update` writes baselines from results folders, :func:`load` and :func:`entries`
 read them back (``accelgrid baseline update|show|list``).
 
-File format (docs/grid-schema.md): ``{"schema": 1, "cell": ..., "updated": ..., "source":
+File format (docs/reference/grid-schema.md): ``{"schema": 1, "cell": ..., "updated": ..., "source":
 {...provenance...}, "tests": {nodeid: outcome}}``; a plain ``{nodeid: outcome}`` mapping
 is read too, so a hand-written baseline can be that short.
 """

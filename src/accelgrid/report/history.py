@@ -2,7 +2,7 @@
 cell as a strip, per cell what changed since its previous run, for a failing test the run
 it started failing in and the last run it passed, and flaky tests.
 
-:func:`annotate` fills, on a grid model (docs/grid-schema.md, "history"):
+:func:`annotate` fills, on a grid model (docs/reference/grid-schema.md, "history"):
 
 - each result's ``history``: its strip, one letter per run, oldest first (history.CODE;
   ``.`` where that run lacked the test);

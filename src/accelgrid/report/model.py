@@ -8,7 +8,7 @@ column with the reason; nothing else is lost) and returns::
     {"schema": 2, "generated": ..., "outcomes": [...], "columns": [column, ...],
      "rows": [row, ...], "baseline": None, "notes": [...]}
 
-(docs/grid-schema.md; ``baseline`` is filled by :func:`accelgrid.report.compare.mark`).
+(docs/reference/grid-schema.md; ``baseline`` is filled by :func:`accelgrid.report.compare.mark`).
 Rows are tests grouped by suite (``suites/<name>/``) and workload (the parametrize id, or
 the test function when not parametrized); columns are cells ordered by device, torch
 version and profile.

@@ -1,4 +1,4 @@
-"""grid.json: the grid model without tracebacks (docs/grid-schema.md)."""
+"""grid.json: the grid model without tracebacks (docs/reference/grid-schema.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The history store: every cell run's results in one SQLite database (the standard
 library's ``sqlite3``), so grids can say what changed since the previous run, since when a
-test fails and which tests flip. Default ``results/history.sqlite``; docs/history.md
+test fails and which tests flip. Default ``results/history.sqlite``; docs/reference/history.md
 describes the schema.
 
 :func:`open_store` opens (creating or migrating forward) a database; :meth:`Store.add`

@@ -188,7 +188,7 @@ def worker_torch_report(device_type: str, imported: bool = True) -> dict[str, An
     """torch facts as one test process sees them; a pinned worker notes its device index
     (it sees one device, numbered 0 in its own view). Not ``imported``: the process's
     tests have not imported torch, and importing it only for this report would cost
-    seconds of CPU per process (most of a small cell run: docs/testing.md), so the report
+    seconds of CPU per process (most of a small cell run: docs/design/testing.md), so the report
     holds the installed version from the package's metadata alone."""
     if imported:
         facts = torch_facts(device_type)

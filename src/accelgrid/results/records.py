@@ -7,7 +7,7 @@ Each has a JSON Schema shipped beside the package's others
 for dashboards and other readers; ``tests/results/test_records.py`` validates a real run's files
 and a real grid against them and keeps each TypedDict's keys equal to its schema's
 ``properties`` and ``required`` (a nested one is the schema's ``$defs`` entry of the same
-name). docs/results.md and docs/grid-schema.md say what each field means.
+name). docs/reference/results.md and docs/reference/grid-schema.md say what each field means.
 
 The modules that run inside a cell import this one for their annotations only (under
 ``TYPE_CHECKING``): ``Required`` needs Python 3.11, and a cell's interpreter may be older.
@@ -194,7 +194,7 @@ class Plan(TypedDict):
     passes: list[PlanPass]
 
 
-# --- grid.json (docs/grid-schema.md) ----------------------------------------------------
+# --- grid.json (docs/reference/grid-schema.md) ----------------------------------------------------
 
 
 class Reason(TypedDict):
@@ -250,7 +250,7 @@ class Column(TypedDict, total=False):
     ops_vs_predicted: Required[dict[str, Any] | None]
     expected: bool                 # with --expect
     lost: str                      # with --expect: why an expected column counts as lost
-    history: dict[str, Any]        # with --history (docs/history.md)
+    history: dict[str, Any]        # with --history (docs/reference/history.md)
 
 
 # A recorded property's value in a grid (:func:`accelgrid.results.clean_properties`):
@@ -327,7 +327,7 @@ class Grid(TypedDict, total=False):
     rows: Required[list[Row]]
     baseline: Required[Baseline | None]
     notes: Required[list[str]]
-    history: dict[str, Any]        # with --history (docs/history.md)
+    history: dict[str, Any]        # with --history (docs/reference/history.md)
     lost: list[LostCell]           # with --expect
 
 

@@ -1,7 +1,7 @@
 """The verdict on one test, written once: what its outcome means beside another.
 
 Two tables over the ten outcomes of :mod:`accelgrid.base.outcomes` and :data:`ABSENT` (no
-record of the test), every pair spelled out (docs/results.md prints both):
+record of the test), every pair spelled out (docs/reference/results.md prints both):
 
 - :func:`change` ``(baseline, run)``: the test against its cell's baseline
   (:mod:`accelgrid.report.compare`; ``regression`` gates, ``lost`` is named);
@@ -72,7 +72,7 @@ def change(baseline: str | None, run: str | None) -> str | None:
     if run in NOT_RUN and baseline in PASSING:
         return REGRESSION  # it checked something on this device; now it checks nothing
     # The rest changed without breaking: flaky (passed on a rerun: no regression, the
-    # gate's flaky policy in docs/history.md, yet no plain pass), xfailed, not run.
+    # gate's flaky policy in docs/reference/history.md, yet no plain pass), xfailed, not run.
     return CHANGED
 
 

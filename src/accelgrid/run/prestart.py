@@ -16,7 +16,7 @@ ran, nothing was recorded, and the session runs the cell as it would have.
 
 Only what can be undone is started ahead: a selected run (a full run empties the cell's
 folder first) of a venv cell whose env's stamp holds its pins, not a shard, whose plan is
-one stage without a gated pass. docs/running.md gives the measured gain.
+one stage without a gated pass. docs/guides/running.md gives the measured gain.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The vocabulary suites use: one module to import (docs/writing-a-test.md).
+"""The vocabulary suites use: one module to import (docs/guides/writing-a-test.md).
 
     from accelgrid.testing import dtypes, needs_devices, not_run, only_on, skip_on
 

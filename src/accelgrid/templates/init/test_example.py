@@ -1,6 +1,6 @@
 """An example test: `device` is the cell's device ("cpu", "cuda", "xpu", ...), whatever the cell.
 
-Write yours beside it (docs/writing-a-test.md in accelgrid's repository: fixtures, markers,
+Write yours beside it (docs/guides/writing-a-test.md in accelgrid's repository: fixtures, markers,
 tolerances, baselines).
 """
 
