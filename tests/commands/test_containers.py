@@ -15,7 +15,7 @@ import pytest
 from helpers.container_cases import HADOLINT, project_copy
 
 from accelgrid import results
-from accelgrid.commands import containers
+from accelgrid.commands import container_pip, containers
 from accelgrid.config.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -252,7 +252,7 @@ def test_pip_configuration_is_passed_through_by_mounts(tmp_path: Path) -> None:
         "index-url": "https://pypi.org/simple",
         "timeout": "180",                       # not a source of packages: not passed
     }
-    pip = containers.pip_passthrough(settings, can_mount=True)
+    pip = container_pip.pip_passthrough(settings, can_mount=True)
     assert pip.build_args == {
         "PIP_INDEX_URL": "https://pypi.org/simple",
         "PIP_EXTRA_INDEX_URL": f"file://{index} https://example.org/simple",
@@ -263,13 +263,13 @@ def test_pip_configuration_is_passed_through_by_mounts(tmp_path: Path) -> None:
     assert set(pip.mounts) == {str(wheels), str(index.parent), str(constraint)}
     assert pip.dropped == ()
 
-    docker = containers.pip_passthrough(settings, can_mount=False)
+    docker = container_pip.pip_passthrough(settings, can_mount=False)
     assert docker.build_args == {"PIP_INDEX_URL": "https://pypi.org/simple",
                                  "PIP_EXTRA_INDEX_URL": "https://example.org/simple"}
     assert docker.mounts == ()
     assert set(docker.dropped) == {str(wheels), f"file://{index}", str(constraint)}
     # A local path that does not exist is not mounted (the engine would fail on it).
-    assert containers.pip_passthrough({"find-links": "/no/such/dir"}).build_args == {}
+    assert container_pip.pip_passthrough({"find-links": "/no/such/dir"}).build_args == {}
 
 
 # --- engines --------------------------------------------------------------------------------

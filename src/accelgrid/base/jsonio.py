@@ -340,6 +340,18 @@ def _record_head(head: bytes, tail: bytes) -> dict[str, Any] | None:
     return rec
 
 
+def _rest_of_line(fh: Any, raw: bytes) -> tuple[bytes, bytes, int]:
+    """Read past the rest of an over-long line that starts with ``raw``: its first and last
+    bytes (:func:`_record_head` reads them) and how many bytes were read past ``raw``."""
+    head, tail = raw[:_HEAD_BYTES], raw[-_HEAD_BYTES:]
+    more = 0
+    while raw and not raw.endswith(b"\n"):  # skip the rest of the line
+        raw = fh.readline(MAX_LINE_BYTES + 1)
+        more += len(raw)
+        tail = (tail + raw)[-_HEAD_BYTES:]
+    return head, tail, more
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
                ) -> tuple[list[dict[str, Any]], list[str]]:
     """Objects of a JSON-lines file that have ``required`` keys, and a note per unusable
@@ -375,11 +387,8 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ("nodeid",)
                 note(f"{path.name}: over {MAX_JSONL_BYTES} bytes; the rest is not read")
                 break
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                head, tail = raw[:_HEAD_BYTES], raw[-_HEAD_BYTES:]
-                while raw and not raw.endswith(b"\n"):  # skip the rest of the line
-                    raw = fh.readline(MAX_LINE_BYTES + 1)
-                    total += len(raw)
-                    tail = (tail + raw)[-_HEAD_BYTES:]
+                head, tail, more = _rest_of_line(fh, raw)
+                total += more
                 # A writer that did not bound its fields (an older accelgrid): the test's
                 # identity is at the line's start (its run's at the end), so its outcome
                 # is not lost with it.

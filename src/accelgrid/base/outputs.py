@@ -69,6 +69,43 @@ def record(folder: Path, kind: str, command: str, files: set[str]) -> None:
                                               "files": sorted(files)})
 
 
+def _ours(folder: Path, files: Mapping[str, Content], kind: str, command: str,
+          own_folder: bool) -> set[str]:
+    """The files an earlier write listed in ``folder``'s manifest (none with
+    ``own_folder``). Refuses (InvalidInput) a symlink where a file or the manifest goes,
+    and a file where this write goes that no earlier write listed."""
+    manifest = folder / manifest_name(kind)
+    for name in (*files, manifest.name):
+        refuse_symlink(folder / name)
+    ours = set() if own_folder else listed(manifest, command)
+    if not own_folder:
+        for name in sorted(files):
+            if name not in ours and os.path.lexists(folder / name):
+                raise InvalidInput(f"{folder / name}: a file {command} did not write (not in "
+                                   f"{manifest.name}): not replacing it; move it away or "
+                                   "name another folder")
+    return ours
+
+
+def _write_beside(folder: Path, name: str, content: Content, new: dict[str, Path]) -> None:
+    """Write ``content`` into a new file beside ``folder / name``, entered in ``new``
+    (name -> its path) as soon as it exists, so that the caller deletes it if not used."""
+    with signals_held():  # a stop between the two would leave the file unknown
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.{_NEW}-")
+        new[name] = Path(tmp)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(content, str):
+                fh.write(content.encode("utf-8"))
+            elif isinstance(content, bytes):
+                fh.write(content)
+        if callable(content):
+            content(new[name])
+    except OSError as exc:  # a full disk: the one line names the file
+        raise naming_path(exc, folder / name) from exc
+
+
 def replace_files(folder: Path, files: Mapping[str, Content], kind: str, command: str,
                   own_folder: bool = False) -> dict[str, Path]:
     """Write ``files`` (name -> content) into ``folder`` as one set: each written beside
@@ -81,34 +118,12 @@ def replace_files(folder: Path, files: Mapping[str, Content], kind: str, command
     manifest: the files are replaced by name and no other is deleted. Returns the paths
     written."""
     folder = Path(folder)
-    manifest = folder / manifest_name(kind)
-    for name in (*files, manifest.name):
-        refuse_symlink(folder / name)
-    ours = set() if own_folder else listed(manifest, command)
-    if not own_folder:
-        for name in sorted(files):
-            if name not in ours and os.path.lexists(folder / name):
-                raise InvalidInput(f"{folder / name}: a file {command} did not write (not in "
-                                   f"{manifest.name}): not replacing it; move it away or "
-                                   "name another folder")
+    ours = _ours(folder, files, kind, command, own_folder)
     folder.mkdir(parents=True, exist_ok=True)
     new: dict[str, Path] = {}
     try:
         for name, content in files.items():
-            with signals_held():  # a stop between the two would leave the file unknown
-                fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.{_NEW}-")
-                new[name] = Path(tmp)
-            try:
-                os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
-                with os.fdopen(fd, "wb") as fh:
-                    if isinstance(content, str):
-                        fh.write(content.encode("utf-8"))
-                    elif isinstance(content, bytes):
-                        fh.write(content)
-                if callable(content):
-                    content(new[name])
-            except OSError as exc:  # a full disk: the one line names the file
-                raise naming_path(exc, folder / name) from exc
+            _write_beside(folder, name, content, new)
         with signals_held():
             if not own_folder:  # listed before they land: a kill leaves none unlisted
                 record(folder, kind, command, ours | set(files))

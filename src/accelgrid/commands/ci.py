@@ -248,11 +248,10 @@ def install_accelgrid(root: Path) -> str:
     return f"accelgrid=={__version__}"
 
 
-def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
-           max_workflow_bytes: int = MAX_WORKFLOW_BYTES) -> dict[str, str]:
-    """Every generated file (path relative to the matrix's folder -> text). Cells whose torch
-    comes from a local wheel run on request only: CI has no such wheel."""
-    matrix = dataclasses.replace(matrix, cells=tuple(c for c in matrix.cells if not c.manual))
+def _checked_groups(matrix: Matrix, limit: int) -> list[JobGroup]:
+    """The CI jobs of ``matrix``'s cells, after refusing (CIError) a matrix CI cannot run:
+    no cells, tox factors that clash, a hosted cell over the runners' time limit, a job
+    over GitHub's jobs per matrix."""
     if not matrix.cells:
         raise CIError("the matrix has no cells: nothing to run in CI")
     problems = _tox_factor_problems(matrix)
@@ -271,59 +270,53 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
         if jobs > limit:
             raise CIError(f"job {g.id} would have {jobs} jobs with its cells' shards, over "
                           f"GitHub's {limit} per matrix: lower their shards")
-    source = _matrix_label(matrix)
-    # The workflow is full of GitHub's own ${{ }}: give jinja other delimiters there.
-    workflow_env = _environment(variable_start_string="[[", variable_end_string="]]",
-                                block_start_string="[%", block_end_string="%]",
-                                comment_start_string="[#", comment_end_string="#]")
-    # Pull requests run the hosted cells of released torch: a nightly's breakage is the
-    # nightly's news (the scheduled run), not a pull request's verdict.
-    pr_groups = job_groups([c for c in matrix.cells if c.hosted and c.channel == RELEASE],
-                           limit)
-    workflows = {}
-    for rel, pr in ((WORKFLOW, False), (PR_WORKFLOW, True)):
-        picked = pr_groups if pr else groups
-        text = workflow_env.get_template("workflow.yml.j2").render(
-            source=source,
-            pr=pr,
-            groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
-                     "container": g.container,
-                     "runs_on": _runs_on(g.runner_labels), "count": len(g.cells),
-                     "jobs": sum(len(_shard_jobs(c)) for c in g.cells),
-                     # its shards are balanced by the durations in the nightly history
-                     "sharded": not pr and any(c.shards > 1 for c in g.cells)}
-                    for g in picked],
-            sharded=not pr and any(c.shards > 1 for g in picked for c in g.cells),
-            plan_cells=_plan_cells(picked),
-            actions={k: {"uses": f"{repo}@{sha}", "version": version}
-                     for k, (repo, sha, version) in ACTIONS.items()},
-            relay_action={"uses": f"{RELAY_ACTION[0]}@{RELAY_ACTION[1]}",
-                          "version": RELAY_ACTION[2]},
-            status_context=STATUS_CONTEXT,
-            python=matrix.default_python,
-            install=install_accelgrid(matrix.root),
-            runner=HOSTED_RUNNER,
-            pr_label=PR_LABEL,
-            registry_variable=REGISTRY_VARIABLE,
-            default_registry=DEFAULT_REGISTRY,
-            images=not pr and any(g.container for g in picked),
-            hf_repositories=HF_REPOSITORIES,
-            devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
-            series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
-            profiles=sorted({c.profile for c in matrix.cells},
-                            key=list(matrix.profiles).index),
-        )
-        size = len(text.encode())
-        if size > max_workflow_bytes:
-            raise CIError(f"the workflow for {len(matrix.cells)} cells would be {size} bytes, "
-                          f"over GitHub's limit of {max_workflow_bytes}: split the matrix")
-        workflows[rel] = text
-    custom_labels = sorted({label for g in groups if not g.hosted for label in g.runner_labels
-                            if label.lower() not in _ACTIONLINT_KNOWN})
-    env = _environment()
-    actionlint = env.get_template("actionlint.yaml.j2").render(source=source,
-                                                               labels=custom_labels)
-    tox_ini = env.get_template("tox.ini.j2").render(
+    return groups
+
+
+def _workflow(workflow_env: jinja2.Environment, matrix: Matrix, source: str,
+              picked: Sequence[JobGroup], pr: bool, max_workflow_bytes: int) -> str:
+    """The nightly workflow (or with ``pr`` the pull requests') running the jobs
+    ``picked``; refused (CIError) over GitHub's size limit."""
+    text = workflow_env.get_template("workflow.yml.j2").render(
+        source=source,
+        pr=pr,
+        groups=[{"id": g.id, "device": g.device, "hosted": g.hosted,
+                 "container": g.container,
+                 "runs_on": _runs_on(g.runner_labels), "count": len(g.cells),
+                 "jobs": sum(len(_shard_jobs(c)) for c in g.cells),
+                 # its shards are balanced by the durations in the nightly history
+                 "sharded": not pr and any(c.shards > 1 for c in g.cells)}
+                for g in picked],
+        sharded=not pr and any(c.shards > 1 for g in picked for c in g.cells),
+        plan_cells=_plan_cells(picked),
+        actions={k: {"uses": f"{repo}@{sha}", "version": version}
+                 for k, (repo, sha, version) in ACTIONS.items()},
+        relay_action={"uses": f"{RELAY_ACTION[0]}@{RELAY_ACTION[1]}",
+                      "version": RELAY_ACTION[2]},
+        status_context=STATUS_CONTEXT,
+        python=matrix.default_python,
+        install=install_accelgrid(matrix.root),
+        runner=HOSTED_RUNNER,
+        pr_label=PR_LABEL,
+        registry_variable=REGISTRY_VARIABLE,
+        default_registry=DEFAULT_REGISTRY,
+        images=not pr and any(g.container for g in picked),
+        hf_repositories=HF_REPOSITORIES,
+        devices=sorted({c.device for c in matrix.cells}, key=list(matrix.devices).index),
+        series=sorted({c.torch for c in matrix.cells}, key=list(matrix.torch).index),
+        profiles=sorted({c.profile for c in matrix.cells},
+                        key=list(matrix.profiles).index),
+    )
+    size = len(text.encode())
+    if size > max_workflow_bytes:
+        raise CIError(f"the workflow for {len(matrix.cells)} cells would be {size} bytes, "
+                      f"over GitHub's limit of {max_workflow_bytes}: split the matrix")
+    return text
+
+
+def _tox_ini(env: jinja2.Environment, matrix: Matrix, source: str) -> str:
+    """tox.ini: an environment per cell, its factors mapped to the cell's axes."""
+    return env.get_template("tox.ini.j2").render(
         source=source,
         envs=[{"name": tox_env_name(c), "cell": c.name,
                "what": _tox_text(f"{c.device} / torch {c.pins['torch']} / profile "
@@ -336,6 +329,32 @@ def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
                         for p in dict.fromkeys(c.profile for c in matrix.cells)},
         },
     )
+
+
+def render(matrix: Matrix, *, limit: int = MAX_MATRIX_JOBS,
+           max_workflow_bytes: int = MAX_WORKFLOW_BYTES) -> dict[str, str]:
+    """Every generated file (path relative to the matrix's folder -> text). Cells whose torch
+    comes from a local wheel run on request only: CI has no such wheel."""
+    matrix = dataclasses.replace(matrix, cells=tuple(c for c in matrix.cells if not c.manual))
+    groups = _checked_groups(matrix, limit)
+    source = _matrix_label(matrix)
+    # The workflow is full of GitHub's own ${{ }}: give jinja other delimiters there.
+    workflow_env = _environment(variable_start_string="[[", variable_end_string="]]",
+                                block_start_string="[%", block_end_string="%]",
+                                comment_start_string="[#", comment_end_string="#]")
+    # Pull requests run the hosted cells of released torch: a nightly's breakage is the
+    # nightly's news (the scheduled run), not a pull request's verdict.
+    pr_groups = job_groups([c for c in matrix.cells if c.hosted and c.channel == RELEASE],
+                           limit)
+    workflows = {rel: _workflow(workflow_env, matrix, source, pr_groups if pr else groups, pr,
+                                max_workflow_bytes)
+                 for rel, pr in ((WORKFLOW, False), (PR_WORKFLOW, True))}
+    custom_labels = sorted({label for g in groups if not g.hosted for label in g.runner_labels
+                            if label.lower() not in _ACTIONLINT_KNOWN})
+    env = _environment()
+    actionlint = env.get_template("actionlint.yaml.j2").render(source=source,
+                                                               labels=custom_labels)
+    tox_ini = _tox_ini(env, matrix, source)
     assert env.loader is not None
     toxfile = env.loader.get_source(env, "toxfile.py")[0]  # a plain Python file, copied
     return {**workflows, ACTIONLINT: actionlint, TOX_INI: tox_ini, TOXFILE: toxfile}

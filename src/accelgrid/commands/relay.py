@@ -169,17 +169,63 @@ def report(grid: Mapping[str, Any] | None, event: str = "", why_none: str = "") 
     delivery = ""
     if mode:
         columns = [c for c in columns if _is_nightly(c)]
-        commits = sorted({str(c.get("torch_git")) for c in columns if c.get("torch_git")})
-        if not columns or not commits:
+        commit = _nightly_commit(columns)
+        if commit is None:
             return Report("skipped", "no cell of nightly torch: nothing to self-report",
                           {"total": 0}, problems=["no cell of nightly torch"])
-        if len(commits) > 1 or any(not c.get("torch_git") for c in columns):
-            raise RelayError("the nightly cells' torch was built from different commits "
-                             f"({', '.join(c[:12] for c in commits)} or none): one "
-                             "self-report names one")
-        delivery = _text(commits[0], "torch.git_version", _SHA)
+        delivery = commit
     names = {str(c.get("name")) for c in columns}
-    totals = {o: 0 for o in outcomes.ALL}
+    totals, cells, problems = _tally(columns)
+    lost = [str(mapping(x).get("cell")) for x in grid.get("lost") or []]
+    problems += [f"{cell} lost (no results)" for cell in lost]
+    changes = [mapping(c) for c in mapping(grid.get("baseline")).get("changes") or []
+               if mapping(c).get("cell") in names]
+    regressions = [c for c in changes if c.get("change") == REGRESSION and not c.get("flaky")]
+    lost_tests = [c for c in changes if c.get("change") == "lost"]
+    failures, known = _failures_and_known(grid, names)
+    total = sum(int(c["total"]) for c in cells.values())
+    failed = sum(totals[o] for o in outcomes.BAD)
+    if total == 0:
+        problems.append("no test ran")
+    if regressions:
+        problems.append(f"{len(regressions)} regression(s) against the baselines")
+    if lost_tests:
+        problems.append(f"{len(lost_tests)} baseline test(s) with no record")
+    ok = not problems and failed == 0
+    results = _test_results(totals, total, cells, failures, known)
+    if problems:
+        results["problems"] = problems
+    if delivery:
+        results["pytorch_sha"] = delivery
+    conclusion = "success" if ok else "failure"
+    shown = ", ".join(f"{n} {o}" for o, n in totals.items() if n) or "no tests"
+    head = f"{conclusion}: {len(cells)} cell(s), {shown}"
+    if failed or problems:
+        head += "; " + "; ".join(
+            ([f"{failed} failed unexpectedly"] if failed else []) + problems)
+    return Report(conclusion, _clip(head), results, delivery, mode, bool(mode), problems)
+
+
+def _nightly_commit(columns: list[Mapping[str, Any]]) -> str | None:
+    """The PyTorch commit the nightly ``columns``' torch was built from; None when there
+    is no such column or none names its commit. Columns built from different commits
+    are refused: one self-report names one."""
+    commits = sorted({str(c.get("torch_git")) for c in columns if c.get("torch_git")})
+    if not columns or not commits:
+        return None
+    if len(commits) > 1 or any(not c.get("torch_git") for c in columns):
+        raise RelayError("the nightly cells' torch was built from different commits "
+                         f"({', '.join(c[:12] for c in commits)} or none): one "
+                         "self-report names one")
+    return _text(commits[0], "torch.git_version", _SHA)
+
+
+def _tally(columns: list[Mapping[str, Any]]
+           ) -> tuple[dict[str, int], dict[str, Any], list[str]]:
+    """The counts per outcome over ``columns``, each column's counts and status for
+    test-results, and the problems of the columns (counts that are not counts, a column
+    that is not ok)."""
+    totals: dict[str, int] = {o: 0 for o in outcomes.ALL}
     cells: dict[str, Any] = {}
     problems: list[str] = []
     for col in columns:
@@ -196,12 +242,13 @@ def report(grid: Mapping[str, Any] | None, event: str = "", why_none: str = "") 
         if col.get("status") != "ok":
             problems.append(f"{col.get('name')} {col.get('status')}: "
                             f"{str(col.get('reason') or '')[:80]}")
-    lost = [str(mapping(x).get("cell")) for x in grid.get("lost") or []]
-    problems += [f"{cell} lost (no results)" for cell in lost]
-    changes = [mapping(c) for c in mapping(grid.get("baseline")).get("changes") or []
-               if mapping(c).get("cell") in names]
-    regressions = [c for c in changes if c.get("change") == REGRESSION and not c.get("flaky")]
-    lost_tests = [c for c in changes if c.get("change") == "lost"]
+    return totals, cells, problems
+
+
+def _failures_and_known(grid: Mapping[str, Any], names: set[str]
+                        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The results of the columns ``names`` that failed unexpectedly, and those that
+    failed as a known issue said (with the issue's link)."""
     failures, known = [], []
     for row in grid.get("rows") or []:
         for cell, result in mapping(mapping(row).get("cells")).items():
@@ -215,18 +262,17 @@ def report(grid: Mapping[str, Any] | None, event: str = "", why_none: str = "") 
                 links = _URL.findall(str(mapping(result).get("message") or ""))
                 known.append({"cell": cell, "test": row.get("nodeid"),
                               "issue": links[-1] if links else None})
-    total = sum(int(c["total"]) for c in cells.values())
-    failed = sum(totals[o] for o in outcomes.BAD)
-    if total == 0:
-        problems.append("no test ran")
-    if regressions:
-        problems.append(f"{len(regressions)} regression(s) against the baselines")
-    if lost_tests:
-        problems.append(f"{len(lost_tests)} baseline test(s) with no record")
-    ok = not problems and failed == 0
+    return failures, known
+
+
+def _test_results(totals: dict[str, int], total: int, cells: dict[str, Any],
+                  failures: list[dict[str, Any]], known: list[dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """The callback's test-results: the counts, the cells, the first failures and known
+    issues by name (how many more)."""
     results: dict[str, Any] = {
         "passed": totals[outcomes.PASSED] + totals[outcomes.FLAKY],
-        "failed": failed,
+        "failed": sum(totals[o] for o in outcomes.BAD),
         "skipped": totals[outcomes.SKIPPED] + totals[outcomes.NOT_RUN],
         "xfailed": totals[outcomes.XFAILED],
         "total": total,
@@ -238,17 +284,7 @@ def report(grid: Mapping[str, Any] | None, event: str = "", why_none: str = "") 
         results["failures_more"] = len(failures) - MAX_LISTED
     if len(known) > MAX_LISTED:
         results["known_issues_more"] = len(known) - MAX_LISTED
-    if problems:
-        results["problems"] = problems
-    if delivery:
-        results["pytorch_sha"] = delivery
-    conclusion = "success" if ok else "failure"
-    shown = ", ".join(f"{n} {o}" for o, n in totals.items() if n) or "no tests"
-    head = f"{conclusion}: {len(cells)} cell(s), {shown}"
-    if failed or problems:
-        head += "; " + "; ".join(
-            ([f"{failed} failed unexpectedly"] if failed else []) + problems)
-    return Report(conclusion, _clip(head), results, delivery, mode, bool(mode), problems)
+    return results
 
 
 def _count(value: Any) -> int | None:

@@ -33,7 +33,7 @@ from ..base.jsonio import mapping
 from ..results import verdict
 from ..results.cellresults import run_of
 from ..results.history import BAD_CODES, CODE, FLAKY, OUTCOME, Store, strip_flips
-from ..results.records import Change, Grid
+from ..results.records import Change, Column, Grid, Result, Row
 
 DEFAULT_WINDOW = 30
 FLAKY_FLIPS = 2
@@ -80,6 +80,67 @@ def _builds(runs: list[dict[str, Any]], at: int | None) -> dict[str, Any] | None
     return {"previous": runs[at]["torch_build"], "this": runs[-1]["torch_build"]}
 
 
+def _window_ends(columns: list[Column], run_ids: dict[str, Any],
+                 all_runs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """Per cell, the run its window ends at. Several columns of one cell (several runs
+    given): the window ends at the latest of them, and that column shows it."""
+    upto: dict[str, str] = {}
+    for cell, runs in all_runs.items():
+        mine = {run_ids[c["name"]] for c in columns if c["cell"] == cell}
+        latest = [r["run_id"] for r in runs if r["run_id"] in mine]
+        if latest:
+            upto[cell] = latest[-1]
+    return upto
+
+
+def _annotate_entry(entry: Result, strip: str, runs: list[dict[str, Any]],
+                    inputs: list[Any], flaky: list[dict[str, Any]], nodeid: str,
+                    name: str) -> bool:
+    """Fill one result's strip, flakiness and failing streak (appending to ``flaky``).
+    Returns whether it was bad in every run of the window (its last pass is further
+    back)."""
+    entry["history"] = strip
+    if not strip.strip(PASS):
+        return False  # passed every time: most results
+    flips, pairs = strip_flips(strip, inputs)
+    reran = strip[-1] == CODE[FLAKY]
+    if flips >= FLAKY_FLIPS or reran:
+        entry["flaky"] = {"flips": flips, "pairs": pairs,
+                          "rate": round(flips / pairs, 3) if pairs else None,
+                          "reruns": reran}
+        flaky.append({"nodeid": nodeid, "cell": name, **entry["flaky"]})
+    if strip[-1] not in BAD_CODES:
+        return False
+    i = len(strip) - 1
+    while i > 0 and strip[i - 1] not in (PASS, CODE[FLAKY]):
+        i -= 1  # skips, absences and bad runs continue the streak
+    passed_at = i - 1
+    while strip[i] not in BAD_CODES:
+        i += 1  # the streak starts at its first bad run
+    entry["failing_since"] = _brief(runs[i])
+    entry["last_passed"] = _brief(runs[passed_at]) if passed_at >= 0 else None
+    return passed_at < 0
+
+
+def _further_back(store: Store, cell: str, name: str, whole_window: list[str],
+                  rows: list[Row], runs: list[dict[str, Any]],
+                  cell_runs: list[dict[str, Any]]) -> None:
+    """Failing throughout the window (``runs``): the last pass (and the run after it,
+    where the streak began) are further back in ``cell_runs``."""
+    index = {r["run_id"]: i for i, r in enumerate(cell_runs)}
+    older = store.last_passed_before(cell, whole_window, runs[0]["start"])
+    by_id = {r["nodeid"]: r for r in rows}
+    for nodeid in whole_window:
+        entry = by_id[nodeid]["cells"][name]
+        passed = older.get(nodeid)
+        entry["last_passed"] = _brief(passed)
+        if passed is not None:
+            after = cell_runs[index[passed["run_id"]] + 1]
+            entry["failing_since"] = _brief(after)
+        else:
+            entry["failing_since"] = {**mapping(_brief(cell_runs[0])), "earliest": True}
+
+
 def annotate(model: Grid, store: Store, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
     """Fill ``model`` with what ``store`` knows of its cells (the runs of the grid's own
     columns are expected to be in it: the grid adds them first). Returns the model's
@@ -87,14 +148,7 @@ def annotate(model: Grid, store: Store, window: int = DEFAULT_WINDOW) -> dict[st
     columns = [c for c in model["columns"] if c.get("status") != "lost"]
     run_ids = {c["name"]: run_of(Path(c["path"])).get("run_id") for c in columns}
     all_runs = {c["cell"]: store.runs_of(c["cell"]) for c in columns}
-    # Several columns of one cell (several runs given): the window ends at the latest of
-    # them, and that column shows it.
-    upto: dict[str, str] = {}
-    for cell, runs in all_runs.items():
-        mine = {run_ids[c["name"]] for c in columns if c["cell"] == cell}
-        latest = [r["run_id"] for r in runs if r["run_id"] in mine]
-        if latest:
-            upto[cell] = latest[-1]
+    upto = _window_ends(columns, run_ids, all_runs)
     win = store.window(list(all_runs), window, upto, all_runs)
     rows = model["rows"]
     flaky: list[dict[str, Any]] = []
@@ -111,49 +165,16 @@ def annotate(model: Grid, store: Store, window: int = DEFAULT_WINDOW) -> dict[st
         if not shown:
             continue  # this column's run is not the latest of its window: no strips
         inputs = [r["inputs"] for r in runs]
-        index = {r["run_id"]: i for i, r in enumerate(all_runs[cell])}
         whole_window: list[str] = []  # bad in every run of the window: look further back
         for row in rows:
             entry = row["cells"].get(name)
             strip = strips.get(row["nodeid"])
             if entry is None or strip is None:
                 continue
-            entry["history"] = strip
-            if not strip.strip(PASS):
-                continue  # passed every time: most results
-            flips, pairs = strip_flips(strip, inputs)
-            reran = strip[-1] == CODE[FLAKY]
-            if flips >= FLAKY_FLIPS or reran:
-                entry["flaky"] = {"flips": flips, "pairs": pairs,
-                                  "rate": round(flips / pairs, 3) if pairs else None,
-                                  "reruns": reran}
-                flaky.append({"nodeid": row["nodeid"], "cell": name, **entry["flaky"]})
-            if strip[-1] in BAD_CODES:
-                i = len(strip) - 1
-                while i > 0 and strip[i - 1] not in (PASS, CODE[FLAKY]):
-                    i -= 1  # skips, absences and bad runs continue the streak
-                passed_at = i - 1
-                while strip[i] not in BAD_CODES:
-                    i += 1  # the streak starts at its first bad run
-                entry["failing_since"] = _brief(runs[i])
-                entry["last_passed"] = _brief(runs[passed_at]) if passed_at >= 0 else None
-                if passed_at < 0:
-                    whole_window.append(row["nodeid"])
+            if _annotate_entry(entry, strip, runs, inputs, flaky, row["nodeid"], name):
+                whole_window.append(row["nodeid"])
         if whole_window:
-            # Failing throughout the window: the last pass (and the run after it, where
-            # the streak began) are further back.
-            older = store.last_passed_before(cell, whole_window, runs[0]["start"])
-            by_id = {r["nodeid"]: r for r in rows}
-            for nodeid in whole_window:
-                entry = by_id[nodeid]["cells"][name]
-                passed = older.get(nodeid)
-                entry["last_passed"] = _brief(passed)
-                if passed is not None:
-                    after = all_runs[cell][index[passed["run_id"]] + 1]
-                    entry["failing_since"] = _brief(after)
-                else:
-                    entry["failing_since"] = {**mapping(_brief(all_runs[cell][0])),
-                                              "earliest": True}
+            _further_back(store, cell, name, whole_window, rows, runs, all_runs[cell])
     flaky.sort(key=lambda f: (-(f["rate"] or 0), f["nodeid"], f["cell"]))
     history: dict[str, Any] = {"db": str(store.path), "window": window, "flaky": flaky,
                                "flaky_flips": FLAKY_FLIPS,

@@ -91,28 +91,31 @@ def _square(cell: str, run: Mapping[str, Any], page: str | None) -> str:
     return f'<td data-v="{v}">{sq}{ci}</td>'
 
 
+def _row(row: dict[str, Any], cells: list[str], pages: Mapping[str, str]) -> str:
+    """One run's row: when, its CI run (or run id), its commits, a square per cell."""
+    res = row["results"]
+    bad = any(verdict(r) in BAD_VERDICTS for r in res.values())
+    when = _e((row["start"] or "?")[:16].replace("T", " "))
+    if row["ci_url"]:
+        tail = row["ci_url"].split("/actions/runs/", 1)[-1].replace("/attempts/", " #")
+        what = f'<a href="{_e(row["ci_url"])}">CI run {_e(tail)}</a>'
+    else:
+        only = next(iter(res.values()))
+        what = f"run <code>{_e(only.get('run_id'))}</code>"
+    commits = " ".join(f"<code>{_e(str(c)[:12])}</code>" for c in row["commits"])
+    tds = "".join(_square(c, res[c], pages.get(c)) if c in res else '<td></td>'
+                  for c in cells)
+    return (f'<tr data-bad="{int(bad)}"><th class="run">{when} {what} {commits}</th>'
+            f"{tds}</tr>")
+
+
 def page_body(hud_rows: list[dict[str, Any]], cells: list[str],
               pages: Mapping[str, str]) -> str:
     """The page's body: filters, the table, the legend and the script that keeps the
     filters in the URL. ``pages``: cell -> its page (relative), for the cells that have one."""
     head = "".join(f'<th class="c" data-cell="{_e(c)}"><span>{_e(c)}</span></th>'
                    for c in cells)
-    body = []
-    for row in hud_rows:
-        res = row["results"]
-        bad = any(verdict(r) in BAD_VERDICTS for r in res.values())
-        when = _e((row["start"] or "?")[:16].replace("T", " "))
-        if row["ci_url"]:
-            tail = row["ci_url"].split("/actions/runs/", 1)[-1].replace("/attempts/", " #")
-            what = f'<a href="{_e(row["ci_url"])}">CI run {_e(tail)}</a>'
-        else:
-            only = next(iter(res.values()))
-            what = f"run <code>{_e(only.get('run_id'))}</code>"
-        commits = " ".join(f"<code>{_e(str(c)[:12])}</code>" for c in row["commits"])
-        tds = "".join(_square(c, res[c], pages.get(c)) if c in res else '<td></td>'
-                      for c in cells)
-        body.append(f'<tr data-bad="{int(bad)}"><th class="run">{when} {what} {commits}</th>'
-                    f"{tds}</tr>")
+    body = [_row(row, cells, pages) for row in hud_rows]
     legend = " ".join(f'<span class="sq v-{v}"></span> {v}' for v in VERDICTS)
     return f"""<style>
 #hud th.c{{height:9em;white-space:nowrap;vertical-align:bottom;padding:0 2px}}

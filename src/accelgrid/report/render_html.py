@@ -52,6 +52,48 @@ def _attr(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _result_td(rec: Result, dclass: str) -> str:
+    """The <td> of a result that is not a bare glyph: its change, hover text (message or
+    properties), issue link and history strip."""
+    outcome = rec["outcome"]
+    change = rec.get("change")
+    cls = f"{dclass} {outcome}" + (f" ch-{change}" if change else "")
+    title = ""
+    msg = rec.get("message")
+    device = rec.get("device") or ""
+    on = f"[{device}] " if ":" in device else ""  # a pinned worker's device
+    props = rec.get("properties")
+    if msg or change or on or props:
+        tip = on + (f"{CHANGE_LABEL[change]} (baseline: {rec.get('expected', '—')}) "
+                    if change else "") + one_line(msg or properties_text(props),
+                                                  MESSAGE_TITLE_LIMIT)
+        title = f' title="{_attr(tip.strip())}"'
+    link = ""
+    issue = rec.get("issue")
+    if issue and issue.get("url"):
+        label = issue["id"].rsplit("#", 1)[-1]
+        link = (f' <a href="{_attr(issue["url"])}" target="_blank" rel="noopener" '
+                f'title="{_attr(issue.get("title") or issue["id"])}">#{_attr(label)}</a>')
+    return f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}{_history_html(rec)}</td>'
+
+
+def _result_details(rec: Result) -> dict[str, Any] | None:
+    """What the page shows on a click on a result, or None when there is nothing to show."""
+    if not (rec.get("message") or rec.get("longrepr") or rec.get("issue") or rec.get("change")
+            or rec["outcome"] in outcomes.BAD or "history" in rec or "properties" in rec):
+        return None
+    info: dict[str, Any] = {
+        k: rec[k] for k in ("outcome", "message", "duration", "worker", "device",
+                            "issue", "change", "expected", "history", "flaky",
+                            "failing_since", "last_passed", "properties")
+        if k in rec}
+    if rec.get("longrepr"):
+        lr = str(rec["longrepr"])
+        info["longrepr"] = (lr if len(lr) <= LONGREPR_HTML_LIMIT else
+                            "…" + lr[-LONGREPR_HTML_LIMIT:])  # the end says why
+    return info
+
+
 def _html_body(model: Grid, dev_index: dict[str, int]) -> tuple[str, dict[str, Any]]:
     """The table body (built here, not in Jinja: 100k cells render 10x faster) and the
     per-cell details the page shows on click, keyed "row,column"."""
@@ -92,38 +134,11 @@ def _html_body(model: Grid, dev_index: dict[str, int]) -> tuple[str, dict[str, A
                 changes.append(".")
                 tds.append(plain[j][outcome])
                 continue
-            change = rec.get("change")
             codes.append(CODE[outcome])
-            changes.append(CHANGE_CODE.get(change, "."))
-            cls = f"{dclass[j]} {outcome}" + (f" ch-{change}" if change else "")
-            title = ""
-            msg = rec.get("message")
-            device = rec.get("device") or ""
-            on = f"[{device}] " if ":" in device else ""  # a pinned worker's device
-            props = rec.get("properties")
-            if msg or change or on or props:
-                tip = on + (f"{CHANGE_LABEL[change]} (baseline: {rec.get('expected', '—')}) "
-                            if change else "") + one_line(msg or properties_text(props),
-                                                          MESSAGE_TITLE_LIMIT)
-                title = f' title="{_attr(tip.strip())}"'
-            link = ""
-            issue = rec.get("issue")
-            if issue and issue.get("url"):
-                label = issue["id"].rsplit("#", 1)[-1]
-                link = (f' <a href="{_attr(issue["url"])}" target="_blank" rel="noopener" '
-                        f'title="{_attr(issue.get("title") or issue["id"])}">#{_attr(label)}</a>')
-            tds.append(f'<td class="{cls}"{title}>{GLYPH[outcome]}{link}{_history_html(rec)}</td>')
-            if msg or rec.get("longrepr") or issue or change or outcome in outcomes.BAD \
-                    or "history" in rec or "properties" in rec:
-                info: dict[str, Any] = {
-                    k: rec[k] for k in ("outcome", "message", "duration", "worker", "device",
-                                        "issue", "change", "expected", "history", "flaky",
-                                        "failing_since", "last_passed", "properties")
-                    if k in rec}
-                if rec.get("longrepr"):
-                    lr = str(rec["longrepr"])
-                    info["longrepr"] = (lr if len(lr) <= LONGREPR_HTML_LIMIT else
-                                        "…" + lr[-LONGREPR_HTML_LIMIT:])  # the end says why
+            changes.append(CHANGE_CODE.get(rec.get("change"), "."))
+            tds.append(_result_td(rec, dclass[j]))
+            info = _result_details(rec)
+            if info is not None:
                 details[f"{i},{j}"] = info
         label = _attr(row["workload"])
         if row["test"] != row["workload"]:

@@ -130,21 +130,14 @@ def _interesting(row: Row) -> bool:
         for c in row["cells"].values())
 
 
-def render(model: Grid, limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str:
-    """Markdown for a GitHub job summary: changes against baselines, counts per cell with
-    each cell's torch build and device, then the grid, each suite folded in <details>.
-    Over ``limit`` bytes it keeps only rows with a bad result or a change, then truncates."""
+def _md_counts(model: Grid) -> list[str]:
+    """The table of counts per cell, with its torch build, device and (with baselines) its
+    changes against its baseline."""
     cols = model["columns"]
-    out = ["# accelgrid results", "",
-           f"{len(cols)} cells, {len(model['rows'])} tests."
-           + (" Cells errored: " + ", ".join(c["name"] for c in cols if c["error"]) + "."
-              if any(c["error"] for c in cols) else ""), ""]
-    out += _md_changes(model)
-    out += history_lines(model, _md)
     with_base = model["baseline"] is not None
-    out += ["| cell | torch build | device | " + " | ".join(outcomes.ALL)
-            + (" | vs baseline" if with_base else "") + " |",
-            "|" + " --- |" * (3 + len(outcomes.ALL) + with_base)]
+    out = ["| cell | torch build | device | " + " | ".join(outcomes.ALL)
+           + (" | vs baseline" if with_base else "") + " |",
+           "|" + " --- |" * (3 + len(outcomes.ALL) + with_base)]
     for c in cols:
         dev = _md(c["device_name"] or c["device"])
         if c["device_count"] and c["device_count"] > 1:
@@ -163,6 +156,21 @@ def render(model: Grid, limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str:
             if outside:
                 cells += f" ({outside} outside the selection)"
         out.append(f"| {_md(c['name'])} | {_md(c['torch_build'])} | {dev} | {cells} |")
+    return out
+
+
+def render(model: Grid, limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str:
+    """Markdown for a GitHub job summary: changes against baselines, counts per cell with
+    each cell's torch build and device, then the grid, each suite folded in <details>.
+    Over ``limit`` bytes it keeps only rows with a bad result or a change, then truncates."""
+    cols = model["columns"]
+    out = ["# accelgrid results", "",
+           f"{len(cols)} cells, {len(model['rows'])} tests."
+           + (" Cells errored: " + ", ".join(c["name"] for c in cols if c["error"]) + "."
+              if any(c["error"] for c in cols) else ""), ""]
+    out += _md_changes(model)
+    out += history_lines(model, _md)
+    out += _md_counts(model)
     if any(c["counts"].get(outcomes.NOT_RUN) for c in cols):
         out += ["", f"{SYMBOL[outcomes.NOT_RUN]} {_md(outcomes.NOT_RUN_MEANING)}."]
     partial = [c for c in cols if c["status"] != "ok"]
@@ -202,12 +210,15 @@ def render(model: Grid, limit: int = GITHUB_SUMMARY_LIMIT // 2) -> str:
             "to fit the job summary; grid.html has them all._", ""]
             + _md_grid(model, rows, False))
         text = head + grid
-    if len(text.encode()) > limit:
-        note = (f"\n\n_Grid truncated to fit the {limit // 1024} KiB summary budget: see the "
-                "HTML grid artifact for all rows._\n")
-        text = text.encode()[: limit - len(note.encode())].decode(errors="ignore")
-        text = text[: text.rfind("\n")]
-        if text.count("<details") > text.count("</details>"):
-            text += "\n\n</details>"  # keep the rest of the summary page outside the fold
-        text += note
-    return text
+    return _truncated(text, limit) if len(text.encode()) > limit else text
+
+
+def _truncated(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` bytes at a line's end, with a note saying so."""
+    note = (f"\n\n_Grid truncated to fit the {limit // 1024} KiB summary budget: see the "
+            "HTML grid artifact for all rows._\n")
+    text = text.encode()[: limit - len(note.encode())].decode(errors="ignore")
+    text = text[: text.rfind("\n")]
+    if text.count("<details") > text.count("</details>"):
+        text += "\n\n</details>"  # keep the rest of the summary page outside the fold
+    return text + note

@@ -97,9 +97,8 @@ def _nav(prefix: str, ops_here: bool) -> str:
     return " · ".join(f'<a href="{prefix}{href}">{label}</a>' for href, label in links)
 
 
-def _cell_page(col: Column, model: Grid, nav: str, ops_cells: set[str]
-               ) -> str:
-    name = col["name"]
+def _cell_head(col: Column, ops_cells: set[str]) -> list[str]:
+    """A cell page's status, link to its op coverage, provenance and counts."""
     parts = [f"<p>status: <b>{_e(col['status'])}</b>"
              + (f": {_e(col['reason'])}" if col.get("reason") else "") + "</p>", "<dl>"]
     if col["cell"] in ops_cells:
@@ -112,34 +111,51 @@ def _cell_page(col: Column, model: Grid, nav: str, ops_cells: set[str]
     parts.append("</dl>")
     parts.append("<p>" + ", ".join(f"{n} {_e(o)}" for o, n in col["counts"].items() if n)
                  + "</p>")
-    hist = col.get("history") or {}
-    if hist.get("runs"):
-        parts.append(f"<h2>Runs in the window ({len(hist['runs'])})</h2><table><tr><th>start"
-                     "</th><th>run</th><th>commit</th><th>torch</th><th>runner</th>"
-                     "<th>CI</th></tr>")
-        for r in reversed(hist["runs"]):
-            ci = r.get("ci_url")
-            # id: the runs x cells page's squares link here
-            parts.append(f'<tr id="run-{_e(r["run_id"])}"><td>{_e(r["start"])}</td>'
-                         f"<td><code>{_e(r['run_id'])}</code></td>"
-                         f"<td><code>{_e(str(r['commit_sha'])[:12])}</code></td>"
-                         f"<td>{_e(r['torch_build'])}</td><td>{_e(r['runner'])}</td><td>"
-                         + (f'<a href="{_e(ci)}">run</a>' if ci else "") + "</td></tr>")
-        parts.append("</table>")
+    return parts
+
+
+def _cell_runs(hist: dict[str, Any]) -> list[str]:
+    """A cell page's table of its runs in the window, newest first."""
+    if not hist.get("runs"):
+        return []
+    parts = [f"<h2>Runs in the window ({len(hist['runs'])})</h2><table><tr><th>start"
+             "</th><th>run</th><th>commit</th><th>torch</th><th>runner</th>"
+             "<th>CI</th></tr>"]
+    for r in reversed(hist["runs"]):
+        ci = r.get("ci_url")
+        # id: the runs x cells page's squares link here
+        parts.append(f'<tr id="run-{_e(r["run_id"])}"><td>{_e(r["start"])}</td>'
+                     f"<td><code>{_e(r['run_id'])}</code></td>"
+                     f"<td><code>{_e(str(r['commit_sha'])[:12])}</code></td>"
+                     f"<td>{_e(r['torch_build'])}</td><td>{_e(r['runner'])}</td><td>"
+                     + (f'<a href="{_e(ci)}">run</a>' if ci else "") + "</td></tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _cell_since(hist: dict[str, Any]) -> list[str]:
+    """A cell page's changes since its previous run."""
     since = hist.get("since")
-    if since:
-        parts.append(f"<h2 id=\"since\">Since the previous run ({_run(hist['previous'])})</h2>")
-        if hist.get("builds"):   # a nightly against the night before: both builds
-            parts.append(f"<p>torch {_e(hist['builds']['previous'])} → "
-                         f"{_e(hist['builds']['this'])}</p>")
-        for key, label in (("new_failures", "new failures"), ("fixed", "fixed"),
-                           ("stopped", "stopped running"), ("appeared", "appeared"),
-                           ("vanished", "vanished")):
-            items = since.get(key, [])
-            parts.append(f"<h3>{label} ({len(items)})</h3>")
-            if items:
-                parts.append("<ul>" + "".join(f"<li><code>{_e(n)}</code></li>"
-                                              for n in items[:500]) + "</ul>")
+    if not since:
+        return []
+    parts = [f"<h2 id=\"since\">Since the previous run ({_run(hist['previous'])})</h2>"]
+    if hist.get("builds"):   # a nightly against the night before: both builds
+        parts.append(f"<p>torch {_e(hist['builds']['previous'])} → "
+                     f"{_e(hist['builds']['this'])}</p>")
+    for key, label in (("new_failures", "new failures"), ("fixed", "fixed"),
+                       ("stopped", "stopped running"), ("appeared", "appeared"),
+                       ("vanished", "vanished")):
+        items = since.get(key, [])
+        parts.append(f"<h3>{label} ({len(items)})</h3>")
+        if items:
+            parts.append("<ul>" + "".join(f"<li><code>{_e(n)}</code></li>"
+                                          for n in items[:500]) + "</ul>")
+    return parts
+
+
+def _cell_tests(model: Grid, name: str) -> list[str]:
+    """A cell page's failing tests (since when) and flaky tests."""
+    parts: list[str] = []
     failing, flaky = [], []
     for row in model["rows"]:
         entry = row["cells"].get(name)
@@ -167,7 +183,15 @@ def _cell_page(col: Column, model: Grid, nav: str, ops_cells: set[str]
                          + ("passed only on a rerun" if f["reruns"] else
                             f"{f['flips']} flips in {f['pairs']} (rate {f['rate']})") + "</li>")
         parts.append("</ul>")
-    return _page(f"accelgrid: {name}", nav, "\n".join(parts))
+    return parts
+
+
+def _cell_page(col: Column, model: Grid, nav: str, ops_cells: set[str]
+               ) -> str:
+    hist = col.get("history") or {}
+    parts = (_cell_head(col, ops_cells) + _cell_runs(hist) + _cell_since(hist)
+             + _cell_tests(model, col["name"]))
+    return _page(f"accelgrid: {col['name']}", nav, "\n".join(parts))
 
 
 def _suite_page(suite: str, rows: list[Row], cols: list[Column],
