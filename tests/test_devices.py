@@ -15,7 +15,8 @@ import pytest
 
 from accelgrid import devices, results
 from accelgrid.base import contract
-from accelgrid.config.matrix import ValidationFailed, load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.config.validation import ValidationFailed
 from accelgrid.devices import backends
 from accelgrid.devices import spec as device_spec
 from accelgrid.devices import xpu as xpu_device

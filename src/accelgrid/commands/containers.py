@@ -35,7 +35,8 @@ import jinja2
 from .. import results
 from ..base import contract
 from ..base.errors import InvalidInput
-from ..config.matrix import Cell, Matrix, Runtime, control_problem
+from ..config.checks import control_problem
+from ..config.model import Cell, Matrix, Runtime
 from ..host import install, venvs
 from ..results import environment, provenance
 

@@ -28,7 +28,8 @@ from ..base import contract, jsonio
 from ..base.jsonio import dumps
 from ..base.versions import in_range, range_is_empty
 from ..results.environment import redact_text
-from .matrix import Cell, Matrix, load_matrix, matrix_path
+from .matrix import load_matrix, matrix_path
+from .model import Cell, Matrix
 from .validation import (
     Problem,
     SourceMap,

@@ -31,7 +31,7 @@ from typing import Any
 from ..base import contract, jsonio, statkey
 from ..base.errors import InvalidInput
 from ..base.versions import version_key
-from ..config.matrix import RELEASE, Cell
+from ..config.model import RELEASE, Cell
 from ..results import environment
 from . import statcache
 
