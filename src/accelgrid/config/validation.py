@@ -22,7 +22,7 @@ import importlib.util
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -348,69 +348,96 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+def _unknown_keys(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+                  smap: SourceMap) -> list[Problem]:
+    """Each key a closed mapping does not know, with the ones it does."""
+    if not isinstance(error.instance, dict):
+        return []
+    if "patternProperties" in schema or schema.get("additionalProperties") is not False:
+        return []
+    known = sorted(schema.get("properties", {}))
+    expected = ", ".join(known)
+    return [smap.problem((*path, key), f"unknown key '{short(key)}'; expected one of: "
+                                       f"{expected}{suggest(short(key), known)}")
+            for key in error.instance if key not in known]
+
+
+def _required(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+              smap: SourceMap) -> list[Problem]:
+    return [smap.problem(path, error.message.replace("is a required property", "is required"))]
+
+
+def _wrong_type(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+                smap: SourceMap) -> list[Problem]:
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    expected = " or ".join(types)
+    # A mapping's or list's description documents the section, it is no format hint.
+    hint = "" if {"object", "array"} & set(types) else schema.get("description", "")
+    msg = f"expected {expected}, got {_type_name(error.instance)}"
+    if isinstance(error.instance, float) and "integer" in types:
+        msg = (f"expected integer, got {short(error.instance)} "
+               "(a whole number, no decimal point)")
+    if isinstance(error.instance, float) and expected == "string":
+        msg += f" — quote version numbers (\"{error.instance}\" is read as a number)"
+    return [smap.problem(path, msg + (f" ({hint})" if hint else ""))]
+
+
+def _not_listed(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+                smap: SourceMap) -> list[Problem]:
+    choices = [str(c) for c in schema["enum"]]
+    return [smap.problem(path, f"'{short(error.instance)}' is not one of: {', '.join(choices)}"
+                               f"{suggest(short(error.instance), choices)}")]
+
+
+def _no_match(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+              smap: SourceMap) -> list[Problem]:
+    hint = schema.get("description", f"matching {schema['pattern']}")
+    return [smap.problem(path, f"'{short(error.instance)}' is not valid: expected {hint}")]
+
+
+def _empty(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+           smap: SourceMap) -> list[Problem]:
+    return [smap.problem(path, "must not be empty")]
+
+
+def _too_long(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+              smap: SourceMap) -> list[Problem]:
+    if not isinstance(error.instance, str):
+        return []
+    return [smap.problem(path, f"too long: {len(error.instance)} characters (at most "
+                               f"{schema['maxLength']})")]
+
+
+def _out_of_bounds(error: jsonschema.ValidationError, schema: Mapping[str, Any],
+                   path: KeyPath, smap: SourceMap) -> list[Problem]:
+    hint = schema.get("description")
+    side = "below the minimum" if error.validator == "minimum" else "above the maximum"
+    return [smap.problem(path, f"{short(error.instance)} is {side} of "
+                               f"{schema[str(error.validator)]}" + (f" ({hint})" if hint else ""))]
+
+
+if TYPE_CHECKING:  # (jsonschema is imported when a check needs it: _strict_validator)
+    # How a schema keyword's error reads: (error, its schema, the value's path, the map).
+    _Describer = Callable[[jsonschema.ValidationError, Mapping[str, Any], KeyPath, SourceMap],
+                          list[Problem]]
+
+# A schema keyword -> the problems its error reads as (none: jsonschema's own message).
+_DESCRIBERS: dict[str, _Describer] = {
+    "additionalProperties": _unknown_keys, "required": _required, "type": _wrong_type,
+    "enum": _not_listed, "pattern": _no_match, "minItems": _empty, "minProperties": _empty,
+    "minLength": _empty, "maxLength": _too_long, "minimum": _out_of_bounds,
+    "maximum": _out_of_bounds,
+}
+
+
 def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Problem]:
     path = tuple(error.absolute_path)
     schema = error.schema
-    validator = error.validator
-    if not isinstance(schema, Mapping):  # a boolean schema (false): no keyword to explain
-        return [smap.problem(path, short(error.message, 300))]
-    if validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = sorted(schema.get("properties", {}))
-        problems = []
-        for key in error.instance:
-            if key in known:
-                continue
-            if "patternProperties" in schema or schema.get("additionalProperties") is not False:
-                continue
-            expected = ", ".join(known)
-            problems.append(
-                smap.problem(
-                    (*path, key),
-                    f"unknown key '{short(key)}'; expected one of: {expected}"
-                    f"{suggest(short(key), known)}",
-                )
-            )
-        if problems:
-            return problems
-    if validator == "required":
-        return [smap.problem(path, error.message.replace("is a required property", "is required"))]
-    if validator == "type":
-        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        expected = " or ".join(types)
-        # A mapping's or list's description documents the section, it is no format hint.
-        hint = "" if {"object", "array"} & set(types) else schema.get("description", "")
-        msg = f"expected {expected}, got {_type_name(error.instance)}"
-        if isinstance(error.instance, float) and "integer" in types:
-            msg = (f"expected integer, got {short(error.instance)} "
-                   "(a whole number, no decimal point)")
-        if isinstance(error.instance, float) and expected == "string":
-            msg += f" — quote version numbers (\"{error.instance}\" is read as a number)"
-        return [smap.problem(path, msg + (f" ({hint})" if hint else ""))]
-    if validator == "enum":
-        choices = [str(c) for c in schema["enum"]]
-        return [
-            smap.problem(
-                path,
-                f"'{short(error.instance)}' is not one of: {', '.join(choices)}"
-                f"{suggest(short(error.instance), choices)}",
-            )
-        ]
-    if validator == "pattern":
-        hint = schema.get("description", f"matching {schema['pattern']}")
-        return [smap.problem(path, f"'{short(error.instance)}' is not valid: expected {hint}")]
-    if validator in ("minItems", "minProperties"):
-        return [smap.problem(path, "must not be empty")]
-    if validator == "minLength":
-        return [smap.problem(path, "must not be empty")]
-    if validator == "maxLength" and isinstance(error.instance, str):
-        return [smap.problem(path, f"too long: {len(error.instance)} characters (at most "
-                                   f"{schema['maxLength']})")]
-    if validator in ("minimum", "maximum"):
-        hint = schema.get("description")
-        side = "below the minimum" if validator == "minimum" else "above the maximum"
-        return [smap.problem(path, f"{short(error.instance)} is {side} of "
-                                   f"{schema[validator]}" + (f" ({hint})" if hint else ""))]
-    return [smap.problem(path, short(error.message, 300))]
+    describer = _DESCRIBERS.get(str(error.validator))
+    # A boolean schema (false) has no keyword to explain.
+    problems = (describer(error, schema, path, smap)
+                if describer is not None and isinstance(schema, Mapping) else [])
+    return problems or [smap.problem(path, short(error.message, 300))]
 
 
 def _name_problem(error: jsonschema.ValidationError, smap: SourceMap) -> Problem:
