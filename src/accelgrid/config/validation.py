@@ -34,6 +34,7 @@ from ..base.errors import InvalidInput
 
 if TYPE_CHECKING:
     import jsonschema
+    from jsonschema.protocols import Validator
 
 KeyPath = tuple[Any, ...]
 
@@ -134,7 +135,7 @@ class _UniqueKeyLoader(_Loader):  # type: ignore[misc, valid-type]
     silently keeps the last) and turns a value Python cannot build (a 5,000-digit
     integer, February 30th) into an error at its line."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys may be overridden here
@@ -148,7 +149,9 @@ class _UniqueKeyLoader(_Loader):  # type: ignore[misc, valid-type]
                     key_node.start_mark,
                 )
             seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+        # (the base loader is untyped: libyaml's or PyYAML's, picked at import)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
@@ -453,7 +456,7 @@ def _name_problem(error: jsonschema.ValidationError, smap: SourceMap) -> Problem
     return smap.problem(path, f"invalid name '{short(key)}': expected {hint}")
 
 
-def _strict_validator(schema: dict) -> Any:
+def _strict_validator(schema: dict[str, Any]) -> Validator:
     """A validator for ``schema`` whose ``integer`` is a whole number written as one:
     JSON Schema counts 2.0 as an integer, but ``workers: 2.0`` is a typo (and True is no
     number at all)."""
@@ -462,7 +465,10 @@ def _strict_validator(schema: dict) -> Any:
     cls = jsonschema.validators.validator_for(schema)
     checker = cls.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
-    return jsonschema.validators.extend(cls, type_checker=checker)(schema)
+    # types-jsonschema leaves extend() unannotated; it returns a validator class like cls.
+    strict: type[Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        cls, type_checker=checker)
+    return strict(schema)
 
 
 MEMO_NAME = ".accelgrid-valid.json"   # in the envs folder: data that passed its schema
@@ -476,7 +482,7 @@ def memo_folder(root: Path) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def check_schema(data: Any, schema: dict, smap: SourceMap,
+def check_schema(data: Any, schema: dict[str, Any], smap: SourceMap,
                  memo: Path | None = None) -> list[Problem]:
     """Every schema violation of ``data`` as a Problem, in file order. ``memo``: a folder
     (:func:`memo_folder`) where the digests of data found valid are kept: the same data,
@@ -499,7 +505,7 @@ def _memo(folder: Path) -> list[str]:
     return [k for k in kept if isinstance(k, str)] if isinstance(kept, list) else []
 
 
-def _memo_key(data: Any, schema: dict) -> str | None:
+def _memo_key(data: Any, schema: dict[str, Any]) -> str | None:
     """A digest of ``data`` (each value with its type: 1, 1.0, True and "1" differ),
     ``schema`` and the validator's files; None where one cannot be read."""
     spec = importlib.util.find_spec("jsonschema")
@@ -519,7 +525,7 @@ def _typed(value: Any) -> Any:
     return (type(value).__qualname__, repr(value))
 
 
-def _check_schema(data: Any, schema: dict, smap: SourceMap) -> list[Problem]:
+def _check_schema(data: Any, schema: dict[str, Any], smap: SourceMap) -> list[Problem]:
     validator = _strict_validator(schema)
     problems: list[Problem] = []
     mistyped: set[KeyPath] = set()
@@ -548,4 +554,5 @@ def schema_text(name: str) -> str:
 
 def load_schema(name: str) -> dict[str, Any]:
     """The JSON Schema ``name`` (see :func:`schema_text`) as a dict."""
-    return json.loads(schema_text(name))
+    schema: dict[str, Any] = json.loads(schema_text(name))   # a JSON Schema is an object
+    return schema
