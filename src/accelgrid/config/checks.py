@@ -360,7 +360,7 @@ def device_entries(m: Loaded) -> Iterator[Problem]:
 
 
 # --- profiles, suites, tools -----------------------------------------------------------
-def profiles(m: Loaded) -> Iterator[Problem]:
+def profile_entries(m: Loaded) -> Iterator[Problem]:
     """A profile names declared devices, and its env flags are read by them."""
     for prof, spec in m.data["profiles"].items():
         for i, dev in enumerate(spec.get("devices") or []):
@@ -388,7 +388,7 @@ def _suite_path_problem(root: Path, text: str) -> str | None:
     return None
 
 
-def suites(m: Loaded) -> Iterator[Problem]:
+def suite_entries(m: Loaded) -> Iterator[Problem]:
     """A suite names declared devices, a folder inside the project and requirements."""
     for name, spec in m.data["suites"].items():
         for i, dev in enumerate(spec.get("devices") or []):
@@ -399,7 +399,7 @@ def suites(m: Loaded) -> Iterator[Problem]:
         yield from _requirements(m, spec.get("packages") or [], ("suites", name, "packages"))
 
 
-def tools(m: Loaded) -> Iterator[Problem]:
+def tool_requirements(m: Loaded) -> Iterator[Problem]:
     """The tools every cell installs are requirements."""
     yield from _requirements(m, m.data.get("tools") or [], ("tools",))
 
@@ -451,7 +451,7 @@ def _rule_pins(m: Loaded, rule: dict[str, Any], base: KeyPath) -> Iterator[Probl
             yield from m.known(f"{rule['device']} {key}", rule[key], known, (*base, key))
 
 
-def rules(m: Loaded) -> Iterator[Problem]:
+def include_exclude_rules(m: Loaded) -> Iterator[Problem]:
     """Each include and exclude rule names what the file declares."""
     for kind in ("include", "exclude"):
         for i, rule in enumerate(m.data["matrix"].get(kind) or []):
@@ -460,8 +460,8 @@ def rules(m: Loaded) -> Iterator[Problem]:
 
 
 CHECKS: tuple[Check, ...] = (
-    defaults_known, torch_pins, device_entries, profiles, suites, tools, axes_listed_once,
-    axes_known, rules,
+    defaults_known, torch_pins, device_entries, profile_entries, suite_entries,
+    tool_requirements, axes_listed_once, axes_known, include_exclude_rules,
 )
 # Each stage runs when the ones before it found nothing: device names alone (as the
 # schema's checks are), since every later check of a misspelt device would only repeat it.
