@@ -16,7 +16,8 @@ import pytest
 
 from accelgrid import results
 from accelgrid.commands import bisect, repro
-from accelgrid.config.matrix import Cell, load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.config.model import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = os.environ.get("ACCELGRID_HEAVY") == "1"

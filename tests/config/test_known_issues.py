@@ -19,7 +19,8 @@ import yaml
 from accelgrid import results
 from accelgrid.base import contract
 from accelgrid.config import known_issues
-from accelgrid.config.matrix import PIN_NAMES, load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.config.model import PIN_NAMES
 from accelgrid.config.validation import ValidationFailed, load_schema, schema_text
 from accelgrid.run import cellenv
 from accelgrid.run.cell import run_cell

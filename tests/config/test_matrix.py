@@ -14,7 +14,9 @@ import jsonschema
 import pytest
 import yaml
 
-from accelgrid.config.matrix import PIN_NAMES, Matrix, load_matrix, select
+from accelgrid.config.cells import select
+from accelgrid.config.matrix import load_matrix
+from accelgrid.config.model import PIN_NAMES, Matrix
 from accelgrid.config.validation import ValidationFailed, load_schema, schema_text
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ from helpers.mini_projects import RERUN_PAYLOAD
 
 from accelgrid import report
 from accelgrid.base import contract, outcomes
-from accelgrid.config.matrix import RERUN_TOOL, load_matrix
+from accelgrid.config.cells import RERUN_TOOL
+from accelgrid.config.matrix import load_matrix
 from accelgrid.config.validation import ValidationFailed
 from accelgrid.host import install
 from accelgrid.results.cellresults import read_cell

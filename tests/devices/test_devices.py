@@ -17,7 +17,8 @@ from helpers.device_cases import FAKE_DEVICE
 from accelgrid import devices, results
 from accelgrid.base import contract
 from accelgrid.config import flags
-from accelgrid.config.matrix import ValidationFailed, load_matrix
+from accelgrid.config.matrix import load_matrix
+from accelgrid.config.validation import ValidationFailed
 from accelgrid.devices import backends
 from accelgrid.devices import spec as device_spec
 from accelgrid.devices import xpu as xpu_device

@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from accelgrid.base import contract
-from accelgrid.config.matrix import RERUN_TOOL
+from accelgrid.config.cells import RERUN_TOOL
 from accelgrid.host import pipconfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -341,7 +341,7 @@ PLACES = {
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
 @pytest.mark.parametrize("place", sorted(PLACES))
 def test_validation_refuses_what_no_target_can_quote(tmp_path, place, payload) -> None:
-    from accelgrid.config.matrix import injection_problem
+    from accelgrid.config.checks import injection_problem
     from accelgrid.config.validation import ValidationFailed
 
     path = _matrix_copy(tmp_path, lambda d: PLACES[place](d, PAYLOADS[payload]))

@@ -22,7 +22,7 @@ from typing import Any
 from accelgrid.base import contract
 from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import write_outputs
-from accelgrid.config.matrix import Matrix
+from accelgrid.config.model import Matrix
 
 DEFAULT_CELL = "cpu-2.13"
 DEFAULT_SUITES = ("suites/hf_examples/test_workloads.py",)

@@ -39,7 +39,7 @@ from accelgrid import results
 from accelgrid.base import contract, jsonio, lifetime
 from accelgrid.base.errors import AccelgridError, InvalidInput
 from accelgrid.bench import STOP_GRACE_S, load_average, machine, stoppable, write_outputs
-from accelgrid.config.matrix import Matrix
+from accelgrid.config.model import Matrix
 from accelgrid.results.provenance import now
 
 DEFAULT_CELL = "cpu-2.13"

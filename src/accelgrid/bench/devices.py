@@ -33,7 +33,7 @@ from typing import Any
 from .. import results
 from ..base import contract, jsonio, lifetime, outcomes
 from ..base.errors import AccelgridError, InvalidInput
-from ..config.matrix import Matrix
+from ..config.model import Matrix
 from ..host import detect
 from ..results import provenance
 from ..results.provenance import now

@@ -57,7 +57,7 @@ from ..devices.backends import dispatch
 from . import write_outputs
 
 if TYPE_CHECKING:  # an annotation only: running the benchmark loads no matrix
-    from ..config.matrix import Matrix
+    from ..config.model import Matrix
 
 MODES = ("none", "offload", "offload_grad")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Callable
 
 from ..base.lifetime import Stopped, stoppable
-from ..config.matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from ..config.matrix import DEFAULT_MATRIX, load_matrix
+from ..config.model import Matrix
 
 __all__ = ["DEFAULT_MATRIX", "common_parser", "matrix_of", "quick_exit", "writes_a_set"]
 

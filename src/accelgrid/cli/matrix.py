@@ -11,7 +11,9 @@ from .. import devices, ops, results
 from ..base import contract
 from ..base.jsonio import dumps
 from ..config import validation
-from ..config.matrix import Cell, Matrix, load_matrix, select
+from ..config.cells import select
+from ..config.matrix import load_matrix
+from ..config.model import Cell, Matrix
 from ..host import detect, install
 from ..run import passes as pass_plan
 from ..run import selection

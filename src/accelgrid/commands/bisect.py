@@ -29,7 +29,7 @@ from ..base.errors import AccelgridError, InvalidInput
 from ..base.text import one_line
 from ..base.versions import version_key
 from ..config import known_issues
-from ..config.matrix import Cell, Matrix
+from ..config.model import Cell, Matrix
 from ..host import detect
 from ..results.records import TestRecord
 from .repro import ARROW, run_in_nox

@@ -26,7 +26,7 @@ from typing import TextIO
 from .. import results
 from ..base import contract, jsonio
 from ..base.errors import InvalidInput
-from ..config.matrix import Cell, Matrix
+from ..config.model import Cell, Matrix
 from ..host import detect, inputs, install, venvs
 from ..run import cellenv
 from ..run import passes as pass_plan

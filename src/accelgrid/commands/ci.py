@@ -24,7 +24,8 @@ import jinja2
 from .. import __version__
 from ..base.errors import InvalidInput
 from ..base.jsonio import dumps
-from ..config.matrix import RELEASE, Cell, Matrix, injection_problem
+from ..config.checks import injection_problem
+from ..config.model import RELEASE, Cell, Matrix
 from ..host import venvs
 
 WORKFLOW = ".github/workflows/accelgrid.yml"        # schedule/dispatch: every cell

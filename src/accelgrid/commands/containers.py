@@ -34,7 +34,8 @@ import jinja2
 from .. import results
 from ..base import contract, redact
 from ..base.errors import InvalidInput
-from ..config.matrix import Cell, Matrix, Runtime, control_problem
+from ..config.checks import control_problem
+from ..config.model import Cell, Matrix, Runtime
 from ..host import install, pipconfig, venvs
 from ..results import provenance
 from .container_pip import PipPassthrough, pip_fingerprint, pip_passthrough

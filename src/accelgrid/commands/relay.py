@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from ..base import outcomes
 from ..base.errors import InvalidInput
 from ..base.jsonio import dumps, mapping
-from ..config.matrix import NIGHTLY, Matrix
+from ..config.model import NIGHTLY, Matrix
 from ..results.verdict import REGRESSION
 
 # The relay's event types: PyTorch's webhook event names it dispatches (the guide,

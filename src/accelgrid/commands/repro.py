@@ -29,7 +29,7 @@ from ..base import contract, outcomes, outputs
 from ..base.errors import AccelgridError, InvalidInput
 from ..base.text import one_line
 from ..config import known_issues
-from ..config.matrix import Cell, Matrix
+from ..config.model import Cell, Matrix
 from ..host import detect, install
 from ..results.records import TestRecord
 from ..run import preflight

@@ -26,7 +26,7 @@ from nox.virtualenv import PassthroughEnv
 from .. import __version__, results
 from ..base import contract, jsonio, redact
 from ..base.errors import AccelgridError, InvalidInput
-from ..config.matrix import Cell, Matrix
+from ..config.model import Cell, Matrix
 from ..host import detect, inputs, install, venvs
 from ..results import history, shards
 from ..run import console, preflight, prestart

@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ from ..base import contract, jsonio
 from ..base.jsonio import dumps
 from ..base.redact import redact_text
 from ..base.versions import in_range, range_is_empty
-from .matrix import Cell, Matrix, load_matrix, matrix_path
+from .matrix import load_matrix, matrix_path
+from .model import Cell, Matrix
 from .validation import (
+    KeyPath,
     Problem,
     SourceMap,
     ValidationFailed,
@@ -151,7 +154,7 @@ def repro_file(issue_id: str) -> str:
     return f"{REPRO_DIR}/test_{slug}_{m['number']}.py"
 
 
-def _range_problems(text: str, smap: SourceMap, path: tuple) -> list[Problem]:
+def _range_problems(text: str, smap: SourceMap, path: KeyPath) -> list[Problem]:
     try:
         if range_is_empty(text):
             return [smap.problem(path, f"range '{short(text)}' matches no version")]
@@ -173,70 +176,141 @@ def _outside_problem(pattern: str) -> str | None:
     return None
 
 
-def _semantic_problems(data: dict, smap: SourceMap, matrix: Matrix) -> list[Problem]:
-    problems: list[Problem] = []
-    devices = list(matrix.devices)
-    profiles = list(matrix.profiles)
-    releases = [s.pins["torch"] for s in matrix.torch.values()]
-    for issue_id, spec in (data.get("issues") or {}).items():
-        base = ("issues", issue_id)
-        if "url" in spec and spec["url"].rstrip("/") not in (
-                issue_url(issue_id), issue_url(issue_id).replace("/issues/", "/pull/")):
-            problems.append(smap.problem((*base, "url"),
-                                         f"'{redact_text(short(spec['url'], 120))}' is not "
-                                         f"the link of {issue_id} "
-                                         f"(expected {issue_url(issue_id)})"))
-        scope = spec["scope"]
-        for i, dev in enumerate(scope.get("devices") or []):
-            problems += _known("device", dev, devices, smap, (*base, "scope", "devices", i))
-        for key, table in (("hardware", "hardware"), ("drivers", "drivers")):
-            known = [n for dev in scope.get("devices") or [] if dev in matrix.devices
-                     for n in getattr(matrix.devices[dev], table)]
-            what = "hardware family" if key == "hardware" else "driver stack"
-            if key in scope and not known:
-                listed = ", ".join(scope.get("devices") or []) or "no device"
-                problems.append(smap.problem((*base, "scope", key), (
-                    f"scope.devices ({listed}) has no {what} in {matrix.path.name} "
-                    f"(devices.<d>.{table})")))
-                continue
-            for i, name in enumerate(scope.get(key) or []):
-                problems += _known(what, name, known, smap, (*base, "scope", key, i))
-        for i, prof in enumerate(scope.get("profiles") or []):
-            problems += _known("profile", prof, profiles, smap, (*base, "scope", "profiles", i))
-        if "torch" in scope:
-            found = _range_problems(scope["torch"], smap, (*base, "scope", "torch"))
-            if not found and not any(in_range(r, scope["torch"]) for r in releases):
-                found = [smap.problem((*base, "scope", "torch"),
-                                      f"range '{scope['torch']}' matches no torch release of "
-                                      f"{matrix.path.name} ({', '.join(releases)})")]
-            problems += found
-        for name, text in (scope.get("packages") or {}).items():
-            problems += _range_problems(text, smap, (*base, "scope", "packages", name))
-        for i, item in enumerate(spec["tests"]):
-            pattern = item if isinstance(item, str) else item["test"]
-            where = (*base, "tests", i) if isinstance(item, str) else (*base, "tests", i, "test")
-            outside = _outside_problem(pattern)
-            if outside:
-                problems.append(smap.problem(where, outside))
-            elif not glob.glob(str(matrix.root / pattern.split("::", 1)[0])):
-                problems.append(smap.problem(
-                    where, f"'{short(pattern)}' matches no test file "
-                           f"(patterns are node ids relative to {matrix.root.name}/)"))
-            if isinstance(item, dict) and "torch" in item:
-                problems += _range_problems(item["torch"], smap, (*base, "tests", i, "torch"))
-            for j, dev in enumerate(item.get("devices") or [] if isinstance(item, dict) else []):
-                if dev not in (scope.get("devices") or []):
-                    problems.append(smap.problem(
-                        (*base, "tests", i, "devices", j),
-                        f"device '{dev}' is not in scope.devices "
-                        f"({', '.join(scope.get('devices') or [])})"))
-        if "match" in spec:
-            try:
-                re.compile(spec["match"])
-            except (re.error, OverflowError, RecursionError) as exc:
-                problems.append(smap.problem((*base, "match"),
-                                             f"not a valid regular expression: {exc}"))
-    return problems
+@dataclass(frozen=True)
+class _Entry:
+    """One registry entry as read (past its schema): what each of :data:`ENTRY_CHECKS`
+    takes."""
+
+    id: str
+    spec: dict[str, Any]
+    smap: SourceMap
+    matrix: Matrix
+
+    @property
+    def base(self) -> KeyPath:
+        return ("issues", self.id)
+
+    @property
+    def scope(self) -> dict[str, Any]:
+        scope: dict[str, Any] = self.spec["scope"]
+        return scope
+
+    def problem(self, path: KeyPath, message: str) -> Problem:
+        return self.smap.problem((*self.base, *path), message)
+
+    def known(self, kind: str, value: str, known: list[str], path: KeyPath) -> list[Problem]:
+        return _known(kind, value, known, self.smap, (*self.base, *path))
+
+
+def _url(e: _Entry) -> Iterator[Problem]:
+    """A given url is the issue's (or its pull request's) link."""
+    if "url" not in e.spec:
+        return
+    url: str = e.spec["url"]
+    if url.rstrip("/") not in (
+            issue_url(e.id), issue_url(e.id).replace("/issues/", "/pull/")):
+        yield e.problem(("url",), f"'{redact_text(short(url, 120))}' is not the link of "
+                                  f"{e.id} (expected {issue_url(e.id)})")
+
+
+def _scope_devices(e: _Entry) -> Iterator[Problem]:
+    """The scope's devices are the matrix's."""
+    for i, dev in enumerate(e.scope.get("devices") or []):
+        yield from e.known("device", dev, list(e.matrix.devices), ("scope", "devices", i))
+
+
+def _scope_runner(e: _Entry) -> Iterator[Problem]:
+    """The scope's hardware families and driver stacks are its devices' in the matrix."""
+    devices = e.scope.get("devices") or []
+    for key, table in (("hardware", "hardware"), ("drivers", "drivers")):
+        known = [n for dev in devices if dev in e.matrix.devices
+                 for n in getattr(e.matrix.devices[dev], table)]
+        what = "hardware family" if key == "hardware" else "driver stack"
+        if key in e.scope and not known:
+            listed = ", ".join(devices) or "no device"
+            yield e.problem(("scope", key), (
+                f"scope.devices ({listed}) has no {what} in {e.matrix.path.name} "
+                f"(devices.<d>.{table})"))
+            continue
+        for i, name in enumerate(e.scope.get(key) or []):
+            yield from e.known(what, name, known, ("scope", key, i))
+
+
+def _scope_profiles(e: _Entry) -> Iterator[Problem]:
+    """The scope's profiles are the matrix's."""
+    for i, prof in enumerate(e.scope.get("profiles") or []):
+        yield from e.known("profile", prof, list(e.matrix.profiles), ("scope", "profiles", i))
+
+
+def _scope_torch(e: _Entry) -> list[Problem]:
+    """The scope's torch range is one, and matches a torch release of the matrix."""
+    if "torch" not in e.scope:
+        return []
+    text = e.scope["torch"]
+    found = _range_problems(text, e.smap, (*e.base, "scope", "torch"))
+    releases = [s.pins["torch"] for s in e.matrix.torch.values()]
+    if not found and not any(in_range(r, text) for r in releases):
+        found = [e.problem(("scope", "torch"),
+                           f"range '{text}' matches no torch release of "
+                           f"{e.matrix.path.name} ({', '.join(releases)})")]
+    return found
+
+
+def _scope_packages(e: _Entry) -> Iterator[Problem]:
+    """The scope's package ranges are ranges."""
+    for name, text in (e.scope.get("packages") or {}).items():
+        yield from _range_problems(text, e.smap, (*e.base, "scope", "packages", name))
+
+
+def _test(e: _Entry, i: int, item: str | dict[str, Any]) -> Iterator[Problem]:
+    """Test ``i`` names test files of the project; its torch range is one, its devices
+    the scope's."""
+    pattern = item if isinstance(item, str) else item["test"]
+    where = ("tests", i) if isinstance(item, str) else ("tests", i, "test")
+    outside = _outside_problem(pattern)
+    if outside:
+        yield e.problem(where, outside)
+    elif not glob.glob(str(e.matrix.root / pattern.split("::", 1)[0])):
+        yield e.problem(where, f"'{short(pattern)}' matches no test file "
+                               f"(patterns are node ids relative to {e.matrix.root.name}/)")
+    if isinstance(item, str):
+        return
+    if "torch" in item:
+        yield from _range_problems(item["torch"], e.smap, (*e.base, "tests", i, "torch"))
+    scoped = e.scope.get("devices") or []
+    for j, dev in enumerate(item.get("devices") or []):
+        if dev not in scoped:
+            yield e.problem(("tests", i, "devices", j),
+                            f"device '{dev}' is not in scope.devices ({', '.join(scoped)})")
+
+
+def _tests(e: _Entry) -> Iterator[Problem]:
+    for i, item in enumerate(e.spec["tests"]):
+        yield from _test(e, i, item)
+
+
+def _match(e: _Entry) -> Iterator[Problem]:
+    """The message pattern is a regular expression."""
+    if "match" in e.spec:
+        try:
+            re.compile(e.spec["match"])
+        except (re.error, OverflowError, RecursionError) as exc:
+            yield e.problem(("match",), f"not a valid regular expression: {exc}")
+
+
+# Each entry's checks, in this order (its problems read in file order).
+ENTRY_CHECKS: tuple[Callable[[_Entry], Iterable[Problem]], ...] = (
+    _url, _scope_devices, _scope_runner, _scope_profiles, _scope_torch, _scope_packages,
+    _tests, _match,
+)
+
+
+def _semantic_problems(data: dict[str, Any], smap: SourceMap, matrix: Matrix
+                       ) -> list[Problem]:
+    """:data:`ENTRY_CHECKS`, entry by entry."""
+    entries = [_Entry(issue_id, spec, smap, matrix)
+               for issue_id, spec in (data.get("issues") or {}).items()]
+    return [p for e in entries for check in ENTRY_CHECKS for p in check(e)]
 
 
 def load_registry(path: str | Path, matrix: Matrix) -> Registry:

@@ -22,7 +22,7 @@ import importlib.util
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from ..base.errors import InvalidInput
 
 if TYPE_CHECKING:
     import jsonschema
+    from jsonschema.protocols import Validator
 
 KeyPath = tuple[Any, ...]
 
@@ -134,7 +135,7 @@ class _UniqueKeyLoader(_Loader):  # type: ignore[misc, valid-type]
     silently keeps the last) and turns a value Python cannot build (a 5,000-digit
     integer, February 30th) into an error at its line."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys may be overridden here
@@ -148,7 +149,9 @@ class _UniqueKeyLoader(_Loader):  # type: ignore[misc, valid-type]
                     key_node.start_mark,
                 )
             seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+        # (the base loader is untyped: libyaml's or PyYAML's, picked at import)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
@@ -348,69 +351,96 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+def _unknown_keys(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+                  smap: SourceMap) -> list[Problem]:
+    """Each key a closed mapping does not know, with the ones it does."""
+    if not isinstance(error.instance, dict):
+        return []
+    if "patternProperties" in schema or schema.get("additionalProperties") is not False:
+        return []
+    known = sorted(schema.get("properties", {}))
+    expected = ", ".join(known)
+    return [smap.problem((*path, key), f"unknown key '{short(key)}'; expected one of: "
+                                       f"{expected}{suggest(short(key), known)}")
+            for key in error.instance if key not in known]
+
+
+def _required(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+              smap: SourceMap) -> list[Problem]:
+    return [smap.problem(path, error.message.replace("is a required property", "is required"))]
+
+
+def _wrong_type(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+                smap: SourceMap) -> list[Problem]:
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    expected = " or ".join(types)
+    # A mapping's or list's description documents the section, it is no format hint.
+    hint = "" if {"object", "array"} & set(types) else schema.get("description", "")
+    msg = f"expected {expected}, got {_type_name(error.instance)}"
+    if isinstance(error.instance, float) and "integer" in types:
+        msg = (f"expected integer, got {short(error.instance)} "
+               "(a whole number, no decimal point)")
+    if isinstance(error.instance, float) and expected == "string":
+        msg += f" — quote version numbers (\"{error.instance}\" is read as a number)"
+    return [smap.problem(path, msg + (f" ({hint})" if hint else ""))]
+
+
+def _not_listed(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+                smap: SourceMap) -> list[Problem]:
+    choices = [str(c) for c in schema["enum"]]
+    return [smap.problem(path, f"'{short(error.instance)}' is not one of: {', '.join(choices)}"
+                               f"{suggest(short(error.instance), choices)}")]
+
+
+def _no_match(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+              smap: SourceMap) -> list[Problem]:
+    hint = schema.get("description", f"matching {schema['pattern']}")
+    return [smap.problem(path, f"'{short(error.instance)}' is not valid: expected {hint}")]
+
+
+def _empty(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+           smap: SourceMap) -> list[Problem]:
+    return [smap.problem(path, "must not be empty")]
+
+
+def _too_long(error: jsonschema.ValidationError, schema: Mapping[str, Any], path: KeyPath,
+              smap: SourceMap) -> list[Problem]:
+    if not isinstance(error.instance, str):
+        return []
+    return [smap.problem(path, f"too long: {len(error.instance)} characters (at most "
+                               f"{schema['maxLength']})")]
+
+
+def _out_of_bounds(error: jsonschema.ValidationError, schema: Mapping[str, Any],
+                   path: KeyPath, smap: SourceMap) -> list[Problem]:
+    hint = schema.get("description")
+    side = "below the minimum" if error.validator == "minimum" else "above the maximum"
+    return [smap.problem(path, f"{short(error.instance)} is {side} of "
+                               f"{schema[str(error.validator)]}" + (f" ({hint})" if hint else ""))]
+
+
+if TYPE_CHECKING:  # (jsonschema is imported when a check needs it: _strict_validator)
+    # How a schema keyword's error reads: (error, its schema, the value's path, the map).
+    _Describer = Callable[[jsonschema.ValidationError, Mapping[str, Any], KeyPath, SourceMap],
+                          list[Problem]]
+
+# A schema keyword -> the problems its error reads as (none: jsonschema's own message).
+_DESCRIBERS: dict[str, _Describer] = {
+    "additionalProperties": _unknown_keys, "required": _required, "type": _wrong_type,
+    "enum": _not_listed, "pattern": _no_match, "minItems": _empty, "minProperties": _empty,
+    "minLength": _empty, "maxLength": _too_long, "minimum": _out_of_bounds,
+    "maximum": _out_of_bounds,
+}
+
+
 def _describe(error: jsonschema.ValidationError, smap: SourceMap) -> list[Problem]:
     path = tuple(error.absolute_path)
     schema = error.schema
-    validator = error.validator
-    if not isinstance(schema, Mapping):  # a boolean schema (false): no keyword to explain
-        return [smap.problem(path, short(error.message, 300))]
-    if validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = sorted(schema.get("properties", {}))
-        problems = []
-        for key in error.instance:
-            if key in known:
-                continue
-            if "patternProperties" in schema or schema.get("additionalProperties") is not False:
-                continue
-            expected = ", ".join(known)
-            problems.append(
-                smap.problem(
-                    (*path, key),
-                    f"unknown key '{short(key)}'; expected one of: {expected}"
-                    f"{suggest(short(key), known)}",
-                )
-            )
-        if problems:
-            return problems
-    if validator == "required":
-        return [smap.problem(path, error.message.replace("is a required property", "is required"))]
-    if validator == "type":
-        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        expected = " or ".join(types)
-        # A mapping's or list's description documents the section, it is no format hint.
-        hint = "" if {"object", "array"} & set(types) else schema.get("description", "")
-        msg = f"expected {expected}, got {_type_name(error.instance)}"
-        if isinstance(error.instance, float) and "integer" in types:
-            msg = (f"expected integer, got {short(error.instance)} "
-                   "(a whole number, no decimal point)")
-        if isinstance(error.instance, float) and expected == "string":
-            msg += f" — quote version numbers (\"{error.instance}\" is read as a number)"
-        return [smap.problem(path, msg + (f" ({hint})" if hint else ""))]
-    if validator == "enum":
-        choices = [str(c) for c in schema["enum"]]
-        return [
-            smap.problem(
-                path,
-                f"'{short(error.instance)}' is not one of: {', '.join(choices)}"
-                f"{suggest(short(error.instance), choices)}",
-            )
-        ]
-    if validator == "pattern":
-        hint = schema.get("description", f"matching {schema['pattern']}")
-        return [smap.problem(path, f"'{short(error.instance)}' is not valid: expected {hint}")]
-    if validator in ("minItems", "minProperties"):
-        return [smap.problem(path, "must not be empty")]
-    if validator == "minLength":
-        return [smap.problem(path, "must not be empty")]
-    if validator == "maxLength" and isinstance(error.instance, str):
-        return [smap.problem(path, f"too long: {len(error.instance)} characters (at most "
-                                   f"{schema['maxLength']})")]
-    if validator in ("minimum", "maximum"):
-        hint = schema.get("description")
-        side = "below the minimum" if validator == "minimum" else "above the maximum"
-        return [smap.problem(path, f"{short(error.instance)} is {side} of "
-                                   f"{schema[validator]}" + (f" ({hint})" if hint else ""))]
-    return [smap.problem(path, short(error.message, 300))]
+    describer = _DESCRIBERS.get(str(error.validator))
+    # A boolean schema (false) has no keyword to explain.
+    problems = (describer(error, schema, path, smap)
+                if describer is not None and isinstance(schema, Mapping) else [])
+    return problems or [smap.problem(path, short(error.message, 300))]
 
 
 def _name_problem(error: jsonschema.ValidationError, smap: SourceMap) -> Problem:
@@ -426,7 +456,7 @@ def _name_problem(error: jsonschema.ValidationError, smap: SourceMap) -> Problem
     return smap.problem(path, f"invalid name '{short(key)}': expected {hint}")
 
 
-def _strict_validator(schema: dict) -> Any:
+def _strict_validator(schema: dict[str, Any]) -> Validator:
     """A validator for ``schema`` whose ``integer`` is a whole number written as one:
     JSON Schema counts 2.0 as an integer, but ``workers: 2.0`` is a typo (and True is no
     number at all)."""
@@ -435,7 +465,10 @@ def _strict_validator(schema: dict) -> Any:
     cls = jsonschema.validators.validator_for(schema)
     checker = cls.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
-    return jsonschema.validators.extend(cls, type_checker=checker)(schema)
+    # types-jsonschema leaves extend() unannotated; it returns a validator class like cls.
+    strict: type[Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        cls, type_checker=checker)
+    return strict(schema)
 
 
 MEMO_NAME = ".accelgrid-valid.json"   # in the envs folder: data that passed its schema
@@ -449,7 +482,7 @@ def memo_folder(root: Path) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def check_schema(data: Any, schema: dict, smap: SourceMap,
+def check_schema(data: Any, schema: dict[str, Any], smap: SourceMap,
                  memo: Path | None = None) -> list[Problem]:
     """Every schema violation of ``data`` as a Problem, in file order. ``memo``: a folder
     (:func:`memo_folder`) where the digests of data found valid are kept: the same data,
@@ -472,7 +505,7 @@ def _memo(folder: Path) -> list[str]:
     return [k for k in kept if isinstance(k, str)] if isinstance(kept, list) else []
 
 
-def _memo_key(data: Any, schema: dict) -> str | None:
+def _memo_key(data: Any, schema: dict[str, Any]) -> str | None:
     """A digest of ``data`` (each value with its type: 1, 1.0, True and "1" differ),
     ``schema`` and the validator's files; None where one cannot be read."""
     spec = importlib.util.find_spec("jsonschema")
@@ -492,7 +525,7 @@ def _typed(value: Any) -> Any:
     return (type(value).__qualname__, repr(value))
 
 
-def _check_schema(data: Any, schema: dict, smap: SourceMap) -> list[Problem]:
+def _check_schema(data: Any, schema: dict[str, Any], smap: SourceMap) -> list[Problem]:
     validator = _strict_validator(schema)
     problems: list[Problem] = []
     mistyped: set[KeyPath] = set()
@@ -521,4 +554,5 @@ def schema_text(name: str) -> str:
 
 def load_schema(name: str) -> dict[str, Any]:
     """The JSON Schema ``name`` (see :func:`schema_text`) as a dict."""
-    return json.loads(schema_text(name))
+    schema: dict[str, Any] = json.loads(schema_text(name))   # a JSON Schema is an object
+    return schema

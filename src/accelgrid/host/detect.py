@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import contract
-from ..config.matrix import Cell
+from ..config.model import Cell
 from ..devices import DeviceType, pci
 
 

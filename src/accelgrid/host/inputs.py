@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..base import contract, statkey
-from ..config.matrix import Cell
+from ..config.model import Cell
 from . import statcache
 
 # ACCELGRID_VERIFY=full: every file each RECORD hashes, not only the top-level .py files.

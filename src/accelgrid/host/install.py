@@ -32,7 +32,7 @@ from ..base import contract, jsonio, redact, statkey
 from ..base.errors import InvalidInput
 from ..base.versions import version_key
 from ..config.indexes import index_url_problem
-from ..config.matrix import RELEASE, Cell
+from ..config.model import RELEASE, Cell
 from . import pipconfig, statcache
 
 

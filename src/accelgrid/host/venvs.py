@@ -34,7 +34,7 @@ from packaging.utils import canonicalize_name
 from .. import __version__
 from ..base import contract
 from ..base.errors import AccelgridError
-from ..config.matrix import Cell
+from ..config.model import Cell
 
 PTH = "accelgrid-src.pth"       # in the env's site-packages: the project's src/
 

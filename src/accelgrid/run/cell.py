@@ -37,7 +37,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from .. import results
 from ..base import contract, jsonio, lifetime, outcomes
 from ..base.errors import AccelgridError
-from ..config.matrix import Cell
+from ..config.model import Cell
 from ..results import plan as run_plan
 from ..results.records import Summary
 from . import console, preflight

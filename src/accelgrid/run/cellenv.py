@@ -9,7 +9,7 @@ from pathlib import Path
 from ..base import contract, jsonio
 from ..base.errors import AccelgridError
 from ..config import known_issues
-from ..config.matrix import Cell
+from ..config.model import Cell
 from ..results.provenance import project_commit
 from . import preflight
 from .console import say

@@ -12,7 +12,7 @@ from .. import devices
 from ..base import contract, jsonio
 from ..base.contract import DEVICE_ALONE_MARK, MULTI_DEVICE_MARK, SEES_ACCELERATORS_MARK
 from ..base.errors import InvalidInput
-from ..config.matrix import Cell
+from ..config.model import Cell
 from ..host import detect
 from . import suite_scope
 

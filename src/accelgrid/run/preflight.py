@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import known_issues
-from ..config.matrix import Cell
+from ..config.model import Cell
 from ..host import detect
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..base import contract
 from ..base.errors import AccelgridError
 from ..config import known_issues
-from ..config.matrix import Cell, Matrix
+from ..config.model import Cell, Matrix
 from . import cell as cellrun
 from . import preflight, relaunch
 from .passes import plan_run, stages, workers_override
