@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from accelgrid.base.errors import InvalidInput
-from accelgrid.bench import offload
+from accelgrid.bench import offload, offload_measure
 from accelgrid.cli import main
 from accelgrid.config.matrix import load_matrix
 
@@ -193,12 +193,13 @@ def cpu_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torchao", types.SimpleNamespace(__version__="0.0-test"))
     counters = {"memory_allocated": 0, "max_memory_allocated": 3 * 2**20,
                 "device_name": "stand-in"}
-    monkeypatch.setattr(offload, "dispatch", lambda name, device, *a: counters.get(name))
-    monkeypatch.setattr(offload, "measure_bandwidth", lambda torch, device, nbytes: {
+    monkeypatch.setattr(offload_measure, "dispatch", lambda name, device, *a: counters.get(name))
+    monkeypatch.setattr(offload_measure, "measure_bandwidth", lambda torch, device, nbytes: {
         "h2d_gbps": 10.0, "d2h_gbps": 5.0, "copy_bytes": nbytes})
     # Stand-ins live in this process: each configuration's measurement runs here, not in
     # a process of its own (tests/test_faults.py tests that structure with real processes).
-    monkeypatch.setattr(offload, "isolated", lambda task, target: offload.measure_task(task))
+    monkeypatch.setattr(offload, "isolated",
+                        lambda task, target: offload_measure.measure_task(task))
 
 
 @pytest.mark.slow  # end to end: a whole bench or cell run
