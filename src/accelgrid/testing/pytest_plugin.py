@@ -20,8 +20,9 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +32,9 @@ from ..results import junit, provenance, shards
 from . import known_issues_runtime
 from .outcome_map import message
 from .recorder import Recorder
+
+if TYPE_CHECKING:  # an old-style hookwrapper's outcome: pluggy's (pytest's own dependency)
+    from pluggy import Result
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -134,9 +138,9 @@ class WorkerMarker:
         # Several deselections (-m, -k, --upstream) add up; every worker collects the same
         # items and adds them to one list, under the folder's lock.
         def add(known: Any) -> list[str]:
-            known = known if isinstance(known, list) else []
-            seen = set(known)
-            return known + [i for i in left if i not in seen]
+            have: list[str] = known if isinstance(known, list) else []
+            seen = set(have)
+            return have + [i for i in left if i not in seen]
 
         jsonio.update_json(self.folder / name, add)
 
@@ -148,7 +152,8 @@ class WorkerMarker:
         self.cpu_start = time.process_time()
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, Result[pytest.TestReport], None]:
         outcome = yield
         if call.when == "teardown":
             # CPU time of this test process (all its threads) over the test: beside the
@@ -195,7 +200,7 @@ class OpCaptureHook:
     # file when the call starts; outside it, that would take the c10 log lines (fallback
     # messages from backward threads) away from the capture's copy of fd 2.
     @pytest.hookimpl(hookwrapper=True, trylast=True)
-    def pytest_runtest_call(self, item: pytest.Item):
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Result[None], None]:
         from . import opcapture  # imports torch: only when capturing
 
         capture = opcapture.OpCapture(self.device)
@@ -232,7 +237,7 @@ class JUnitProperties:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Before pytest's LogXML sees the report (tryfirst), so finalize knows it.
-        if report.outcome == "rerun":
+        if str(report.outcome) == "rerun":  # pytest-rerunfailures', outside pytest's Literal
             self.attempts.setdefault(report.nodeid, []).append(
                 (message(report), str(report.longrepr or "")))
             self.in_attempt.add(report.nodeid)

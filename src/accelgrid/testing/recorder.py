@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -38,12 +39,12 @@ def run_fields() -> dict[str, Any]:
 
 
 
-def _adding(ids: list[str]) -> Any:
+def _adding(ids: list[str]) -> Callable[[Any], list[str]]:
     """collected.json's change that adds ``ids`` it lacks (in order)."""
     def add(known: Any) -> list[str]:
-        known = known if isinstance(known, list) else []
-        seen = set(known)
-        return known + [i for i in ids if i not in seen]
+        have: list[str] = known if isinstance(known, list) else []
+        seen = set(have)
+        return have + [i for i in ids if i not in seen]
     return add
 
 
@@ -113,7 +114,8 @@ class Recorder:
             else:
                 new["passes"] = [entry]
             # Every value by its shape too (pytest arguments, paths): records' redaction.
-            return environment.redact_value(new)
+            redacted: dict[str, Any] = environment.redact_value(new)
+            return redacted
 
         self.env_started = jsonio.update_json(self.folder / contract.ENV_FILE, start)
         # The plan's inputs, before any test: what readers judge the records against.
@@ -149,7 +151,8 @@ class Recorder:
             # The run is finished when its last pass is (passes may run at once).
             if all(not isinstance(e, dict) or e.get("end") for e in passes):
                 env.update(end=end, status="finished", exitstatus=int(exitstatus))
-            return environment.redact_value(env)
+            redacted: dict[str, Any] = environment.redact_value(env)
+            return redacted
 
         jsonio.update_json(self.folder / contract.ENV_FILE, finish)
         run_plan.end_pass(self.folder, self.pass_name, session.testscollected,
