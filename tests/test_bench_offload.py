@@ -4,6 +4,7 @@ Markdown table, and the whole run on the CPU with stand-ins for the device-only 
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import types
@@ -49,6 +50,13 @@ def test_bad_options_exit_2(argv: list[str], message: str,
                             capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "offload", "--matrix", MATRIX, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_each_measurements_process_calls_measure_task() -> None:
+    """run's default target names offload_measure.measure_task by string (that module
+    imports offload): it resolves, without importing torch."""
+    module, _, name = offload.MEASURE_TASK.partition(":")
+    assert getattr(importlib.import_module(module), name) is offload_measure.measure_task
 
 
 def test_arguments_are_checked_before_anything_is_imported(tmp_path: Path) -> None:
