@@ -5,7 +5,7 @@ check that could break silently.
     python tools/mutate.py --list                    # the configured modules
     python tools/mutate.py ops                       # every mutant of one module
     python tools/mutate.py ops --only 12,40 -v       # some mutants, with the tests' output
-    python tools/mutate.py xpu_prediction --only 0-99   # a long module in chunks
+    python tools/mutate.py xpu_rules --only 0-49   # a long module in chunks
     python tools/mutate.py ops --show                # the mutants, without running them
 
 Modules, the parts of them mutated and the tests run for each: tools/mutation.toml. The

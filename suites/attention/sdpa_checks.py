@@ -126,7 +126,7 @@ def _series(series: str) -> tuple[int, ...]:
 
 # XPU: the op torch's native_functions.yaml gives an XPU kernel, newest first; before
 # the oldest, the math path. The same facts as accelgrid's XPU prediction
-# (accelgrid.ops.xpu_prediction's _SDPA_FUSED, from each release's yaml); a quick test
+# (accelgrid.ops.xpu_rules' _SDPA_FUSED, from each release's yaml); a quick test
 # (tests/suites/test_attention_checks.py) holds the two together for every series it knows.
 XPU_FUSED_SINCE = (("2.10", "flash"), ("2.7", "overrideable"))
 # CPU: sdp_utils_cpp.cpp's order is flash, then math; flash takes fp32, fp64, bf16 and

@@ -4,6 +4,7 @@ Markdown table, and the whole run on the CPU with stand-ins for the device-only 
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import types
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from accelgrid.base.errors import InvalidInput
-from accelgrid.bench import offload
+from accelgrid.bench import offload, offload_measure
 from accelgrid.cli import main
 from accelgrid.config.matrix import load_matrix
 
@@ -49,6 +50,13 @@ def test_bad_options_exit_2(argv: list[str], message: str,
                             capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "offload", "--matrix", MATRIX, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_each_measurements_process_calls_measure_task() -> None:
+    """run's default target names offload_measure.measure_task by string (that module
+    imports offload): it resolves, without importing torch."""
+    module, _, name = offload.MEASURE_TASK.partition(":")
+    assert getattr(importlib.import_module(module), name) is offload_measure.measure_task
 
 
 def test_arguments_are_checked_before_anything_is_imported(tmp_path: Path) -> None:
@@ -193,12 +201,13 @@ def cpu_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torchao", types.SimpleNamespace(__version__="0.0-test"))
     counters = {"memory_allocated": 0, "max_memory_allocated": 3 * 2**20,
                 "device_name": "stand-in"}
-    monkeypatch.setattr(offload, "dispatch", lambda name, device, *a: counters.get(name))
-    monkeypatch.setattr(offload, "measure_bandwidth", lambda torch, device, nbytes: {
+    monkeypatch.setattr(offload_measure, "dispatch", lambda name, device, *a: counters.get(name))
+    monkeypatch.setattr(offload_measure, "measure_bandwidth", lambda torch, device, nbytes: {
         "h2d_gbps": 10.0, "d2h_gbps": 5.0, "copy_bytes": nbytes})
     # Stand-ins live in this process: each configuration's measurement runs here, not in
     # a process of its own (tests/run/test_faults.py tests that structure with real processes).
-    monkeypatch.setattr(offload, "isolated", lambda task, target: offload.measure_task(task))
+    monkeypatch.setattr(offload, "isolated",
+                        lambda task, target: offload_measure.measure_task(task))
 
 
 @pytest.mark.slow  # end to end: a whole bench or cell run

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from accelgrid.bench import offload
+from accelgrid.bench import offload, offload_cpu_adamw, offload_measure
 from accelgrid.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,12 +163,13 @@ def cpu_stand_ins(monkeypatch: pytest.MonkeyPatch, helpers: Any) -> None:
     monkeypatch.setattr(helpers, "import_cpu_offload", lambda: _StandInOffload)
     monkeypatch.setitem(sys.modules, "torchao", types.SimpleNamespace(__version__="0.0-test"))
     counters = {"memory_allocated": 0, "max_memory_allocated": 2**20, "device_name": "stand-in"}
-    monkeypatch.setattr(offload, "dispatch", lambda name, device, *a: counters.get(name))
-    monkeypatch.setattr(offload, "measure_bandwidth", lambda torch, device, nbytes: {
+    monkeypatch.setattr(offload_measure, "dispatch", lambda name, device, *a: counters.get(name))
+    monkeypatch.setattr(offload_measure, "measure_bandwidth", lambda torch, device, nbytes: {
         "h2d_gbps": 10.0, "d2h_gbps": 10.0, "copy_bytes": nbytes})
     # Stand-ins live in this process: the measurements run here, not each in a process
     # of its own (tests/run/test_faults.py tests that structure with real processes).
-    monkeypatch.setattr(offload, "isolated", lambda task, target: offload.measure_task(task))
+    monkeypatch.setattr(offload, "isolated",
+                        lambda task, target: offload_measure.measure_task(task))
 
 
 @pytest.mark.slow  # end to end: a whole bench or cell run
@@ -225,12 +226,12 @@ def test_cpu_adamw_side_by_side(tmp_path: Path, helpers: Any) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        report = offload.run_cpu_adamw(suite=SUITE, numel=2**16, steps=2, warmup=1,
+        report = offload_cpu_adamw.run_cpu_adamw(suite=SUITE, numel=2**16, steps=2, warmup=1,
                                        out=tmp_path)
     finally:
         torch.set_num_threads(threads)
     rows = {r["case"]: r for r in report["results"]}
-    assert list(rows) == list(offload.CPU_ADAMW_CASES)
+    assert list(rows) == list(offload_cpu_adamw.CPU_ADAMW_CASES)
     assert rows["normal gradients"]["state_denormal"] == 0.0
     assert rows["denormal"]["state_denormal"] > 0.9 and rows["denormal"]["flushed_share"] == 0
     calling = rows["denormal, flush in the calling thread"]
@@ -245,7 +246,7 @@ def test_cpu_adamw_side_by_side(tmp_path: Path, helpers: Any) -> None:
 
 
 def test_cpu_adamw_from_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(offload, "CPU_ADAMW_NUMEL", 2**12)
+    monkeypatch.setattr(offload_cpu_adamw, "CPU_ADAMW_NUMEL", 2**12)
     assert main(["bench", "offload", "--matrix", MATRIX, "--cpu-adamw", "--steps", "1",
                  "--warmup", "0", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "bench_offload_cpu_adamw.json").exists()

@@ -21,6 +21,7 @@ from accelgrid.base import contract
 from accelgrid.cli import main
 from accelgrid.config.matrix import load_matrix
 from accelgrid.host import install
+from accelgrid.host import stamp as install_stamp
 from accelgrid.report import model
 from accelgrid.results import junit
 from accelgrid.results.history import open_store
@@ -91,8 +92,8 @@ def test_a_nightly_env_is_resolved_anew_each_day(matrix_file: Path, tmp_path: Pa
     stamps = {}
     for day in ("2026-12-01", "2026-12-02"):
         monkeypatch.setattr(install, "nightly_day", lambda day=day: day)
-        stamps[day] = (install.pins(nightly, tmp_path)["digest"],
-                       install.pins(release, tmp_path)["digest"])
+        stamps[day] = (install_stamp.pins(nightly, tmp_path)["digest"],
+                       install_stamp.pins(release, tmp_path)["digest"])
     assert stamps["2026-12-01"][0] != stamps["2026-12-02"][0]   # the nightly: a new install
     assert stamps["2026-12-01"][1] == stamps["2026-12-02"][1]   # a release: still warm
 
@@ -184,7 +185,7 @@ def test_a_nightly_cell_installs_the_newest_nightly_and_a_newer_one_the_next_day
     # The next night's build appears; the env of yesterday (its stamp names that day, so
     # here: no stamp) installs again and takes it over the one it holds.
     simple_index(index_root, [fake_wheel(built, "torch", "2.16.0.dev20261202+cpu")])
-    (proj / ".nox" / "cpu-2-16" / install.STAMP).unlink()
+    (proj / ".nox" / "cpu-2-16" / install_stamp.STAMP).unlink()
     proc = nox_install_only(proj, pypi, "cpu-2.16")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert installed_torch(proj, "cpu-2.16") == ["torch-2.16.0.dev20261202+cpu.dist-info"]

@@ -11,6 +11,7 @@ import pytest
 from helpers.wheels import fake_pypi, fake_wheel, installed_torch, nox_install_only, simple_index
 
 from accelgrid.host import install
+from accelgrid.host import stamp as install_stamp
 
 pytestmark = pytest.mark.skipif(install.cpu_build_tag() is None,
                                 reason="PyTorch's CPU wheels carry +cpu on x86-64 only")
@@ -73,7 +74,7 @@ def test_an_unreachable_cpu_index_and_no_cpu_build_stops_without_a_cuda_build(
     clear = [ln for ln in out.splitlines() if "is neither on" in ln]
     assert len(clear) == 1 and "torch 2.4.1+cpu is neither on http://127.0.0.1:" in clear[0]
     assert installed_torch(proj) == []       # never the CUDA build beside it
-    assert not (proj / ".nox" / "cpu-2-4" / install.STAMP).exists()
+    assert not (proj / ".nox" / "cpu-2-4" / install_stamp.STAMP).exists()
 
 
 # uv 0.x's words for a CPU build pip's configuration lacks, as `nox -s cpu-2.15` printed

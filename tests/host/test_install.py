@@ -10,6 +10,7 @@ import pytest
 
 from accelgrid.config.matrix import load_matrix
 from accelgrid.host import install
+from accelgrid.host import stamp as install_stamp
 
 
 @pytest.fixture(scope="module")
@@ -177,14 +178,14 @@ def test_a_warm_env_installs_nothing_until_its_pins_change(mini_project) -> None
 
     proj = mini_project(noxfile=True)
     envdir = proj / ".nox" / "cpu-2-13"
-    stamp = envdir / install.STAMP
+    stamp = envdir / install_stamp.STAMP
 
     first = _installs(_nox(proj))
     assert first[0] == install.torch_requirement(load_matrix(proj / "matrix.yaml").cell(
         "cpu-2.13")) and len(first) == 2 and stamp.is_file()
     second = _nox(proj)
     assert _installs(second) == []
-    assert f"skipped, the env holds the cell's pins ({install.STAMP} matches)" in second
+    assert f"skipped, the env holds the cell's pins ({install_stamp.STAMP} matches)" in second
 
     # A new pin: installed, and stamped again.
     matrix = proj / "matrix.yaml"
@@ -198,7 +199,7 @@ def test_a_warm_env_installs_nothing_until_its_pins_change(mini_project) -> None
     # A stamp cut short: installed again (and whole afterwards).
     stamp.write_text(stamp.read_text()[:100])
     assert _installs(_nox(proj))[-1].endswith(" six==1.17.0")
-    assert install.env_holds(envdir, json.loads(stamp.read_text()))
+    assert install_stamp.env_holds(envdir, json.loads(stamp.read_text()))
 
     # The env changed behind the stamp's back (six removed): installed again.
     for dist in envdir.glob("lib/python*/site-packages/six*"):
@@ -216,19 +217,19 @@ def test_a_broken_or_foreign_stamp_holds_nothing(matrix, tmp_path: Path) -> None
     env = tmp_path / "env"
     (env / "lib" / "python3.11" / "site-packages" / "six-1.17.0.dist-info").mkdir(
         parents=True)
-    wanted = install.pins(install.plan(matrix.cell("cpu-2.13"), uv_env={}), env, env={})
-    assert not install.env_holds(env, wanted)          # no stamp
-    install.write_stamp(env, wanted)
-    assert install.env_holds(env, wanted)
-    text = (env / install.STAMP).read_text()
+    wanted = install_stamp.pins(install.plan(matrix.cell("cpu-2.13"), uv_env={}), env, env={})
+    assert not install_stamp.env_holds(env, wanted)          # no stamp
+    install_stamp.write_stamp(env, wanted)
+    assert install_stamp.env_holds(env, wanted)
+    text = (env / install_stamp.STAMP).read_text()
     for broken in (text[:-3], "", "{}", "[]", "not json", text.replace(wanted["digest"], "0")):
-        (env / install.STAMP).write_text(broken)
-        assert not install.env_holds(env, wanted), broken
-    install.write_stamp(env, wanted)
+        (env / install_stamp.STAMP).write_text(broken)
+        assert not install_stamp.env_holds(env, wanted), broken
+    install_stamp.write_stamp(env, wanted)
     (env / "lib" / "python3.11" / "site-packages" / "six-1.18.0.dist-info").mkdir()
-    assert not install.env_holds(env, wanted)          # another distribution since
-    install.forget(env)
-    assert not (env / install.STAMP).exists()
+    assert not install_stamp.env_holds(env, wanted)          # another distribution since
+    install_stamp.forget(env)
+    assert not (env / install_stamp.STAMP).exists()
 
 
 def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Path) -> None:
@@ -239,8 +240,8 @@ def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Pat
     (env / "pyvenv.cfg").write_text("home = /usr/bin\nversion_info = 3.11.7\nuv = 0.13.9\n")
     cell = matrix.cell("cpu-2.13")
     base = install.plan(cell, uv_env={})
-    digest = install.pins(base, env, env={})["digest"]
-    assert install.pins(base, env, env={"PATH": "/x"})["digest"] == digest
+    digest = install_stamp.pins(base, env, env={})["digest"]
+    assert install_stamp.pins(base, env, env={"PATH": "/x"})["digest"] == digest
     changed = {
         "a pin": install.plan(dataclasses.replace(
             cell, packages=tuple(p.replace("transformers==5.24.0", "transformers==5.25.0")
@@ -252,17 +253,17 @@ def test_the_stamp_changes_with_every_input_of_the_install(matrix, tmp_path: Pat
         "pip's find-links": install.plan(cell, uv_env={"UV_FIND_LINKS": "/wheels"}),
     }
     for what, plan in changed.items():
-        assert install.pins(plan, env, env={})["digest"] != digest, what
-    assert install.pins(base, env, env={"UV_INDEX_URL": "https://x/simple"})["digest"] \
+        assert install_stamp.pins(plan, env, env={})["digest"] != digest, what
+    assert install_stamp.pins(base, env, env={"UV_INDEX_URL": "https://x/simple"})["digest"] \
         != digest
     (env / "pyvenv.cfg").write_text("home = /usr/bin\nversion_info = 3.11.9\nuv = 0.13.9\n")
-    assert install.pins(base, env, env={})["digest"] != digest
+    assert install_stamp.pins(base, env, env={})["digest"] != digest
     # Credentials in an index reach the digest, never the stamp's text.
-    secret = install.pins(install.plan(cell, torch_index="https://u:s3cret@example.org/whl",
+    secret = install_stamp.pins(install.plan(cell, torch_index="https://u:s3cret@example.org/whl",
                                        uv_env={}), env, env={})
-    install.write_stamp(env, secret)
-    assert "s3cret" not in (env / install.STAMP).read_text()
-    assert install.env_holds(env, secret)
+    install_stamp.write_stamp(env, secret)
+    assert "s3cret" not in (env / install_stamp.STAMP).read_text()
+    assert install_stamp.env_holds(env, secret)
 
 
 @pytest.mark.slow  # end to end: a real cell, session or torch process (docs/design/testing.md)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from accelgrid.ops import xpu_prediction as xp
+from accelgrid.ops import xpu_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "docs" / "cuda" / "ops-cuda-2.11.json"
@@ -425,7 +426,7 @@ def test_key_checks_pass(upstream: dict) -> None:
 def test_planted_faults_are_caught(fault: str, upstream: dict, monkeypatch) -> None:
     real = xp.base_op
     if fault == "exact names":
-        monkeypatch.setattr(xp, "base_op", lambda n: n.removeprefix("aten::"))
+        monkeypatch.setattr(xpu_rules, "base_op", lambda n: n.removeprefix("aten::"))
     elif fault == "fallback list ignored":
         upstream = json.loads(json.dumps(upstream))
         for entry in upstream["series"].values():
@@ -439,7 +440,7 @@ def test_planted_faults_are_caught(fault: str, upstream: dict, monkeypatch) -> N
             return {k: (v.split(">")[0] if strip == ">" else
                         "".join(c for c in v.split(">")[0] if c not in strip) or "B")
                     for k, v in ops.items()}
-        monkeypatch.setattr(xp, "torch_ops", planted)
+        monkeypatch.setattr(xpu_rules, "torch_ops", planted)
     assert real("aten::lerp_.Scalar") == "lerp"
     with pytest.raises(AssertionError):
         _key_checks(upstream)

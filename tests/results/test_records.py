@@ -292,8 +292,8 @@ def test_the_strict_override_is_every_per_module_flag_of_strict() -> None:
     want = {dest: value for dest, value in assignments if dest != "warn_redundant_casts"}
     assert flags == want
     assert config.get("warn_redundant_casts") is True
-    assert {"accelgrid.base.*", "accelgrid.report.*", "accelgrid.config.*"} <= set(
-        strict[0]["module"])
+    assert {"accelgrid.base.*", "accelgrid.report.*", "accelgrid.config.*",
+            "accelgrid.testing.*", "accelgrid.devices.*"} <= set(strict[0]["module"])
 
 
 def test_a_bare_mypy_checks_the_whole_package() -> None:

@@ -692,6 +692,7 @@ def test_an_interrupted_env_build_is_repaired_by_the_next_session(mini_project) 
     is found out by the next ``nox -s`` / ``accelgrid run``, reinstalled with one line
     saying so, and the cell runs on a whole torch."""
     from accelgrid.host import install
+    from accelgrid.host import stamp as install_stamp
 
     proj = mini_project(noxfile=True)
     (proj / "src").symlink_to(ROOT / "src")  # the env's .pth names the project's src/
@@ -700,7 +701,7 @@ def test_an_interrupted_env_build_is_repaired_by_the_next_session(mini_project) 
     envdir = proj / ".nox" / "cpu-2-13"
     built = _session(proj, "--install-only")
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    stamp = envdir / install.STAMP
+    stamp = envdir / install_stamp.STAMP
     assert stamp.is_file() and install.missing_files(envdir) is None
 
     def damage() -> list[Path]:
@@ -718,7 +719,7 @@ def test_an_interrupted_env_build_is_repaired_by_the_next_session(mini_project) 
     assert "the env lost files since its install (torch-2.13.0" in said[0], said
     assert "files missing" in said[0] and said[0].endswith(": reinstalling its packages")
     assert all(p.exists() for p in gone) and install.missing_files(envdir) is None
-    assert install.env_holds(envdir, json.loads(stamp.read_text()))
+    assert install_stamp.env_holds(envdir, json.loads(stamp.read_text()))
 
     # 2. Killed mid-install: no stamp (dropped before the install), files missing (uv
     # alone would see torch's metadata and change nothing). Through the CLI this time.

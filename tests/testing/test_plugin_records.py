@@ -1,7 +1,8 @@
-"""The in-cell plugin's records (accelgrid.testing.pytest_plugin's Recorder) from real
-pytest runs in process (pytester): each way a test can end, as tests.jsonl, env.json,
-collected.json and plan.json get it. Each case pins a behaviour a planted fault changed
-unseen (docs/design/mutation.md, ``python tools/mutate.py plugin``)."""
+"""The in-cell plugin's records (accelgrid.testing.recorder's Recorder, registered by the
+plugin) from real pytest runs in process (pytester): each way a test can end, as
+tests.jsonl, env.json, collected.json and plan.json get it. Each case pins a behaviour a
+planted fault changed unseen (docs/design/mutation.md, ``python tools/mutate.py plugin``,
+``recorder``, ``outcome_map``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from accelgrid import results
 from accelgrid.base import contract, jsonio, outcomes
 from accelgrid.results import plan as run_plan
-from accelgrid.testing import pytest_plugin
+from accelgrid.testing import outcome_map, pytest_plugin, recorder
 
 pytest_plugins = ["pytester"]
 
@@ -263,19 +264,19 @@ def test_run_fields_from_the_runners_variables(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(contract.RUN_ID, "abc")
     monkeypatch.setenv(contract.PYTEST_ARGS, json.dumps(["-k", "x", 3]))
     monkeypatch.setenv(contract.SELECTION, "not json")
-    assert pytest_plugin._run_fields() == {"run_id": "abc", "pytest_args": ["-k", "x", "3"],
+    assert recorder.run_fields() == {"run_id": "abc", "pytest_args": ["-k", "x", "3"],
                                            "selection": ["not json"]}
     monkeypatch.setenv(contract.RUN_ID, "")
     monkeypatch.setenv(contract.PYTEST_ARGS, '"one"')   # JSON, not a list
     monkeypatch.delenv(contract.SELECTION)
-    assert pytest_plugin._run_fields() == {"run_id": None, "pytest_args": ["one"],
+    assert recorder.run_fields() == {"run_id": None, "pytest_args": ["one"],
                                            "selection": []}
 
 
 def test_jsonable_keeps_what_json_holds_and_reprs_the_rest() -> None:
-    assert pytest_plugin._jsonable({"a": [1, 2.5, "x", None]}) == {"a": [1, 2.5, "x", None]}
-    assert pytest_plugin._jsonable(math.inf) == "inf"
-    assert pytest_plugin._jsonable({1, 2}) == "{1, 2}"
+    assert outcome_map.jsonable({"a": [1, 2.5, "x", None]}) == {"a": [1, 2.5, "x", None]}
+    assert outcome_map.jsonable(math.inf) == "inf"
+    assert outcome_map.jsonable({1, 2}) == "{1, 2}"
 
 
 @pytest.mark.parametrize(("nodeid", "workload"), [

@@ -134,43 +134,20 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
         with stoppable():   # SIGTERM cleans up as Ctrl-C does
             for n, k, rep in ((n, k, rep) for n in plan for k in sweep
                               for rep in range(repeat)):
-                    where = tmp / f"{n}-{k}-{rep}"
-                    env = {**os.environ, **matrix.nox_env, contract.RESULTS_DIR: str(where),
-                           contract.DEVICES: ",".join(ids[:n])}
-                    if k == AUTO:
-                        env.pop(contract.WORKERS_PER_DEVICE, None)
-                    elif k is not None:
-                        env[contract.WORKERS_PER_DEVICE] = k
-                    load = load_average()
-                    start = time.perf_counter()
-                    proc = lifetime.run_group(nox, cwd=root, env=env, grace=STOP_GRACE_S)
-                    wall = time.perf_counter() - start
-                    folder = _run_folder(where / cell.name, proc)
-                    summary, _ = jsonio.read_json(folder / contract.SUMMARY_FILE)
-                    env_json, _ = jsonio.read_json(folder / contract.ENV_FILE)
-                    records, _ = results.read_records(folder / contract.TESTS_FILE)
-                    entry: dict[str, Any] = {"devices": n, "ids": ids[:n], "wall_s": round(wall, 2),
-                             "test_seconds": own_time_per_suite(records),
-                             "rc": proc.returncode, "passes_wall_s": (summary or {}).get("wall_s"),
-                             "passes": _pass_facts(summary or {}),
-                             "counts": (summary or {}).get("counts"), "load": load,
-                             "device_facts": _devices_of(env_json or {}),
-                             "per_device": k, "failed": _went_wrong(records)}
-                    last = results.last_outcomes(list(records))
-                    entry["messages"] = {x: str(last[x].get("message") or "")[:500]
-                                         for x in entry["failed"]}
-                    report["runs"].append(entry)
-                    if out:  # as each run ends: a bench stopped later keeps this one
-                        write_outputs(out, "bench-devices", _summed(report, per_device),
-                                      markdown(_summed(report, per_device)))
-                    print(f"[{len(report['runs'])}/{total}] {n} device(s)"
-                          + (f", {k} worker(s) each" if k else "") + ": "
-                          f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
-                          + ", ".join(f"{p['name']} {p['wall_s']} s" for p in entry["passes"])
-                          + f"; load {load})"
-                          + "".join(f"\n    went wrong: {x}: {m[:200]}"
-                                    for x, m in entry["messages"].items()),
-                          flush=True)
+                entry, wall = _one_run(matrix, cell.name, nox, tmp / f"{n}-{k}-{rep}",
+                                       ids[:n], k)
+                report["runs"].append(entry)
+                if out:  # as each run ends: a bench stopped later keeps this one
+                    write_outputs(out, "bench-devices", _summed(report, per_device),
+                                  markdown(_summed(report, per_device)))
+                print(f"[{len(report['runs'])}/{total}] {n} device(s)"
+                      + (f", {k} worker(s) each" if k else "") + ": "
+                      f"{wall:.1f} s (pytest passes {entry['passes_wall_s']} s; "
+                      + ", ".join(f"{p['name']} {p['wall_s']} s" for p in entry["passes"])
+                      + f"; load {entry['load']})"
+                      + "".join(f"\n    went wrong: {x}: {m[:200]}"
+                                for x, m in entry["messages"].items()),
+                      flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report["load_end"] = load_average()
@@ -179,6 +156,39 @@ def run(matrix: Matrix, cell_name: str, *, counts: Sequence[int] | None = None,
         where = write_outputs(out, "bench-devices", report, markdown(report))
         print(f"wrote {where / 'bench-devices.json'} and {where / 'bench-devices.md'}")
     return report
+
+
+def _one_run(matrix: Matrix, cell: str, nox: list[str], where: Path, ids: list[str],
+             per_device: str | None) -> tuple[dict[str, Any], float]:
+    """One run of the cell on ``ids`` (``per_device`` workers each: None, the run's
+    default; ``auto``, the runner's choice), its results in ``where``: the run's entry of
+    the report, and its wall time."""
+    root = matrix.root.resolve()
+    env = {**os.environ, **matrix.nox_env, contract.RESULTS_DIR: str(where),
+           contract.DEVICES: ",".join(ids)}
+    if per_device == AUTO:
+        env.pop(contract.WORKERS_PER_DEVICE, None)
+    elif per_device is not None:
+        env[contract.WORKERS_PER_DEVICE] = per_device
+    load = load_average()
+    start = time.perf_counter()
+    proc = lifetime.run_group(nox, cwd=root, env=env, grace=STOP_GRACE_S)
+    wall = time.perf_counter() - start
+    folder = _run_folder(where / cell, proc)
+    summary, _ = jsonio.read_json(folder / contract.SUMMARY_FILE)
+    env_json, _ = jsonio.read_json(folder / contract.ENV_FILE)
+    records, _ = results.read_records(folder / contract.TESTS_FILE)
+    entry: dict[str, Any] = {"devices": len(ids), "ids": ids, "wall_s": round(wall, 2),
+                             "test_seconds": own_time_per_suite(records),
+                             "rc": proc.returncode,
+                             "passes_wall_s": (summary or {}).get("wall_s"),
+                             "passes": _pass_facts(summary or {}),
+                             "counts": (summary or {}).get("counts"), "load": load,
+                             "device_facts": _devices_of(env_json or {}),
+                             "per_device": per_device, "failed": _went_wrong(records)}
+    last = results.last_outcomes(list(records))
+    entry["messages"] = {x: str(last[x].get("message") or "")[:500] for x in entry["failed"]}
+    return entry, wall
 
 
 def _summed(report: dict[str, Any], per_device: Sequence[str] | None) -> dict[str, Any]:

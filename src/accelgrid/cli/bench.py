@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from ..base.errors import InvalidInput
-from ..bench import Stopped
+from ..bench import Stopped, offload_cpu_adamw
 from ..bench import devices as devices_bench
 from ..bench import offload as offload_bench
 from ._common import matrix_of
@@ -119,8 +119,8 @@ def _devices(args: argparse.Namespace) -> int:
 def _offload(args: argparse.Namespace) -> int:
     suite = offload_bench.suite_dir(matrix_of(args))
     if args.cpu_adamw:
-        offload_bench.run_cpu_adamw(suite=suite, steps=args.steps, warmup=args.warmup,
-                                    out=args.out)
+        offload_cpu_adamw.run_cpu_adamw(suite=suite, steps=args.steps, warmup=args.warmup,
+                                        out=args.out)
         return 0
     sizes = offload_bench.parse_sizes(args.sizes)
     dtypes = offload_bench.split_list(args.dtypes, tuple(offload_bench.DTYPES), "dtypes")

@@ -27,7 +27,7 @@ from .. import __version__, results
 from ..base import contract, jsonio, redact
 from ..base.errors import AccelgridError, InvalidInput
 from ..config.model import Cell, Matrix
-from ..host import detect, inputs, install, venvs
+from ..host import detect, inputs, install, stamp, venvs
 from ..results import history, shards
 from ..run import console, preflight, prestart
 from ..run.cell import run_cell
@@ -156,7 +156,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
                         f" ({gone}): reinstalling its packages")
             current = False
         if not current:
-            install.forget(envdir)
+            stamp.forget(envdir)
         installed_now = build_env(session, cell, plan, holds_pins=current, repair=bool(gone))
         if installed_now:
             gpu = install.cuda_build(envdir) if cell.device == install.CPU_DEVICE else None
@@ -176,7 +176,7 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
         _inputs_as_planned(session, cell, plan, python, full=True if gone else None,
                            path=path)
         if installed_now:
-            install.write_stamp(envdir, pins)
+            stamp.write_stamp(envdir, pins)
         checkout = venvs.runner_checkout()
         if checkout is not None:
             # Its python imports accelgrid from the runner's checkout by itself (venvs.PTH).
@@ -342,8 +342,8 @@ def _install_plan(session: nox.Session, cell: Cell, envdir: Path
     """The plan the env is built with, its stamp and whether the env holds it already.
     A cpu cell whose CPU index cannot be reached takes torch's CPU build from pip's
     configuration, saying so in one line; a warm env asks no index."""
-    plans = install.plans(cell, envdir)
-    held = install.held_plan(envdir, plans)
+    plans = stamp.plans(cell, envdir)
+    held = stamp.held_plan(envdir, plans)
     if held is not None:
         return *held, True
     plan = plans[0]
@@ -353,7 +353,7 @@ def _install_plan(session: nox.Session, cell: Cell, envdir: Path
         plan, problem = plans[1], None
     if problem:
         _fail(session, f"{cell.name}: {problem}")
-    return plan, install.pins(plan, envdir), False
+    return plan, stamp.pins(plan, envdir), False
 
 
 def _verified_or_repaired(session: nox.Session, cell: Cell, plan: install.InstallPlan,
@@ -384,7 +384,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
               ) -> bool:
     """Install ``plan``'s steps, one numbered line each before (what is installed) and
     after (what changed, seconds taken); the venv nox made is step 1. ``holds_pins``: the
-    env's stamp says it holds them (:func:`accelgrid.host.install.env_holds`), each step is
+    env's stamp says it holds them (:func:`accelgrid.host.stamp.env_holds`), each step is
     skipped; ``reinstall``: uv reinstalls every package (a repair); ``repair``: each step
     reinstalls the distributions that miss files as it starts (one reinstall of torch, not
     one per step that names it). Returns whether uv
@@ -399,7 +399,7 @@ def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
     if holds_pins:
         for number, step in enumerate(plan.steps, 2):
             session.log(f"{cell.name}: [{number}/{total}] {step.description}: skipped, the "
-                        f"env holds the cell's pins ({install.STAMP} matches)")
+                        f"env holds the cell's pins ({stamp.STAMP} matches)")
         return False
     installed = True
     can_fall_back = install.can_fall_back(cell, os.environ.get(contract.TORCH_INDEX))

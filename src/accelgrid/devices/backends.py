@@ -74,7 +74,7 @@ def resolve(api: str, device: Any) -> Callable[..., Any]:
         # torch.xpu / torch.mps may be absent as modules on old builds.
         owner = importlib.import_module(module_path.rpartition(".")[0])
         owner = getattr(owner, module_path.rpartition(".")[2], None)
-    fn = getattr(owner, attr, None) if owner is not None else None
+    fn: Callable[..., Any] | None = getattr(owner, attr, None) if owner is not None else None
     if fn is None:
         raise MissingAPI(f"{found} is missing in this torch build")
     return fn

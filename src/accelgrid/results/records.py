@@ -38,7 +38,7 @@ class IssueRef(TypedDict, total=False):
     title: str
 
 
-# One line of tests.jsonl (the recorder's, :class:`accelgrid.testing.pytest_plugin.Recorder`,
+# One line of tests.jsonl (the recorder's, :class:`accelgrid.testing.recorder.Recorder`,
 # or finalize's for a test that crashed or never ran). ``pass`` is a keyword, hence the
 # functional form. Only ``nodeid`` and ``outcome`` are always there.
 TestRecord = TypedDict("TestRecord", {

@@ -76,7 +76,7 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
         return "not a selected run"
     if os.environ.get(contract.SHARD):
         return "a shard"
-    from ..host import detect, install, venvs
+    from ..host import detect, stamp, venvs
 
     root = matrix.root
     envdir = venvs.env_dir(root, cell)
@@ -89,11 +89,11 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
             cell.device, matrix.devices[cell.device].detect))
         if (host.absent and not os.environ.get(contract.SKIP_DETECT)) or host.problem:
             return "the host cannot run the cell"
-        if install.held_plan(envdir, install.plans(cell, envdir)) is None:
+        if stamp.held_plan(envdir, stamp.plans(cell, envdir)) is None:
             return "the env's stamp does not hold the cell's pins"
         # What the launch of this run depends on, besides the command and environment.
         inputs = [matrix.path, root / "noxfile.py", known_issues.registry_path(root),
-                  envdir / install.STAMP]
+                  envdir / stamp.STAMP]
         run = cellrun.open_run(
             stack, cell, str(python.absolute()), root, _results_root(root), pytest_args,
             workers_override(), checked=preflight.check(cell, root, host=host),

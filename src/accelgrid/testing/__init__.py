@@ -62,7 +62,8 @@ def _mark(kind: str, types: tuple[str, ...], reason: str, facts: dict[str, Any]
         raise ValueError(f"{kind}: no device fact {unknown[0]!r}; known: {', '.join(FACTS)}")
     if not types and not facts:
         raise ValueError(f"{kind} needs a device type or a fact")
-    return getattr(pytest.mark, kind)(*types, reason=reason, **facts)
+    mark: pytest.MarkDecorator = getattr(pytest.mark, kind)
+    return mark(*types, reason=reason, **facts)
 
 
 def only_on(*types: str, reason: str = "", **facts: bool) -> pytest.MarkDecorator:
@@ -79,7 +80,8 @@ def needs_devices(n: int) -> pytest.MarkDecorator:
     """Skip unless this process sees at least ``n`` devices of the cell's type."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"needs_devices: n must be a positive int, got {n!r}")
-    return getattr(pytest.mark, NEEDS_DEVICES)(n)
+    mark: pytest.MarkDecorator = getattr(pytest.mark, NEEDS_DEVICES)
+    return mark(n)
 
 
 def dtypes(*names: str, argname: str = "dtype") -> pytest.MarkDecorator:

@@ -39,7 +39,7 @@ from ..base.versions import in_range, installed_version
 ENV_KNOWN_ISSUES = contract.KNOWN_ISSUES
 UPSTREAM_MARKER = "upstream"
 EXPECTED_OUTCOMES = ("failed", "error", "skipped")
-_ENTRY_KEY = pytest.StashKey[dict]()
+_ENTRY_KEY = pytest.StashKey[dict[str, Any]]()
 
 
 def test_matches(nodeid: str, pattern: str) -> bool:
@@ -127,7 +127,7 @@ class KnownIssues:
                     break
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         entry = item.stash.get(_ENTRY_KEY, None)
@@ -136,7 +136,7 @@ class KnownIssues:
         return report
 
     def _apply(self, entry: dict[str, Any], report: pytest.TestReport,
-               call: pytest.CallInfo) -> None:
+               call: pytest.CallInfo[None]) -> None:
         expect = entry["expect"]
         if report.passed:
             if report.when == "call":
@@ -183,7 +183,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return str(longrepr or "")
 
 
-def _failure_text(call: pytest.CallInfo) -> str:
+def _failure_text(call: pytest.CallInfo[None]) -> str:
     if call.excinfo is None:
         return ""
     return f"{call.excinfo.typename}: {call.excinfo.value}"

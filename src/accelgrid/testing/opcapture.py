@@ -209,9 +209,10 @@ def _make_mode_class() -> type:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class _Counter(TorchDispatchMode):
-        def __init__(self, counts: dict[str, Counter]):
-            super().__init__()
+    # torch's TorchDispatchMode is untyped (its __init__, __init_subclass__).
+    class _Counter(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __init__(self, counts: dict[tuple[str, str], Counter[str]]):
+            super().__init__()  # type: ignore[no-untyped-call]
             self.counts = counts
             self.lock = threading.Lock()
 
@@ -223,7 +224,8 @@ def _make_mode_class() -> type:
             # raise "found no compiled frames". Read from torch 2.9; older ones ignore it.
             return True
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
             if _PHASE.optimizer:
                 phase = "optimizer"
@@ -237,7 +239,7 @@ def _make_mode_class() -> type:
                 self.counts[(phase, device)][name] += 1
             return func(*args, **kwargs)
 
-    def _device_of(args: tuple, kwargs: dict) -> str:
+    def _device_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """Where the op runs: its first tensor's device (a fallback op still gets the
         device's tensors), else a factory's ``device=``, else the CPU."""
         for value in (*args, *kwargs.values()):
@@ -274,7 +276,7 @@ class OpCapture:
     def __init__(self, device_type: str):
         self.device_type = device_type
         # (phase, device type the op ran on) -> op -> calls
-        self.counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
+        self.counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         self.messages: list[str] = []
         self._stack = contextlib.ExitStack()
 

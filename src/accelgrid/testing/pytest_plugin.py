@@ -2,9 +2,9 @@
 
 Loaded by the repo's root ``conftest.py``. Recording is on when ``ACCELGRID_RESULTS``
 names a results folder (the runner sets it); without it only the fixtures are active.
-With pytest-xdist the controller records (it sees every report, including the ones xdist
-makes for a crashed worker); each worker notes the test it is in so a crash or a hang is
-attributed to the right test.
+With pytest-xdist the controller records (:class:`accelgrid.testing.recorder.Recorder`: it
+sees every report, including the ones xdist makes for a crashed worker); each worker notes
+the test it is in so a crash or a hang is attributed to the right test.
 
 Nothing lost: a dead worker with a test does not count towards xdist's restart limit
 (:class:`RestartBudget`), so any number of crashing or hanging tests lose
@@ -17,39 +17,28 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .. import devices, results, testing
-from ..base import contract, jsonio, lifetime, outcomes, redact
+from ..base import contract, jsonio, lifetime
 from ..results import junit, provenance, shards
-from ..results import plan as run_plan
 from . import known_issues_runtime
+from .outcome_map import message
+from .recorder import Recorder
 
-if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
-    from ..results.records import TestRecord
+if TYPE_CHECKING:  # an old-style hookwrapper's outcome: pluggy's (pytest's own dependency)
+    from pluggy import Result
 
 
 def _worker_id(config: pytest.Config) -> str | None:
     return getattr(config, "workerinput", {}).get("workerid")
-
-
-def _run_fields() -> dict[str, Any]:
-    """The run's id, the user's pytest args and the selection, as the runner set them."""
-    fields: dict[str, Any] = {"run_id": os.environ.get(contract.RUN_ID) or None}
-    for key, var in (("pytest_args", contract.PYTEST_ARGS), ("selection", contract.SELECTION)):
-        try:
-            value = json.loads(os.environ.get(var) or "[]")
-        except ValueError:
-            value = [os.environ[var]]
-        fields[key] = [str(v) for v in value] if isinstance(value, list) else [str(value)]
-    return fields
 
 
 def _safe_events(config: pytest.Config) -> None:
@@ -66,290 +55,6 @@ def _safe_events(config: pytest.Config) -> None:
 
             plugin.sendevent = sendevent
             return
-
-
-def _message(report: pytest.TestReport | pytest.CollectReport) -> str:
-    longrepr = report.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # skip: (path, line, reason)
-        reason = str(longrepr[2])
-        return reason.removeprefix("Skipped: ")
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None:
-        return str(crash.message)
-    text = str(longrepr or "")
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` if JSON can hold it as it is, else its ``repr``: a NaN (a diverged
-    error a test records) too, which the record's JSON would turn into null."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value
-
-
-def _add_output(rec: dict[str, Any], report: pytest.TestReport) -> None:
-    """A failure's captured output (pytest's "Captured stdout call" sections) in its
-    record's ``output``: whatever its size, the record keeps its ends and
-    :func:`accelgrid.results.bounded_record` the whole beside the records."""
-    text = "".join(f"--- {name} ---\n{content}\n" for name, content in
-                   getattr(report, "sections", ()) or () if name.startswith("Captured "))
-    if text:
-        rec["output"] = text
-
-
-def _adding(ids: list[str]) -> Any:
-    """collected.json's change that adds ``ids`` it lacks (in order)."""
-    def add(known: Any) -> list[str]:
-        known = known if isinstance(known, list) else []
-        seen = set(known)
-        return known + [i for i in ids if i not in seen]
-    return add
-
-
-# pytest's terminal summary categories that are a test's outcome (not "rerun": an
-# attempt; not "deselected", "warnings").
-_OUTCOME_STATS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
-
-
-def _pytest_counts(config: pytest.Config) -> tuple[int | None, dict[str, int]]:
-    """pytest's own view of the pass: how many tests it reported an outcome for, and its
-    terminal summary's count per outcome (a test whose teardown failed counts in two);
-    None without its terminal reporter (``-p no:terminal``)."""
-    terminal = config.pluginmanager.get_plugin("terminalreporter")
-    if terminal is None:
-        return None, {}
-    stats = getattr(terminal, "stats", None) or {}
-    ids: set[str] = set()
-    counts: dict[str, int] = {}
-    for name in _OUTCOME_STATS:
-        reports = [r for r in stats.get(name, ()) if isinstance(r, pytest.TestReport)]
-        counts[name] = len(reports)
-        ids.update(r.nodeid for r in reports)
-    return len(ids), counts
-
-
-class Recorder:
-    """Turns the setup/call/teardown reports of each test into one record."""
-
-    def __init__(self, config: pytest.Config, folder: Path):
-        self.config = config
-        self.folder = folder
-        self.pending: dict[str, dict[str, Any]] = {}
-        self.reruns: dict[str, int] = {}  # pytest-rerunfailures attempts, per test
-        self.started: dict[str, float] = {}
-        self.cell = os.environ.get(contract.CELL, folder.name)
-        self.device = os.environ.get(contract.DEVICE, "cpu")
-        self.run = _run_fields()
-        self.pass_name = os.environ.get(contract.PASS, contract.PASS_SINGLE)
-        self.collect_errors: set[str] = set()
-        # Kept against tests that delete results/ or the cell folder (issue 27): the
-        # records through an fd opened now, env.json's and collected.json's content here.
-        self.records: results.RecordFile | None = None
-        self.env_started: dict[str, Any] = {}
-        self.collected: list[str] = []
-
-    # --- provenance and collection -------------------------------------------------
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        env = provenance.collect(self.cell, self.device, with_torch=False)
-        env.update(self.run)
-        entry = {"name": self.pass_name, "start": env["start"], "end": None}
-
-        def start(earlier: Any) -> dict[str, Any]:
-            # Passes of one run share env.json; the one starting later (or beside) keeps
-            # the run's start, the passes listed so far and torch facts already merged.
-            new = dict(env)
-            if (isinstance(earlier, dict) and earlier.get("cell") == self.cell
-                    and earlier.get("run_id") == self.run["run_id"]):
-                new["start"] = earlier.get("start", new["start"])
-                new["passes"] = [*earlier.get("passes", []), entry]
-                # torch's facts come from the test processes (the controller needs no
-                # torch and importing it here would cost seconds): merged at the end.
-                torch = earlier.get("torch")
-                if isinstance(torch, dict) and not torch.get("pending"):
-                    new["torch"] = torch
-            else:
-                new["passes"] = [entry]
-            # Every value by its shape too (pytest arguments, paths): records' redaction.
-            return redact.redact_value(new)
-
-        self.env_started = jsonio.update_json(self.folder / contract.ENV_FILE, start)
-        # The plan's inputs, before any test: what readers judge the records against.
-        run_plan.start_pass(self.folder, self.pass_name, self.run["run_id"], self.cell)
-        self.records = results.RecordFile(self.folder / contract.TESTS_FILE)
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        # Without xdist the controller collects itself; with it, workers do (hook below).
-        if session.items:
-            self.pytest_xdist_node_collection_finished(None, [i.nodeid for i in session.items])
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        # Every worker collects the same ids; other passes of the run (at once, or later)
-        # add theirs.
-        seen_here = set(self.collected)
-        self.collected += [i for i in ids if i not in seen_here]
-        jsonio.update_json(self.folder / contract.COLLECTED_FILE, _adding(ids))
-
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        torch_facts = results.merged_torch(self.folder)
-        end = provenance.now()
-
-        def finish(env: Any) -> dict[str, Any]:
-            # A test that deleted env.json (or the folder) does not erase the provenance.
-            env = env if isinstance(env, dict) else dict(self.env_started)
-            passes = env.get("passes") or []
-            for entry in passes:
-                if isinstance(entry, dict) and entry.get("name") == self.pass_name \
-                        and not entry.get("end"):
-                    entry.update(end=end, exitstatus=int(exitstatus))
-            env["torch"] = torch_facts
-            # The run is finished when its last pass is (passes may run at once).
-            if all(not isinstance(e, dict) or e.get("end") for e in passes):
-                env.update(end=end, status="finished", exitstatus=int(exitstatus))
-            return redact.redact_value(env)
-
-        jsonio.update_json(self.folder / contract.ENV_FILE, finish)
-        run_plan.end_pass(self.folder, self.pass_name, session.testscollected,
-                          *_pytest_counts(session.config), exitstatus)
-        if self.collected:  # back if a test deleted it: tests it lists never ran
-            jsonio.update_json(self.folder / contract.COLLECTED_FILE, _adding(self.collected))
-        if self.records is not None:
-            self.records.close()
-        else:
-            jsonio.sync(self.folder / contract.TESTS_FILE)
-
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        # A module that fails to import is a result of its own: otherwise its tests would
-        # just vanish from the cell (xdist forwards each failure once, deduplicated).
-        if not report.failed or report.nodeid in self.collect_errors:
-            return
-        self.collect_errors.add(report.nodeid)
-        # Once per run: a pass running beside this one collects the same modules.
-        self._write({"nodeid": report.nodeid or "<collection>", "outcome": outcomes.ERROR,
-                     "duration": None, "message": _message(report),
-                     "longrepr": str(report.longrepr or ""), "phase": "collect",
-                     "worker": None, "device": self.device}, once=True)
-
-    # --- per-test records ----------------------------------------------------------
-    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        self.started[nodeid] = time.time()
-
-    def _device_of(self, node: Any) -> str:
-        """The device a worker was pinned to (``cuda:1``), from its xdist spec's env."""
-        spec_env = getattr(getattr(getattr(node, "gateway", None), "spec", None), "env", None)
-        index = (spec_env or {}).get(contract.DEVICE_INDEX,
-                                     os.environ.get(contract.DEVICE_INDEX))
-        if os.environ.get(contract.PASS) == contract.PASS_ALL_DEVICES:
-            return f"{self.device}:all"  # every device of the run (the subset, if chosen)
-        if index is not None:
-            return f"{self.device}:{index}"
-        return self.device
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        node = getattr(report, "node", None)
-        worker = getattr(getattr(node, "gateway", None), "id", None)
-        if report.when not in ("setup", "call", "teardown"):
-            self._crashed(report, worker)
-            return
-        if report.outcome == "rerun":
-            # pytest-rerunfailures: this attempt failed and the test runs again. The
-            # attempt (and its teardown's report) is dropped; the final record counts the
-            # reruns (history: a pass after a rerun is flaky, never passed).
-            self.pending[report.nodeid] = {"rerun_attempt": True}
-            self.reruns[report.nodeid] = self.reruns.get(report.nodeid, 0) + 1
-            return
-        if self.pending.get(report.nodeid, {}).get("rerun_attempt"):
-            if report.when == "teardown":
-                del self.pending[report.nodeid]
-            return
-        rec = self.pending.setdefault(report.nodeid, {
-            "nodeid": report.nodeid, "outcome": None, "duration": 0.0,
-            "message": "", "longrepr": "", "worker": worker, "device": self._device_of(node),
-            "start": self.started.get(report.nodeid),
-        })
-        rec["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
-        if getattr(report, contract.REPORT_ISSUE, None):  # set by known_issues_runtime
-            rec["issue"] = getattr(report, contract.REPORT_ISSUE)
-        if getattr(report, contract.REPORT_CPU_S, None) is not None:  # set by WorkerMarker
-            rec["cpu_s"] = getattr(report, contract.REPORT_CPU_S)
-        # Facts a test records (request.node.user_properties): kept in its record too.
-        for name, value in getattr(report, "user_properties", None) or ():
-            rec.setdefault("properties", {})[str(name)] = _jsonable(value)
-        wasxfail = getattr(report, "wasxfail", None)
-        if rec["outcome"] is None:
-            if report.failed:
-                if report.when == "call":
-                    text = str(report.longrepr or "")
-                    rec["outcome"] = (outcomes.XPASSED if "XPASS(strict)" in text
-                                      else outcomes.FAILED)
-                else:
-                    rec["outcome"] = outcomes.ERROR
-                rec["message"] = _message(report)
-                rec["longrepr"] = str(report.longrepr or "")
-                _add_output(rec, report)
-                rec["phase"] = report.when
-            elif report.skipped:
-                if wasxfail is not None:
-                    rec["outcome"] = outcomes.XFAILED
-                    rec["message"] = wasxfail
-                else:
-                    reason = _message(report)
-                    if reason.startswith(outcomes.NOT_RUN_PREFIX):
-                        rec["outcome"] = outcomes.NOT_RUN
-                        reason = reason[len(outcomes.NOT_RUN_PREFIX):]
-                    else:
-                        rec["outcome"] = outcomes.SKIPPED
-                    rec["message"] = reason
-            elif report.when == "call":
-                rec["outcome"] = outcomes.XPASSED if wasxfail is not None else outcomes.PASSED
-                if wasxfail is not None:
-                    rec["message"] = wasxfail
-        elif report.when == "teardown" and report.failed and rec["outcome"] == outcomes.PASSED:
-            rec["outcome"] = outcomes.ERROR
-            rec["message"] = _message(report)
-            rec["longrepr"] = str(report.longrepr or "")
-            _add_output(rec, report)
-            rec["phase"] = "teardown"
-        if report.when == "teardown":
-            done = self.pending.pop(report.nodeid)
-            if report.nodeid in self.reruns:
-                done["reruns"] = self.reruns.pop(report.nodeid)
-                if done["outcome"] == outcomes.PASSED:
-                    done["outcome"] = outcomes.FLAKY  # passed only after failing first
-            self._write(done)
-
-    def _crashed(self, report: pytest.TestReport, worker: str | None) -> None:
-        info = results.running(self.folder).get(report.nodeid, {})
-        start = info.get("start") or self.started.get(report.nodeid)
-        timeout = info.get("timeout") or self.config.getoption("timeout", None)
-        outcome = results.crash_outcome(start, timeout)
-        detail = _message(report)
-        if outcome == outcomes.TIMEOUT:
-            detail = f"timed out after {timeout} s (worker killed by pytest-timeout); {detail}"
-        self.pending.pop(report.nodeid, None)
-        self._write({"nodeid": report.nodeid, "outcome": outcome, "start": start,
-                     "duration": time.time() - start if start else None,
-                     "message": detail, "longrepr": str(report.longrepr or ""),
-                     "worker": worker or info.get("worker"),
-                     "device": self._device_of(getattr(report, "node", None))})
-
-    def _write(self, rec: dict[str, Any], once: bool = False) -> None:
-        rec["outcome"] = rec["outcome"] or outcomes.ERROR
-        rec["cell"] = self.cell
-        rec["pass"] = self.pass_name
-        if self.run["run_id"]:
-            rec["run_id"] = self.run["run_id"]
-        rec["finished"] = time.time()
-        if self.records is None:  # a report before the session started: none today
-            self.records = results.RecordFile(self.folder / contract.TESTS_FILE)
-        # The dict built up over the test's phases is a whole record now that its
-        # outcome and the fields above are set.
-        self.records.append(cast("TestRecord", rec), once=once)
 
 
 class RestartBudget:
@@ -433,9 +138,9 @@ class WorkerMarker:
         # Several deselections (-m, -k, --upstream) add up; every worker collects the same
         # items and adds them to one list, under the folder's lock.
         def add(known: Any) -> list[str]:
-            known = known if isinstance(known, list) else []
-            seen = set(known)
-            return known + [i for i in left if i not in seen]
+            have: list[str] = known if isinstance(known, list) else []
+            seen = set(have)
+            return have + [i for i in left if i not in seen]
 
         jsonio.update_json(self.folder / name, add)
 
@@ -447,7 +152,8 @@ class WorkerMarker:
         self.cpu_start = time.process_time()
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, Result[pytest.TestReport], None]:
         outcome = yield
         if call.when == "teardown":
             # CPU time of this test process (all its threads) over the test: beside the
@@ -494,7 +200,7 @@ class OpCaptureHook:
     # file when the call starts; outside it, that would take the c10 log lines (fallback
     # messages from backward threads) away from the capture's copy of fd 2.
     @pytest.hookimpl(hookwrapper=True, trylast=True)
-    def pytest_runtest_call(self, item: pytest.Item):
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Result[None], None]:
         from . import opcapture  # imports torch: only when capturing
 
         capture = opcapture.OpCapture(self.device)
@@ -505,7 +211,6 @@ class OpCaptureHook:
         self.raw.mkdir(parents=True, exist_ok=True)
         results.append_record(self.raw / f"{self.worker}.jsonl", {
             "nodeid": item.nodeid, "workload": workload_of(item.nodeid), **capture.report()})
-
 
 
 def _junit_key(report: pytest.TestReport) -> Any:
@@ -532,9 +237,9 @@ class JUnitProperties:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Before pytest's LogXML sees the report (tryfirst), so finalize knows it.
-        if report.outcome == "rerun":
+        if str(report.outcome) == "rerun":  # pytest-rerunfailures', outside pytest's Literal
             self.attempts.setdefault(report.nodeid, []).append(
-                (_message(report), str(report.longrepr or "")))
+                (message(report), str(report.longrepr or "")))
             self.in_attempt.add(report.nodeid)
 
     @pytest.hookimpl(tryfirst=True)
