@@ -20,10 +20,9 @@ from .environment import redact_text
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import TestRecord
 
-
 __all__ = [
     "MAX_NODEID", "MAX_PROPERTIES", "MAX_PROPERTY_ITEMS", "MAX_PROPERTY_NAME",
-    "MAX_PROPERTY_TEXT", "clean_properties", "clean_record", "read_records", "run_records"
+    "MAX_PROPERTY_TEXT", "clean_properties", "clean_record", "read_records", "run_records",
 ]
 
 

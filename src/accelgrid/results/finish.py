@@ -25,9 +25,8 @@ from .writing import append_record
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import Summary, TestRecord
 
-
 __all__ = [
-    "MAX_REDACTED_FILE", "finalize", "merged_torch", "redact_file", "redact_files"
+    "MAX_REDACTED_FILE", "finalize", "merged_torch", "redact_file", "redact_files",
 ]
 
 

@@ -37,7 +37,7 @@ from ..base.jsonio import read_json, refuse_symlink, write_json
 
 __all__ = [
     "clear_for_run", "last_run", "prune_runs", "results_root", "run_folder", "selected_runs",
-    "suite_of", "write_last_run"
+    "suite_of", "write_last_run",
 ]
 
 

@@ -20,7 +20,7 @@ from ..base.outcomes import Outcome
 
 __all__ = [
     "IMPORTING_DIR", "clear_importing", "clear_running", "crash_outcome",
-    "drop_cleared_markers", "import_deaths", "mark_importing", "mark_running", "running"
+    "drop_cleared_markers", "import_deaths", "mark_importing", "mark_running", "running",
 ]
 
 

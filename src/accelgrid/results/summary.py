@@ -19,10 +19,9 @@ from .cleaning import run_records
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import PassTiming, Summary, TestRecord
 
-
 __all__ = [
     "FIRST_UNRECORDED", "RUN_FIELDS", "incompleteness", "last_outcomes", "pass_times",
-    "run_summary"
+    "run_summary",
 ]
 
 

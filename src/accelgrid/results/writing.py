@@ -32,10 +32,9 @@ from .environment import redact_value
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import TestRecord
 
-
 __all__ = [
     "FIELD_LIMITS", "MAX_FIELD_CHARS", "MAX_FULL_TEXT_BYTES", "RESTORE_TRIES", "RecordFile",
-    "append_record", "append_record_once", "bounded_record"
+    "append_record", "append_record_once", "bounded_record",
 ]
 
 
