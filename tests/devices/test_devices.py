@@ -43,7 +43,7 @@ def registered():
 def test_every_device_module_is_in_the_table() -> None:
     folder = Path(devices.__file__).parent
     modules = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "spec", "backends",
-                                                       "pci"}
+                                                       "pci", "registry"}
     assert modules == {d.name for d in devices.BUILTIN}
     for kind in devices.BUILTIN:
         assert kind.source == f"accelgrid.devices.{kind.name}"

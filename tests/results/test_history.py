@@ -16,6 +16,7 @@ from helpers.mini_projects import RERUN_PAYLOAD
 from helpers.report_cases import write_cell
 
 from accelgrid import report
+from accelgrid.base.errors import AccelgridError, Regression
 from accelgrid.cli import main
 from accelgrid.report import compare
 from accelgrid.results import history
@@ -307,7 +308,7 @@ def test_gate_policy_flaky_regressions_are_reported_not_gating(tmp_path: Path) -
     assert [c["nodeid"] for c in made.regressions] == [T + "broke"]
     assert [c["nodeid"] for c in made.flaky_regressions] == [T + "flaky"]
     assert f"FLAKY (not gating) cpu-2.13: {T}flaky: passed -> failed" in made.lines()
-    with pytest.raises(report.Regression, match="1 regression"):
+    with pytest.raises(Regression, match="1 regression"):
         made.check()
     # Without history the same flaky test is a plain regression: the policy needs evidence.
     plain = report.grid([folders[-1]], tmp_path / "plain", baseline_dir=base)
@@ -341,7 +342,7 @@ def test_an_expected_cell_that_recorded_nothing_is_lost(tmp_path: Path) -> None:
     made = report.grid([cpu, died], tmp_path / "out", expect=["cpu-2.13", "xpu-2.5"])
     assert [x["cell"] for x in made.lost] == ["xpu-2.5"]
     assert "ran but recorded no test" in made.lost[0]["why"]
-    with pytest.raises(report.Regression):
+    with pytest.raises(Regression):
         made.check()
 
 
@@ -366,9 +367,9 @@ def test_expect_from_a_file_the_matrix_and_baselines(tmp_path: Path) -> None:
     lines.write_text("xpu-2.6\ncuda-2.11\n")
     assert expect.parse([f"@{lines},xpu-2.6"]) == ["xpu-2.6", "cuda-2.11"]
     assert expect.parse(["matrix"], matrix_cells=["a-1", "b-2"]) == ["a-1", "b-2"]
-    with pytest.raises(report.AccelgridError, match="not a cell name"):
+    with pytest.raises(AccelgridError, match="not a cell name"):
         expect.parse(["../x"])
-    with pytest.raises(report.AccelgridError, match="no such file"):
+    with pytest.raises(AccelgridError, match="no such file"):
         expect.parse([f"@{tmp_path / 'nope.json'}"])
 
 
@@ -448,7 +449,7 @@ def test_bench_history_small(tmp_path: Path) -> None:
     md = (tmp_path / "bench-history.md").read_text()
     assert "history add of one 2-cell night" in md and "load average before" in md
     assert json.loads((tmp_path / "bench-history.json").read_text())["nights"] == 3
-    with pytest.raises(report.AccelgridError, match="--nights"):
+    with pytest.raises(AccelgridError, match="--nights"):
         history_bench.run(nights=1, out=None)
 
 

@@ -21,6 +21,7 @@ import torch
 
 from accelgrid import results
 from accelgrid.base import contract, jsonio
+from accelgrid.results import markers
 
 
 def test_results_root_is_the_project_results_unless_the_variable_names_one(
@@ -582,7 +583,7 @@ def test_two_workers_making_a_marker_folder_at_once_both_write_theirs(
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
         return real(path, flags, mode)
 
-    monkeypatch.setattr(results, "open_nofollow", racing)
+    monkeypatch.setattr(markers, "open_nofollow", racing)
     results.mark_running(tmp_path, "gw0", "t.py::a", None)
     results.mark_importing(tmp_path, "test file", "a.py")
     assert set(results.running(tmp_path)) == {"t.py::a"}

@@ -2,65 +2,25 @@
 
 - :mod:`.devices`: a whole cell on 1, 2, 4, ... of the host's devices (multi-GPU scaling)
 - :mod:`.offload`: torchao's CPUOffloadOptimizer on a CUDA/XPU device (memory, step time)
+- :mod:`.harness`: what each needs besides its measurement (stopping on a signal, the
+  machine's description, writing the outputs), re-exported here; the checkout's
+  benchmarks of accelgrid itself use it too (tools/selfbench)
 
 Each ``run(...)`` prints its progress, writes its JSON/Markdown outputs and returns the
 report; invalid arguments raise :class:`~accelgrid.base.errors.InvalidInput`. The options live
 in :mod:`accelgrid.cli.bench`. Submodules are imported on use (``from accelgrid.bench
-import devices``), so importing this package costs nothing. The helpers here (stopping on a
-signal, the machine's description, writing the outputs) also serve the checkout's
-benchmarks of accelgrid itself (tools/selfbench).
+import devices``), so importing this package costs next to nothing (the harness: stdlib).
 """
 
-from __future__ import annotations
+from .harness import (
+    STOP_GRACE_S,
+    STOP_SIGNALS,
+    Stopped,
+    load_average,
+    machine,
+    stoppable,
+    write_outputs,
+)
 
-import os
-import platform
-from pathlib import Path
-from typing import Any
-
-from ..base.jsonio import write_json
-
-# Stopping on a signal lives in base.lifetime (publish uses it too); named here as before.
-from ..base.lifetime import STOP_SIGNALS as STOP_SIGNALS
-from ..base.lifetime import Stopped as Stopped
-from ..base.lifetime import stoppable as stoppable
-
-STOP_GRACE_S = 15.0   # a stopped command's time to close its results, then it is killed
-
-
-def write_outputs(out: str | Path, stem: str, report: dict, markdown: str) -> Path:
-    """``out/<stem>.json`` (the report, atomically) and ``out/<stem>.md``; returns ``out``."""
-    out = Path(out)
-    write_json(out / f"{stem}.json", report)   # makes the folder too
-    (out / f"{stem}.md").write_text(markdown, encoding="utf-8")
-    return out
-
-
-def machine() -> dict[str, Any]:
-    """What a timing depends on: host, CPUs (and how many this process may use), CPU
-    model, memory, OS and Python."""
-    model = platform.processor() or platform.machine()
-    try:  # Linux names the CPU model here; platform.processor() often says only x86_64
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            model = next((line.split(":", 1)[1].strip() for line in fh
-                          if line.startswith("model name")), model)
-    except OSError:
-        pass
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
-    except (AttributeError, ValueError, OSError):
-        memory = None
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"host": platform.node(), "cpus": os.cpu_count(), "cpus_usable": usable,
-            "cpu_model": model, "memory_gib": round(memory, 1) if memory else None,
-            "os": platform.platform(terse=True), "machine": platform.machine(),
-            "python": f"{platform.python_implementation()} {platform.python_version()}"}
-
-
-def load_average() -> float | None:
-    """The 1-minute load average (None where the OS has none): other work on the machine
-    stretches wall times."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
+__all__ = ["STOP_GRACE_S", "STOP_SIGNALS", "Stopped", "load_average", "machine", "stoppable",
+           "write_outputs"]

@@ -35,17 +35,9 @@ from ..ops import xpu_prediction
 from ..results.cellresults import discover
 from ..results.history import BAD_CODES, open_store, run_row
 from ..results.records import Column, Grid, Row
-from . import (
-    build_model,
-    history,
-    hud,
-    ops_pages,
-    render_html,
-    render_json,
-    render_markdown,
-    with_history,
-)
+from . import history, hud, ops_pages, render_html, render_json, render_markdown
 from ._common import templates
+from .grid import build_model, with_history
 
 DESCRIPTION = """\
 Write a static site for GitHub Pages from results folders and the history: the latest grid

@@ -20,8 +20,9 @@ from ..base import contract, outcomes, outputs, text
 from ..base.errors import InvalidInput
 from ..base.jsonio import json_kind, read_json
 from ..base.redact import redact
-from . import RUN_FIELDS, incompleteness, last_outcomes, run_records
 from . import plan as run_plan
+from .cleaning import run_records
+from .summary import RUN_FIELDS, incompleteness, last_outcomes
 
 if TYPE_CHECKING:  # annotations only: records needs Python 3.11, a cell may have less
     from .records import Plan, TestRecord

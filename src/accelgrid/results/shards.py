@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import results
 from ..base import contract, jsonio
 from . import cellresults, plan
+from .cleaning import read_records
 
 _SPEC = re.compile(r"^\s*(\d{1,3})\s*/\s*(\d{1,3})\s*$")
 MAX_SHARDS = 64   # as matrix.yaml's shards
@@ -70,7 +70,7 @@ def durations(source: str | os.PathLike[str] | None) -> dict[str, float]:
     folders, _ = cellresults.discover([path]) if path.is_dir() else ([], [])
     out: dict[str, float] = {}
     for folder in folders:
-        records, _ = results.read_records(folder / contract.TESTS_FILE)
+        records, _ = read_records(folder / contract.TESTS_FILE)
         for rec in records:
             d = rec.get("duration")
             if isinstance(d, int | float) and d == d and d >= 0:
