@@ -125,7 +125,7 @@ def test_importing_the_cli_does_nothing_until_main() -> None:
             "import accelgrid.cli\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,\n"
             "      signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,\n"
-            "      sorted(m for m in ('argparse', 'accelgrid.run.relaunch',\n"
+            "      sorted(m for m in ('argparse', 'accelgrid.run.headstart.relaunch',\n"
             "                         'accelgrid.cli.parser') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)

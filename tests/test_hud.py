@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
+from mini_projects import run_request
 from test_history import T, night
 
 from accelgrid.cli import main
@@ -251,8 +252,8 @@ def test_a_real_runs_env_json_names_its_ci_run_and_the_page_links_it(
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(
         "def test_one():\n    assert 1 + 1 == 2\n")
-    run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
-             proj / "results")
+    run_cell(run_request(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
+                         proj / "results"))
     folder = proj / "results" / "cpu-2.13"
     assert json.loads((folder / "env.json").read_text())["ci"] == _ci(555, 2)
     out = tmp_path / "site"

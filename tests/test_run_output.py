@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from mini_projects import run_request
 
 from accelgrid import report, results
 from accelgrid.base import contract, outcomes
@@ -69,7 +70,7 @@ def _project(mini_project) -> Path:
 
 def _run(proj: Path, *args: str) -> tuple[int, Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    rc = run_cell(cell, sys.executable, proj, proj / "results", list(args))
+    rc = run_cell(run_request(cell, sys.executable, proj, proj / "results", list(args)))
     return rc, results.last_run(proj / "results" / "cpu-2.13")[1]
 
 
@@ -281,7 +282,7 @@ def test_every_line_of_a_run_goes_through_say() -> None:
     a line printed beside it would skip its prefix, stream choice and flush."""
     import ast
 
-    files = [*sorted((SRC / "accelgrid" / "run").glob("*.py")),
+    files = [*sorted((SRC / "accelgrid" / "run").rglob("*.py")),   # the head start too
              SRC / "accelgrid" / "commands" / "sessions.py"]
     printing = []
     for path in files:

@@ -3,7 +3,7 @@
 Its first moments come before anything heavy loads (argparse, accelgrid's layers, nox,
 the matrix): a Ctrl-C or SIGTERM while the command starts is one line (exit 130, 143),
 and a warm ``accelgrid run CELL -- ARGS`` run again starts its pytest at once (the head
-start's early launch, :func:`accelgrid.run.relaunch.early`; docs/running.md).
+start's early launch, :func:`accelgrid.run.headstart.relaunch.early`; docs/running.md).
 Then the parse (:mod:`.parser`), the command's handler, and its exit code. This module
 imports only ``os``, ``signal`` and ``sys`` at its top: the rest is loaded by
 :func:`main`, after those first moments.
@@ -54,7 +54,7 @@ def _begin() -> bool:
         signal.signal(signal.SIGINT, _interrupted_while_starting)
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _interrupted_while_starting)
-    from ..run import relaunch
+    from ..run.headstart import relaunch
 
     relaunch.early(sys.argv[1:])
     return True

@@ -29,9 +29,11 @@ from ..base.errors import AccelgridError, InvalidInput
 from ..config.matrix import Cell, Matrix
 from ..host import detect, inputs, install, venvs
 from ..results import environment, history, shards
-from ..run import console, preflight, prestart
+from ..run import console, preflight
 from ..run.cell import run_cell
+from ..run.headstart import prestart
 from ..run.passes import workers_override
+from ..run.request import RunRequest
 from . import actions
 
 
@@ -189,11 +191,10 @@ def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
     if _install_only(session):   # the env is ready, run nothing
         return
     try:
+        request = RunRequest(cell, python, matrix.root, out, checked, tuple(session.posargs),
+                             workers, finalized=write_op_pages)
         # The run `accelgrid run` started ahead, held until now, when it is this one.
-        ahead = prestart.take(cell, python, matrix.root, out, session.posargs, workers,
-                              checked, finalized=write_op_pages)
-        rc = run_cell(cell, python, matrix.root, out, session.posargs, workers=workers,
-                      finalized=write_op_pages, checked=checked, prestarted=ahead)
+        rc = run_cell(request, prestarted=prestart.take(request))
     except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
         problem = jsonio.storage_problem(exc)
         if problem is None:
