@@ -206,7 +206,7 @@ NOXFILE = '''
 import sys
 sys.path.insert(0, {src!r})
 import nox
-from accelgrid.commands import sessions
+from accelgrid.commands import envbuild
 from accelgrid.host import install
 from accelgrid.results import environment
 from accelgrid.config.matrix import load_matrix
@@ -223,7 +223,7 @@ def tiny(session):
     plan = install.InstallPlan(CELL.name, "default", steps,
                                environment.uv_env_from_pip(environment.pip_settings()))
     session.env.update(plan.env)
-    sessions.build_env(session, CELL, plan)
+    envbuild.build_env(session, CELL, plan)
 '''
 
 
@@ -283,7 +283,8 @@ def test_every_line_of_a_run_goes_through_say() -> None:
     import ast
 
     files = [*sorted((SRC / "accelgrid" / "run").rglob("*.py")),   # the head start too
-             SRC / "accelgrid" / "commands" / "sessions.py"]
+             SRC / "accelgrid" / "commands" / "sessions.py",
+             SRC / "accelgrid" / "commands" / "envbuild.py"]
     printing = []
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
