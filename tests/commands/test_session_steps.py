@@ -17,8 +17,7 @@ from accelgrid.run.headstart import prestart
 
 def _state(virtualenv: object = None) -> sessions.CellSession:
     # Only what run_steps and steps_of read: a stand-in session, no matrix or cell.
-    return sessions.CellSession(SimpleNamespace(virtualenv=virtualenv),  # type: ignore[arg-type]
-                                None, None, Path("."))  # type: ignore[arg-type]
+    return sessions.CellSession(SimpleNamespace(virtualenv=virtualenv), None, None, Path("."))
 
 
 def test_the_steps_in_order() -> None:
@@ -47,7 +46,8 @@ def test_the_head_start_ends_once_before_the_change(monkeypatch) -> None:
     sessions.run_steps(_state(), steps)
     assert seen == ["a", "b", "c", "d", "e"] and ended == [["a", "b"]]
     # Nothing changes: the run started ahead is left to the session's run to take.
-    seen.clear(), ended.clear()
+    seen.clear()
+    ended.clear()
     sessions.run_steps(_state(), [step("a"), step("b")])
     assert ended == []
     # --install-only: the steps stop once one says so.
