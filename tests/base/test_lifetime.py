@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 
 from accelgrid import results
 from accelgrid.base import contract, lifetime
@@ -27,9 +28,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc and relies on prctl")
 
 RUN_CELL = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
+            "from accelgrid.run import preflight; from accelgrid.run.request import RunRequest; "
             "from accelgrid.config.matrix import load_matrix; p = Path(sys.argv[1]); "
-            "sys.exit(run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
-            "sys.executable, p, p / 'results'))")
+            "c = load_matrix(p / 'matrix.yaml').cell('cpu-2.13'); "
+            "sys.exit(run_cell(RunRequest(c, sys.executable, p, p / 'results', "
+            "preflight.check(c, p))))")
 
 # test_3 starts a child (in pytest's process group, as test helpers do) and hangs.
 HANGS_WITH_CHILD = textwrap.dedent('''
@@ -173,7 +176,7 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
         # A second run of the cell is refused in one line, naming the run in progress.
         cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
         with pytest.raises(cell_lock.CellBusy) as busy:
-            run_cell(cell, python, proj, proj / "results")
+            run_cell(run_request(cell, python, proj, proj / "results"))
         message = str(busy.value)
         assert "\n" not in message and "another run of this cell is in progress" in message
         assert first_id in message and str(folder) in message
@@ -191,7 +194,7 @@ def test_second_run_refused_and_kill_9_of_the_runner_group_leaves_nothing(
     assert any("never finished" in p for p in killed.problems)
     # The next run of the cell is its own: nothing of the killed run lands in it.
     payload.write_text("def test_new():\n    pass\n")
-    assert run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(run_request(cell, python, proj, proj / "results")) == 0
     env = json.loads((folder / contract.ENV_FILE).read_text())
     assert env["run_id"] != first_id and env["status"] == "finished"
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
@@ -270,8 +273,8 @@ def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
         assert "Traceback" not in second.stderr
         # And from the library: the same refusal.
         with pytest.raises(cell_lock.CellBusy):
-            run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
-                            proj / "results")
+            run_cell(run_request(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python,
+                                 proj, proj / "results"))
         assert not (folder / contract.LOCK_FILE).exists()  # refused before touching the folder
         release.write_text("")
         assert first.wait(timeout=120) == 0, log.read_text()[-3000:]
@@ -284,7 +287,7 @@ def test_a_second_run_is_refused_whatever_the_first_runs_tests_delete(
     assert {r["run_id"] for r in recs} == {first_id}  # nothing of another run mixed in
     # Once the first run has ended, the next one runs.
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(run_request(cell, python, proj, proj / "results")) == 0
     env_json = json.loads((folder / contract.ENV_FILE).read_text())
     assert env_json["run_id"] != first_id and env_json["status"] == "finished"
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
@@ -388,7 +391,7 @@ def test_the_pass_leaves_nothing_in_its_process_group(mini_project, python) -> N
     '''))
     folder = (proj / "results" / "cpu-2.13").resolve()
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(run_request(cell, python, proj, proj / "results")) == 0
     assert _wait_gone(_marker(folder), 10) == []
 
 

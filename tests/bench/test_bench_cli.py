@@ -96,8 +96,8 @@ def test_bench_module_has_no_argparse() -> None:
 @pytest.mark.parametrize("what", ["offload", "overhead", "grid", "history", "ops"])
 def test_benches_write_under_results_by_default(what: str) -> None:
     # A plain bench run never dirties the checkout: docs/ only with --out docs/measured.
-    from accelgrid import cli
+    from accelgrid.cli import parser
 
-    args = (cli.parse(["bench", what]) if what in OPTIONS
+    args = (parser.parse(["bench", what]) if what in OPTIONS
             else selfbench.build_parser().parse_args([what]))
     assert str(args.out) == f"results/bench-{what}", args.out

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from accelgrid import cli, ops
+from accelgrid.cli import parser as cli_parser
 from accelgrid.cli import run as cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every command word: none of them may be taken for a command when it follows `--`.
-WORDS = sorted({*cli.build_parser()._subparsers._group_actions[0].choices,
+WORDS = sorted({*cli_parser.build_parser()._subparsers._group_actions[0].choices,
                 "ci", "baseline", "repro", "bisect", "container", "ops", "bench", "grid"})
 
 
@@ -132,19 +133,19 @@ def test_every_argument_after_dashes_reaches_pytest(word, monkeypatch) -> None:
 
 
 def test_container_run_takes_pytest_args_and_render_does_not() -> None:
-    args = cli.parse(["container", "run", "cpu-2.13", "--", "-k", "ops"])
+    args = cli_parser.parse(["container", "run", "cpu-2.13", "--", "-k", "ops"])
     assert args.pytest_args == ["-k", "ops"] and args.func.__module__ == "accelgrid.cli.container"
     with pytest.raises(SystemExit) as exc:
-        cli.parse(["container", "render", "cpu-2.13", "--", "-k", "ops"])
+        cli_parser.parse(["container", "render", "cpu-2.13", "--", "-k", "ops"])
     assert exc.value.code == 2
 
 
 def test_matrix_option_is_taken_before_and_after_the_command(tmp_path) -> None:
     other = tmp_path / "m.yaml"
-    assert cli.parse(["--matrix", str(other), "cells"]).matrix == str(other)
-    assert cli.parse(["cells", "--matrix", str(other)]).matrix == str(other)
-    assert cli.parse(["ci", "check", "--matrix", str(other)]).matrix == str(other)
-    assert cli.parse(["cells"]).matrix == "matrix.yaml"
+    assert cli_parser.parse(["--matrix", str(other), "cells"]).matrix == str(other)
+    assert cli_parser.parse(["cells", "--matrix", str(other)]).matrix == str(other)
+    assert cli_parser.parse(["ci", "check", "--matrix", str(other)]).matrix == str(other)
+    assert cli_parser.parse(["cells"]).matrix == "matrix.yaml"
 
 
 @pytest.mark.parametrize("argv", [
@@ -275,9 +276,9 @@ def _registered(group: str) -> list[str]:
     return list(sub.choices)
 
 
-@pytest.mark.parametrize("group", list(cli.GROUPS))
+@pytest.mark.parametrize("group", list(cli_parser.GROUPS))
 def test_command_table_matches_what_each_group_registers(group: str) -> None:
-    assert list(cli.GROUPS[group]) == _registered(group)
+    assert list(cli_parser.GROUPS[group]) == _registered(group)
 
 
 @pytest.mark.parametrize("argv,command", [
@@ -285,14 +286,15 @@ def test_command_table_matches_what_each_group_registers(group: str) -> None:
     (["--matrix=m.yaml", "plan", "x"], "plan"), (["-h", "run"], None), ([], None),
     (["--version"], None)])
 def test_command_word(argv: list[str], command: str | None) -> None:
-    assert cli.command_word(argv) == command
+    assert cli_parser.command_word(argv) == command
 
 
 def test_a_command_loads_only_its_group() -> None:
     """`accelgrid run` imports no report, container, CI or bench code (nor jinja2 and
     pytest, which only those and the cells need); `accelgrid --help` still lists all."""
-    code = ("import sys; from accelgrid import cli; a = cli.parse(['run', 'cpu-2.13', '--', "
-            "'-k', 'x']); print(a.cell, a.pytest_args if hasattr(a, 'pytest_args') else '', "
+    code = ("import sys; from accelgrid.cli import parser; "
+            "a = parser.parse(['run', 'cpu-2.13', '--', '-k', 'x']); "
+            "print(a.cell, a.pytest_args if hasattr(a, 'pytest_args') else '', "
             "sorted(m for m in ('jinja2', 'pytest', 'accelgrid.report', "
             "'accelgrid.commands.containers', 'accelgrid.commands.ci', 'accelgrid.bench', "
             "'accelgrid.host.install') if m in sys.modules))")
@@ -301,7 +303,7 @@ def test_a_command_loads_only_its_group() -> None:
     assert proc.stdout.split()[0] == "cpu-2.13"
     assert proc.stdout.rstrip().endswith("[]"), proc.stdout
     help_text = _cli("--help").stdout
-    assert all(word in help_text for words in cli.GROUPS.values() for word in words)
+    assert all(word in help_text for words in cli_parser.GROUPS.values() for word in words)
 
 
 @pytest.mark.parametrize("argv", [["run", "no-such-cell", "--", "-x"],

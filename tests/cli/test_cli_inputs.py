@@ -80,19 +80,31 @@ def test_a_path_too_long_for_the_os_is_one_line(tmp_path: Path, made) -> None:
     assert len(proc.stderr) < 400
 
 
+# The command (sys.argv[0] is accelgrid) with a stop sent as main(), its first moments over,
+# imports what it runs on (accelgrid.cli.parser, the first of them).
+STOPPED_WHILE_LOADING = (
+    "import os, signal, sys; sys.argv = ['accelgrid', 'grid', 'x']\n"
+    "class Stop:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'accelgrid.cli.parser':\n"
+    "            os.kill(os.getpid(), signal.{signal})\n"
+    "sys.meta_path.insert(0, Stop())\n"
+    "from accelgrid import cli\n"
+    "sys.exit(cli.main())\n")
+
+
 def test_ctrl_c_while_accelgrid_starts_is_one_line_130(tmp_path: Path) -> None:
     """SIGINT during the imports and the parse (before a command runs): one line, 130."""
-    code = ("import os, signal, sys; sys.argv = ['accelgrid', 'grid', 'x']; "
-            "import accelgrid.cli; os.kill(os.getpid(), signal.SIGINT); import accelgrid.report")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", STOPPED_WHILE_LOADING.format(signal="SIGINT")],
+                          capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (130, "accelgrid: interrupted\n")
     # Through main(): a SIGINT while the command's group is imported.
-    code = ("import os, signal, sys; from accelgrid import cli; orig = cli.build_parser\n"
+    code = ("import os, signal, sys; from accelgrid.cli import parser; orig = parser.build_parser\n"
             "def slow(word):\n"
             "    os.kill(os.getpid(), signal.SIGINT)\n"
             "    return orig(word)\n"
-            "cli.build_parser = slow; sys.exit(cli.main(['grid', 'x']))")
+            "parser.build_parser = slow\n"
+            "from accelgrid import cli; sys.exit(cli.main(['grid', 'x']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert (proc.returncode, proc.stderr) == (130, "accelgrid: interrupted\n")
@@ -100,11 +112,24 @@ def test_ctrl_c_while_accelgrid_starts_is_one_line_130(tmp_path: Path) -> None:
 
 def test_sigterm_while_accelgrid_starts_is_one_line_143() -> None:
     """SIGTERM during the imports, as SIGINT: one line, the shell's code (128 + 15)."""
-    code = ("import os, signal, sys; sys.argv = ['accelgrid', 'grid', 'x']; "
-            "import accelgrid.cli; os.kill(os.getpid(), signal.SIGTERM); import accelgrid.report")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", STOPPED_WHILE_LOADING.format(signal="SIGTERM")],
+                          capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (143, "accelgrid: stopped by SIGTERM\n")
+
+
+def test_importing_the_cli_does_nothing_until_main() -> None:
+    """The command's first moments (the starting handlers, a warm run's early launch) are
+    main()'s first work, not the import's: a program importing accelgrid.cli, even named
+    accelgrid, keeps its signals and starts nothing; nor does the import load argparse."""
+    code = ("import signal, sys; sys.argv = ['accelgrid', 'run', 'cpu-2.13', '--', '-k', 'x']\n"
+            "import accelgrid.cli\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,\n"
+            "      signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,\n"
+            "      sorted(m for m in ('argparse', 'accelgrid.run.headstart.relaunch',\n"
+            "                         'accelgrid.cli.parser') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stdout.split("\n")[0] == "True True []"
 
 
 def test_a_stop_once_the_command_is_over_leaves_its_exit_code(capsys) -> None:

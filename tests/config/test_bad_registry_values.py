@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 
 from accelgrid import cli
 from accelgrid.base import contract, errors
@@ -142,7 +143,7 @@ def test_a_bad_registry_stops_a_cell_before_its_results_are_touched(tmp_path, py
     (previous / contract.TESTS_FILE).write_text('{"nodeid": "t.py::a", "outcome": "passed"}\n')
     before = (previous / contract.TESTS_FILE).read_bytes()
     with pytest.raises(ValidationFailed) as info:
-        run_cell(matrix.cell("cpu-2.13"), python, proj, out)
+        run_cell(run_request(matrix.cell("cpu-2.13"), python, proj, out))
     assert "expect: 'passed' is not one of" in str(info.value)
     assert (previous / contract.TESTS_FILE).read_bytes() == before
     assert sorted(p.name for p in previous.iterdir()) == [contract.TESTS_FILE]

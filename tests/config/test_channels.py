@@ -25,7 +25,7 @@ from accelgrid.host import stamp as install_stamp
 from accelgrid.report import model
 from accelgrid.results import junit
 from accelgrid.results.history import open_store
-from accelgrid.run import cellenv
+from accelgrid.run import cellenv, preflight
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -119,7 +119,8 @@ def test_plan_shows_the_channel_and_its_index(matrix_file: Path,
 
 def test_the_channel_is_in_the_runs_env_and_its_junit(matrix_file: Path, tmp_path: Path) -> None:
     cell = load_matrix(matrix_file).cell("cpu-2.16")
-    env = cellenv.cell_env(cell, tmp_path, tmp_path / "out", base={})
+    env = cellenv.cell_env(cell, tmp_path, tmp_path / "out", base={},
+                           checked=preflight.check(cell, tmp_path, {}))
     assert env[contract.TORCH_CHANNEL] == "nightly"
     props = dict(junit.suite_properties(env))
     assert props["torch_channel"] == "nightly"

@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from helpers.mini_projects import run_request
 
 from accelgrid import results
 from accelgrid.base import contract
@@ -22,7 +23,7 @@ from accelgrid.config import known_issues
 from accelgrid.config.matrix import load_matrix
 from accelgrid.config.model import PIN_NAMES
 from accelgrid.config.validation import ValidationFailed, load_schema, schema_text
-from accelgrid.run import cellenv
+from accelgrid.run import cellenv, preflight
 from accelgrid.run.cell import run_cell
 from accelgrid.testing import known_issues_runtime as rt
 
@@ -300,7 +301,7 @@ issues:
 
 def _run(proj: Path, python: str) -> tuple[int, dict[str, dict], Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    rc = run_cell(cell, python, proj, proj / "results")
+    rc = run_cell(run_request(cell, python, proj, proj / "results"))
     folder = proj / "results" / "cpu-2.13"
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
@@ -363,7 +364,8 @@ def test_invalid_registry_stops_the_run(mini_project, python: str, monkeypatch) 
     with pytest.raises(ValidationFailed, match=re.escape(
             "acme/widgets#2.expect: 'eror' is not one of: failed, error, skipped; "
             "did you mean 'error'?")):
-        cellenv.cell_env(cell, proj, proj / "results" / "cpu-2.13")
+        cellenv.cell_env(cell, proj, proj / "results" / "cpu-2.13",
+                         checked=preflight.check(cell, proj))
 
 
 def test_out_of_scope_reason_uses_installed_versions() -> None:
@@ -471,7 +473,7 @@ def test_hardware_scoped_entry_applies_only_on_that_hardware(
     (proj / "suites" / "payload" / "test_hw.py").write_text(HW_PAYLOAD)
     (proj / "known_issues.yaml").write_text(HW_REGISTRY)
     cell = load_matrix(proj / "matrix.yaml").cell("xpu-2.13")
-    run_cell(cell, python, proj, proj / "results")
+    run_cell(run_request(cell, python, proj, proj / "results"))
     folder = proj / "results" / "xpu-2.13"
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
     got = {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs}

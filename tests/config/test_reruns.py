@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import xmlschema
-from helpers.mini_projects import RERUN_PAYLOAD
+from helpers.mini_projects import RERUN_PAYLOAD, run_request
 
 from accelgrid import report
 from accelgrid.base import contract, outcomes
@@ -111,7 +111,7 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     assert cell.reruns == 2
     # Nothing by hand: no PYTEST_PLUGINS, no --reruns; the matrix alone asks for them.
-    rc = run_cell(cell, sys.executable, proj, proj / "results")
+    rc = run_cell(run_request(cell, sys.executable, proj, proj / "results"))
     assert rc == 1  # test_always_fails failed all three attempts
     recs = {n.split("::")[1]: r for n, r in read_cell(proj / "results" / "cpu-2.13").tests.items()}
     assert recs["test_flaky"]["outcome"] == outcomes.FLAKY

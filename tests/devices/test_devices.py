@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.device_cases import FAKE_DEVICE
+from helpers.mini_projects import run_request
 
 from accelgrid import devices, results
 from accelgrid.base import contract
@@ -209,7 +210,7 @@ def test_the_fake_device_runs_the_smoke_suite(mini_project, python) -> None:
     shutil.copy(ROOT / "suites" / "smoke" / "test_device_api.py",
                 proj / "suites" / "payload" / "test_device_api.py")
     cell = load_matrix(proj / "matrix.yaml").cell("fakeacc-2.13")
-    rc = run_cell(cell, python, proj, proj / "results")
+    rc = run_cell(run_request(cell, python, proj, proj / "results"))
     folder = proj / "results" / "fakeacc-2.13"
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
@@ -371,9 +372,11 @@ def test_a_spec_device_declares_every_fact_and_the_run_reads_each(mini_project, 
     reads["host_hardware"] = (choice.family, choice.how) == ("pvc", "detected")
     folder = proj / "results" / cell.name
     folder.mkdir(parents=True)
+    from accelgrid.run import preflight
     from accelgrid.run.cellenv import cell_env
 
-    env = cell_env(cell, proj, folder, base={"PATH": "/usr/bin:/bin"})
+    base = {"PATH": "/usr/bin:/bin"}
+    env = cell_env(cell, proj, folder, base=base, checked=preflight.check(cell, proj, base))
     written = json.loads((folder / contract.HARDWARE_FILE).read_text())
     reads["host_inventory"] = (written["fullacc-smi"] == ["card 0", "card 1"]
                                and env["FULLACC_MODE"] == "pvc")

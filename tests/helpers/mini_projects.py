@@ -44,6 +44,16 @@ def cell_envdir() -> Path:
     return Path(base) / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
 
 
+def run_request(cell, python, root: Path, results_root: Path, pytest_args=(), **fields):
+    """A run's request (accelgrid.run.request.RunRequest) as a session makes it: the
+    preflight made once, here, by the caller (the run asks no other)."""
+    from accelgrid.run import preflight
+    from accelgrid.run.request import RunRequest
+
+    return RunRequest(cell, str(python), root, results_root, preflight.check(cell, root),
+                      tuple(pytest_args), **fields)
+
+
 def make_project(proj: Path, test_seconds: int = 60, cell_minutes: int = 10, workers: int = 1,
                  noxfile: bool = False) -> Path:
     """A project folder with the repo's conftest and a matrix whose only suite is

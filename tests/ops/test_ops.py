@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers.mini_projects import run_request  # noqa: E402
 from helpers.report_cases import xpu_survey_cell  # noqa: E402
 
 from accelgrid import ops  # noqa: E402
@@ -159,8 +160,8 @@ def test_recorded_run_builds_ops_json_and_grids(mini_project, python, tmp_path: 
     (proj / "suites" / "payload" / "test_wl.py").write_text(PAYLOAD)
     monkeypatch.setenv("ACCELGRID_CAPTURE_OPS", "1")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell(cell, python, proj, proj / "results",
-                    finalized=sessions.write_op_pages) == 0
+    assert run_cell(run_request(cell, python, proj, proj / "results",
+                                finalized=sessions.write_op_pages)) == 0
     folder = proj / "results" / "cpu-2.13"
     data = json.loads((folder / "ops.json").read_text())
     assert data["workloads"] == ["conv", "mlp"]
@@ -385,8 +386,8 @@ def test_recorded_cpu_run_feeds_ops_predict(mini_project, python, tmp_path: Path
     (proj / "suites" / "payload" / "test_wl.py").write_text(XPU_MESSAGE_PAYLOAD)
     monkeypatch.setenv("ACCELGRID_CAPTURE_OPS", "1")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell(cell, python, proj, proj / "results",
-                    finalized=sessions.write_op_pages) == 0
+    assert run_cell(run_request(cell, python, proj, proj / "results",
+                                finalized=sessions.write_op_pages)) == 0
     folder = proj / "results" / "cpu-2.13"
     data = json.loads((folder / "ops.json").read_text())
     # The message reached ops.json through the plugin, next to the call it matched.

@@ -236,9 +236,9 @@ def test_suites_import_only_in_cell_modules() -> None:
 def _written_under(argv: list[str]) -> Path | None:
     """Where ``accelgrid ARGV`` writes its files (its ``--out``; ``ops predict`` without
     one writes beside its one input), or None for a command with no output folder."""
-    from accelgrid import cli
+    from accelgrid.cli import parser
 
-    args = cli.parse(argv)
+    args = parser.parse(argv)
     out = getattr(args, "out", None)
     if out is None and getattr(args, "inputs", None):
         out = Path(args.inputs[0]).parent if len(args.inputs) == 1 else "results"

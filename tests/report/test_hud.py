@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
 from helpers.history_cases import T, night
+from helpers.mini_projects import run_request
 
 from accelgrid.cli import main
 from accelgrid.config.matrix import load_matrix
@@ -251,8 +252,8 @@ def test_a_real_runs_env_json_names_its_ci_run_and_the_page_links_it(
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(
         "def test_one():\n    assert 1 + 1 == 2\n")
-    run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
-             proj / "results")
+    run_cell(run_request(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
+                         proj / "results"))
     folder = proj / "results" / "cpu-2.13"
     assert json.loads((folder / "env.json").read_text())["ci"] == _ci(555, 2)
     out = tmp_path / "site"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers.history_cases import T, night, series
-from helpers.mini_projects import RERUN_PAYLOAD
+from helpers.mini_projects import RERUN_PAYLOAD, run_request
 from helpers.report_cases import write_cell
 
 from accelgrid import report
@@ -464,8 +464,8 @@ def test_reruns_in_a_real_cell_run_are_flaky_in_history(mini_project, monkeypatc
     (proj / "suites" / "payload" / "test_payload.py").write_text(RERUN_PAYLOAD)
     monkeypatch.setenv("PYTEST_PLUGINS", "pytest_rerunfailures")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    rc = run_cell(cell, sys.executable, proj, proj / "results",
-                         pytest_args=["--reruns", "2"])
+    rc = run_cell(run_request(cell, sys.executable, proj, proj / "results",
+                              pytest_args=["--reruns", "2"]))
     assert rc == 1
     made = report.grid([proj / "results"], tmp_path / "out", history_db=tmp_path / "h.sqlite")
     got = {r["test"]: r["cells"]["cpu-2.13"] for r in made.model["rows"]}

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 from helpers.report_cases import write_cell
 
 from accelgrid import cli, results
@@ -21,8 +22,8 @@ TWO_TESTS = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
 def _run(proj: Path, python: str, capsys: pytest.CaptureFixture[str],
          posargs: list[str] | None = None) -> tuple[int, dict, str]:
     (proj / "suites" / "payload" / "test_a.py").write_text(TWO_TESTS)
-    rc = run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
-                  proj / "results", posargs or [])
+    rc = run_cell(run_request(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
+                              proj / "results", posargs or []))
     folder = proj / "results" / "cpu-2.13"
     summary = json.loads((folder / contract.SUMMARY_FILE).read_text())
     return rc, summary, capsys.readouterr().err
@@ -94,7 +95,7 @@ def test_a_spec_file_that_os_exits_at_import_is_named(mini_project, python, caps
         "DEVICE_NAME = 'fakeacc'\nimport os\nos._exit(0)\n")
     (proj / "suites" / "payload" / "test_a.py").write_text(TWO_TESTS)
     cell = load_matrix(proj / "matrix.yaml").cell("fakeacc-2.13")
-    rc = run_cell(cell, python, proj, proj / "results")
+    rc = run_cell(run_request(cell, python, proj, proj / "results"))
     err = capsys.readouterr().err
     assert rc == 4
     named = [ln for ln in err.splitlines() if "fake_device_spec.py" in ln]

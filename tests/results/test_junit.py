@@ -11,6 +11,7 @@ from pathlib import Path
 import junitparser
 import pytest
 import xmlschema
+from helpers.mini_projects import run_request
 
 from accelgrid import report, results
 from accelgrid.base import contract, jsonio, outcomes
@@ -141,7 +142,7 @@ def test_a_real_cpu_run_junit_files_and_the_grids_merged_junit(mini_project, pyt
         "def test_bad():\n    assert 1 == 2\n"
         "def test_nr():\n    outcomes.not_run('no checkout')\n")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    run_cell(cell, python, proj, proj / "results")
+    run_cell(run_request(cell, python, proj, proj / "results"))
     folder = proj / "results" / "cpu-2.13"
     # pytest puts user_properties inside the testcase, which the schema refuses: the
     # plugin leaves them out of the file; the record keeps them.

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 
 from accelgrid import results
 from accelgrid.base import contract
@@ -92,10 +93,10 @@ def test_prune_real_selected_runs(mini_project, python, capsys) -> None:
     (proj / "suites" / "payload" / "test_sel.py").write_text(SELECTABLE)
     out = proj / "results"
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell(cell, python, proj, out) == 0
+    assert run_cell(run_request(cell, python, proj, out)) == 0
     ids = []
     for k in ("smoke", "other", "smoke"):
-        assert run_cell(cell, python, proj, out, ["-k", k]) == 0
+        assert run_cell(run_request(cell, python, proj, out, ["-k", k])) == 0
         ids.append(results.last_run(out / "cpu-2.13")[0])
     assert _runs(out / "cpu-2.13") == sorted(ids)
     assert main(["prune", str(out), "--keep", "1", "--dry-run"]) == 0

@@ -13,6 +13,7 @@ from typing import Any, get_args, is_typeddict
 
 import jsonschema
 import pytest
+from helpers.mini_projects import run_request
 from helpers.report_cases import baseline_case, broken_cells
 
 from accelgrid import cli, report
@@ -243,8 +244,8 @@ def test_a_real_runs_files_and_its_grid_match_the_schemas(mini_project, python,
                                                           tmp_path: Path) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
-    run_cell(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
-             proj / "results")
+    run_cell(run_request(load_matrix(proj / "matrix.yaml").cell("cpu-2.13"), python, proj,
+                         proj / "results"))
     folder = proj / "results" / "cpu-2.13"
     _validate_run(folder)
     # Its grid, against a baseline it regresses from and with a cell expected that never

@@ -360,7 +360,7 @@ def test_pass_times_of_a_gated_pass_count_from_its_gate() -> None:
 
 
 def test_pass_times_say_how_long_a_pass_started_ahead_waited_for_its_gate() -> None:
-    """A selected run `accelgrid run` started ahead of its session (run.prestart): its
+    """A selected run `accelgrid run` started ahead of its session (run.headstart.prestart): its
     first test still counts from the pass's start; `ahead_s` says when the gate opened."""
     t0 = 1_700_000_000.0
     passes = [{"name": "single", "start": t0, "ahead": t0 + 0.13456, "end": t0 + 2.5,
@@ -370,7 +370,7 @@ def test_pass_times_say_how_long_a_pass_started_ahead_waited_for_its_gate() -> N
     single, later = results.pass_times(recs, passes, t0)["passes"]   # type: ignore[arg-type]
     assert single["ahead_s"] == 0.13 and single["first_test_s"] == 1.5
     assert "waited_s" not in single and "ahead_s" not in later
-    # Started with the command from the last launch (run.relaunch): said, and only then.
+    # Started with the command from the last launch (run.headstart.relaunch): said, and only then.
     assert single["launched"] is True and "launched" not in later
 
 

@@ -361,12 +361,14 @@ def _project_with_flag(mini_project) -> Path:
 
 
 def test_cell_env_lists_what_the_cell_set(mini_project, tmp_path) -> None:
+    from accelgrid.run import preflight
     from accelgrid.run.cellenv import cell_env
 
     proj = _project_with_flag(mini_project)
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     host = {"PATH": "/usr/bin:/bin", **UNUSUAL, "TORCH_PROBE_LEVEL": "host's"}
-    env = cell_env(cell, proj, tmp_path / "r", base=host)
+    env = cell_env(cell, proj, tmp_path / "r", base=host,
+                   checked=preflight.check(cell, proj, host))
     listed = provenance.set_by_cell(env)
     assert {"TORCH_PROBE_LEVEL", contract.CELL, contract.RESULTS, contract.COMMIT} <= listed
     assert not listed & set(UNUSUAL)

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 from helpers.shard_cases import discover_cells, read, shard_folder
 
 from accelgrid import results
@@ -98,12 +99,12 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
     (proj / "suites" / "payload" / "test_s.py").write_text(PAYLOAD)
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     whole = proj / "whole"
-    run_cell(cell, python, proj, whole)
+    run_cell(run_request(cell, python, proj, whole))
     parts = proj / "sharded"
     for k in (1, 2):
         monkeypatch.setenv(contract.SHARD, f"{k}/2")
         monkeypatch.setenv(contract.SHARD_DURATIONS, str(whole / cell.name))
-        run_cell(cell, python, proj, parts / shards.folder_name(k, 2))
+        run_cell(run_request(cell, python, proj, parts / shards.folder_name(k, 2)))
     monkeypatch.delenv(contract.SHARD)
     one = model.from_folders([whole / cell.name])
     merged = model.from_folders([parts])
@@ -330,7 +331,7 @@ def test_real_shards_of_two_commits_gate(mini_project, python: str, tmp_path: Pa
         heads.append(subprocess.run([*git, "rev-parse", "HEAD"], check=True, text=True,
                                     capture_output=True).stdout.strip())
         monkeypatch.setenv(contract.SHARD, f"{k}/2")
-        run_cell(cell, python, proj, parts / shards.folder_name(k, 2))
+        run_cell(run_request(cell, python, proj, parts / shards.folder_name(k, 2)))
     monkeypatch.delenv(contract.SHARD)
     plans = [read(parts / shards.folder_name(k, 2) / cell.name).plan for k in (1, 2)]
     assert [p["inputs"]["commit"] for p in plans] == heads

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from accelgrid.run import cellenv
+from accelgrid.run import cellenv, preflight
 
 
 def test_a_venv_python_keeps_its_caches_in_its_env(tmp_path: Path) -> None:
@@ -32,8 +32,10 @@ def test_the_cell_env_sets_them_unless_the_host_did(tmp_path: Path) -> None:
     python = sys.executable  # accelgrid's own venv (the tests run in one)
     expect = cellenv.compile_caches(python)
     assert expect, "premise: the tests run in a virtual environment"
-    env = cellenv.cell_env(cell, root, tmp_path / "out", base={}, python=python)
+    env = cellenv.cell_env(cell, root, tmp_path / "out", base={}, python=python,
+                           checked=preflight.check(cell, root, {}))
     assert env["TORCHINDUCTOR_CACHE_DIR"] == expect["TORCHINDUCTOR_CACHE_DIR"]
-    env = cellenv.cell_env(cell, root, tmp_path / "out", python=python,
-                           base={"TORCHINDUCTOR_CACHE_DIR": "/elsewhere"})
+    host = {"TORCHINDUCTOR_CACHE_DIR": "/elsewhere"}
+    env = cellenv.cell_env(cell, root, tmp_path / "out", python=python, base=host,
+                           checked=preflight.check(cell, root, host))
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere"

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 from helpers.report_cases import write_cell
 
 from accelgrid import cli, results
@@ -58,7 +59,7 @@ def _records(folder: Path) -> tuple[dict[str, dict], list[str]]:
 def test_a_failure_of_any_size_is_recorded_as_one(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_huge.py").write_text(HUGE)
-    assert run_cell(_cell(proj), python, proj, proj / "results") == 1
+    assert run_cell(run_request(_cell(proj), python, proj, proj / "results")) == 1
     folder = proj / "results" / "cpu-2.13"
     recs, problems = _records(folder)
     assert not problems, problems
@@ -156,7 +157,7 @@ def test_i_last():
 def test_records_are_safe_from_the_tests(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_hostile.py").write_text(HOSTILE)
-    run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     folder = proj / "results" / "cpu-2.13"
     recs, problems = _records(folder)
     assert not problems, problems
@@ -206,7 +207,7 @@ def test_a_run_never_writes_or_deletes_through_a_symlink(mini_project, python, t
     link.symlink_to(target)
     args = ("-k", "test_a") if where == "runs" else ()
     with pytest.raises(jsonio.UnsafePath) as caught:
-        run_cell(_cell(proj), python, proj, proj / "results", args)
+        run_cell(run_request(_cell(proj), python, proj, proj / "results", args))
     assert str(link) in str(caught.value) and "symlink" in str(caught.value)
     assert "\n" not in str(caught.value)
     assert canary.read_text() == "keep me" and sorted(os.listdir(out)) == ["canary.txt"]
@@ -584,7 +585,7 @@ def test_no_secret_in_any_file_a_run_and_its_grid_write(mini_project, python, mo
     monkeypatch.setenv("ACCELGRID_NOTE", corpus["jwt"])
     proj = mini_project()
     (proj / "suites" / "payload" / "test_leaky.py").write_text(LEAKY.format(corpus=corpus))
-    run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_"])
+    run_cell(run_request(_cell(proj), python, proj, proj / "results", ["-k", "test_"]))
     grid = tmp_path / "grid"
     cli.main(["grid", str(proj / "results"), "--out", str(grid)])
     console = "".join(capfd.readouterr())
@@ -937,7 +938,7 @@ def test_a_5000_character_test_id_keeps_its_record_and_grid_row(mini_project, py
                                                                 tmp_path) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_long.py").write_text(LONG_ID)
-    assert run_cell(_cell(proj), python, proj, proj / "results") == 0
+    assert run_cell(run_request(_cell(proj), python, proj, proj / "results")) == 0
     folder = proj / "results" / "cpu-2.13"
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems and len(recs) == 1 and len(recs[0]["nodeid"]) > 5000
@@ -1020,7 +1021,7 @@ def test_a_daemon_a_test_starts_ends_with_the_cell(mini_project, python, tmp_pat
     proj = mini_project()
     (proj / "suites" / "payload" / "test_daemon.py").write_text(DAEMON)
     t0 = time.monotonic()
-    run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     took = time.monotonic() - t0
     pid = int(pidfile.read_text())
     try:
@@ -1057,9 +1058,10 @@ def test_kill_9_of_the_runner_ends_a_daemon_through_the_cgroup(mini_project, pyt
     proj = mini_project()
     (proj / "suites" / "payload" / "test_daemon.py").write_text(HANGS_AFTER_A_DAEMON)
     code = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
+            "from accelgrid.run import preflight; from accelgrid.run.request import RunRequest; "
             "from accelgrid.config.matrix import load_matrix; p = Path(sys.argv[1]); "
-            "run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), "
-            "sys.executable, p, p / 'results')")
+            "c = load_matrix(p / 'matrix.yaml').cell('cpu-2.13'); "
+            "run_cell(RunRequest(c, sys.executable, p, p / 'results', preflight.check(c, p)))")
     first = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env={**os.environ, "DAEMON_PIDFILE": str(pidfile)})

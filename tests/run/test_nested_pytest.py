@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from helpers.mini_projects import run_request
+
 from accelgrid import results
 from accelgrid.base import contract
 from accelgrid.config.matrix import load_matrix
-from accelgrid.run import cellenv
+from accelgrid.run import cellenv, preflight
 from accelgrid.run.cell import run_cell
 
 INNER = '''
@@ -49,7 +51,7 @@ def test_a_pytest_started_by_a_test_records_nothing(mini_project, python) -> Non
     (payload / "inner_case.py").write_text(INNER)
     (payload / "test_outer.py").write_text(OUTER)
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(run_request(cell, python, proj, proj / "results")) == 0
     folder = proj / "results" / "cpu-2.13"
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems, problems
@@ -68,5 +70,6 @@ def test_the_runner_does_not_hand_a_recorder_mark_on(tmp_path: Path, mini_projec
     proj = mini_project()
     monkeypatch.setenv("ACCELGRID_RECORDER_PID", "1")
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    env = cellenv.cell_env(cell, proj, tmp_path / "r")
+    env = cellenv.cell_env(cell, proj, tmp_path / "r",
+                           checked=preflight.check(cell, proj))
     assert "ACCELGRID_RECORDER_PID" not in env

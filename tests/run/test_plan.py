@@ -9,6 +9,7 @@ import re
 import sys
 
 import pytest
+from helpers.mini_projects import run_request
 
 from accelgrid import cli
 from accelgrid.base import contract
@@ -59,7 +60,7 @@ def test_plan_commands_are_the_runs_commands(capsys, mini_project, monkeypatch) 
     (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
     planned = _plan(capsys, proj)["passes"]
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell(cell, sys.executable, proj, proj / "results") == 0
+    assert run_cell(run_request(cell, sys.executable, proj, proj / "results")) == 0
     log = (proj / "results" / "cpu-2.13" / contract.PYTEST_LOG_FILE).read_text()
     ran = dict(re.findall(r"^accelgrid: pass (\S+) \(.*?\): (.*)$", log, re.M))
     assert list(ran) == [p["name"] for p in planned]

@@ -5,6 +5,7 @@ hardware once and validates the registry once, and hands them down to the run an
 
 from __future__ import annotations
 
+import ast
 import json
 import runpy
 import sys
@@ -19,6 +20,8 @@ from accelgrid.config import known_issues
 from accelgrid.config.matrix import load_matrix
 from accelgrid.host import detect
 from accelgrid.run import cell as run_cell_module
+from accelgrid.run import preflight
+from accelgrid.run.request import RunRequest
 
 # An entry the run must apply (so the registry it validated once is the one handed down).
 REGISTRY = ("schema: 1\nissues:\n  acme/widgets#1:\n    title: planted\n"
@@ -54,7 +57,8 @@ def _count_checks(monkeypatch) -> Counter:
 
 
 def test_a_direct_run_checks_once_before_its_passes(mini_project, monkeypatch) -> None:
-    """run_cell without a preflight from its caller makes one, and its env reuses it."""
+    """A run's caller makes its preflight once (the request's required field); the run and
+    its env reuse it, asking nothing again."""
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
     (proj / "known_issues.yaml").write_text(REGISTRY)
@@ -67,11 +71,49 @@ def test_a_direct_run_checks_once_before_its_passes(mini_project, monkeypatch) -
 
     monkeypatch.setattr(run_cell_module, "run_steps", no_passes)
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    assert run_cell_module.run_cell(cell, sys.executable, proj, proj / "results") == 0
+    checked = preflight.check(cell, proj)
+    assert calls == {("hardware", "cpu-2.13"): 1, "registry": 1}
+    with pytest.raises(TypeError):   # no request without its preflight
+        RunRequest(cell, sys.executable, proj, proj / "results")  # type: ignore[call-arg]
+    request = RunRequest(cell, sys.executable, proj, proj / "results", checked)
+    assert run_cell_module.run_cell(request) == 0
     assert calls == {("hardware", "cpu-2.13"): 1, "registry": 1}
     # The registry read once is the one the env hands the plugin.
     entries = json.loads(Path(seen["env"][contract.KNOWN_ISSUES]).read_text())["issues"]
     assert [e["id"] for e in entries] == ["acme/widgets#1"]
+
+
+# The modules that make a run's preflight: each makes it once, for the run it opens (a
+# session, `accelgrid env`, the head start). Below them nothing asks again.
+PREFLIGHT_MAKERS = {"accelgrid.commands.sessions", "accelgrid.commands.cellshell",
+                    "accelgrid.run.headstart.prestart"}
+
+
+def _preflight_makers(sources: dict[str, str]) -> set[str]:
+    """The modules (name -> source) that call ``preflight.check``."""
+    return {name for name, text in sources.items()
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "check" and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "preflight"}
+
+
+def _sources() -> dict[str, str]:
+    src = Path(preflight.__file__).resolve().parents[2]
+    return {".".join(p.relative_to(src).with_suffix("").parts): p.read_text()
+            for p in (src / "accelgrid").rglob("*.py")}
+
+
+def test_only_the_doors_make_a_preflight() -> None:
+    """No fallback below the callers (`checked or preflight.check(...)`): the run, its env
+    and the registry's entries take the one they are handed."""
+    sources = _sources()
+    assert _preflight_makers(sources) == PREFLIGHT_MAKERS
+    # A planted fallback in the run's env is seen.
+    planted = dict(sources)
+    planted["accelgrid.run.cellenv"] += ("\n\ndef _again(cell, root, checked=None):\n"
+                                         "    return checked or preflight.check(cell, root)\n")
+    assert _preflight_makers(planted) == PREFLIGHT_MAKERS | {"accelgrid.run.cellenv"}
 
 
 @pytest.mark.slow  # a real cell run through nox

@@ -1,6 +1,7 @@
-"""A selected run's pytest started ahead of nox (accelgrid.run.prestart): held at its gate
-until the session has checked the env, taken when it is the run the session would start,
-ended without a trace otherwise. Real envs, real pytest, real `accelgrid run`."""
+"""A selected run's pytest started ahead of nox (the head start,
+accelgrid.run.headstart.prestart): held at its gate until the session has checked the env,
+taken when it is the run the session would start, ended without a trace otherwise. Real
+envs, real pytest, real `accelgrid run`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from accelgrid import results
 from accelgrid.base import contract
 from accelgrid.config.matrix import load_matrix
-from accelgrid.run import preflight, prestart, relaunch
+from accelgrid.run import preflight
+from accelgrid.run.headstart import prestart, relaunch
+from accelgrid.run.request import RunRequest
 
 PAYLOAD = '''
 import os
@@ -104,8 +107,8 @@ def test_held_until_taken_and_gone_without_a_trace_when_not(warm: Path, monkeypa
         assert all(p.poll() is None for p in procs)
         # Not the run the session would start (other arguments): ended, its folder gone.
         checked = preflight.check(cell, warm)
-        assert prestart.take(cell, held.run.python, warm, warm / "results", ["-k", "two"],
-                             held.run.workers, checked) is None
+        assert prestart.take(RunRequest(cell, held.run.python, warm, warm / "results",
+                                        checked, ("-k", "two"), held.run.workers)) is None
         assert not folder.exists() and all(p.poll() is not None for p in procs)
         assert not prestart.waiting() and _ran(warm) == [] and _runs(warm) == []
     finally:
@@ -132,8 +135,9 @@ def test_held_until_taken_and_gone_without_a_trace_when_not(warm: Path, monkeypa
         issues = held.run.folder / contract.KNOWN_ISSUES_FILE
         read = issues.read_text()
         registry.write_text(REGISTRY.format(devices="[cpu, xpu]"))
-        assert prestart.take(cell, held.run.python, warm, warm / "results", ["-k", "one"],
-                             held.run.workers, preflight.check(cell, warm)) is None
+        assert prestart.take(RunRequest(cell, held.run.python, warm, warm / "results",
+                                        preflight.check(cell, warm), ("-k", "one"),
+                                        held.run.workers)) is None
         assert not held.run.folder.exists() and json.loads(read)["issues"] == []
     finally:
         prestart.cancel()
@@ -166,7 +170,7 @@ def _last(proj: Path) -> tuple[Path, dict]:
 
 @pytest.mark.slow
 def test_the_same_command_again_starts_its_pytest_as_it_starts(warm: Path) -> None:
-    """The launch a session took is kept (run.relaunch); the next identical command starts
+    """The launch a session took is kept (run.headstart.relaunch); the next identical command starts
     its pytest from it before accelgrid loads, and the session keeps it (summary:
     ``launched``). A record that is not exactly the run (planted: a variable more) is ended
     unseen and the run started as without it; a matrix touched since starts nothing."""

@@ -1,7 +1,7 @@
-"""The launch a session took, started again as the same command starts (run.relaunch):
-real processes, the real cell lock; only what is exactly the recorded launch starts, and
-what nobody claims is ended with no trace. The whole path with real cells:
-tests/run/test_prestart.py."""
+"""The launch a session took, started again as the same command starts (the head start's
+run.headstart.relaunch): real processes, the real cell lock; only what is exactly the
+recorded launch starts, and what nobody claims is ended with no trace. The whole path with
+real cells: tests/run/test_prestart.py."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from accelgrid.base import contract
-from accelgrid.run import relaunch
-from accelgrid.run.lock import CellBusy, cell_lock
+from accelgrid.run.headstart import relaunch
+from accelgrid.run.lock import CellBusy, cell_lock, new_run_id
 
 CELL = "cpu-2.13"
 ARGV = ["run", CELL, "--", "-k", "one"]
@@ -183,7 +183,7 @@ def test_a_launch_nobody_claims_is_ended_when_the_command_exits(project: Path) -
     """The command stops before its session (a matrix error, Ctrl-C): at exit, the
     launch's process is ended, its folder removed, the lock free."""
     _recorded(project)
-    code = ("import sys, os; from accelgrid.run import relaunch; "
+    code = ("import sys, os; from accelgrid.run.headstart import relaunch; "
             f"relaunch.early({ARGV!r}); l = relaunch._LAUNCH; "
             "print(l.started.procs[0].pid, l.folder, flush=True); sys.exit(2)")
     # env: os.environ as this process sees it (a library here may have set variables in
@@ -242,7 +242,7 @@ def test_run_ids_are_uuid4s() -> None:
     import uuid
 
     for _ in range(200):
-        text = relaunch.new_run_id()
+        text = new_run_id()
         parsed = uuid.UUID(hex=text)
         assert parsed.hex == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
 

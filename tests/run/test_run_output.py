@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 
 from accelgrid import report, results
 from accelgrid.base import contract, outcomes
@@ -69,7 +70,7 @@ def _project(mini_project) -> Path:
 
 def _run(proj: Path, *args: str) -> tuple[int, Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
-    rc = run_cell(cell, sys.executable, proj, proj / "results", list(args))
+    rc = run_cell(run_request(cell, sys.executable, proj, proj / "results", list(args)))
     return rc, results.last_run(proj / "results" / "cpu-2.13")[1]
 
 
@@ -205,7 +206,7 @@ NOXFILE = '''
 import sys
 sys.path.insert(0, {src!r})
 import nox
-from accelgrid.commands import sessions
+from accelgrid.commands import envbuild
 from accelgrid.host import install, pipconfig
 from accelgrid.config.matrix import load_matrix
 
@@ -221,7 +222,7 @@ def tiny(session):
     plan = install.InstallPlan(CELL.name, "default", steps,
                                pipconfig.uv_env_from_pip(pipconfig.pip_settings()))
     session.env.update(plan.env)
-    sessions.build_env(session, CELL, plan)
+    envbuild.build_env(session, CELL, plan)
 '''
 
 
@@ -280,8 +281,9 @@ def test_every_line_of_a_run_goes_through_say() -> None:
     a line printed beside it would skip its prefix, stream choice and flush."""
     import ast
 
-    files = [*sorted((SRC / "accelgrid" / "run").glob("*.py")),
-             SRC / "accelgrid" / "commands" / "sessions.py"]
+    files = [*sorted((SRC / "accelgrid" / "run").rglob("*.py")),   # the head start too
+             SRC / "accelgrid" / "commands" / "sessions.py",
+             SRC / "accelgrid" / "commands" / "envbuild.py"]
     printing = []
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))

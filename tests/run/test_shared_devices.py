@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 
 from accelgrid import results
 from accelgrid.base import contract
@@ -137,7 +138,7 @@ def test_a_shared_run_records_every_test_once(mini_project, python, monkeypatch,
     monkeypatch.setenv("ACCELGRID_DEVICES", devices)
     monkeypatch.setenv(contract.WORKERS_PER_DEVICE, "2")
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    assert run_cell(_cell(proj), python, proj, proj / "results") == 0
+    assert run_cell(run_request(_cell(proj), python, proj, proj / "results")) == 0
     folder = proj / "results" / "xpu-2.13"
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.mini_projects import run_request
 
 from accelgrid import results
 from accelgrid.base import contract, jsonio
@@ -103,7 +104,7 @@ def test_every_outcome_recorded(mini_project, python, monkeypatch) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", "https://user:pa55word@mirror.invalid/simple")
     proj = mini_project()
     (proj / "suites" / "payload" / "test_payload.py").write_text(PAYLOAD)
-    rc = run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     assert rc == 1  # failures present
     folder = proj / "results" / "cpu-2.13"
     recs = _records(folder)
@@ -136,7 +137,7 @@ def test_crash_and_hang_lose_nothing(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_crashy.py").write_text(CRASHY)
     t0 = time.monotonic()
-    run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     assert time.monotonic() - t0 < 120
     got = {n: r["outcome"] for n, r in _records(proj / "results" / "cpu-2.13").items()}
     assert got == {"test_a_before": "passed", "test_b_segfault": "crashed",
@@ -151,7 +152,7 @@ def test_cell_time_limit_marks_rest_not_run(mini_project, python) -> None:
         def test_2(): time.sleep(600)
         def test_3(): pass
     '''))
-    rc = run_cell(_cell(proj), python, proj, proj / "results", limit_s=15)
+    rc = run_cell(run_request(_cell(proj), python, proj, proj / "results", limit_s=15))
     assert rc == supervise.EXIT_CELL_TIMEOUT
     folder = proj / "results" / "cpu-2.13"
     got = {n: (r["outcome"], r.get("message", "")) for n, r in _records(folder).items()}
@@ -171,9 +172,10 @@ def test_killed_runner_keeps_what_was_recorded(mini_project, python) -> None:
         def test_3(): time.sleep(600)
     '''))
     code = ("import sys; from pathlib import Path; from accelgrid.run.cell import run_cell; "
+            "from accelgrid.run import preflight; from accelgrid.run.request import RunRequest; "
             "from accelgrid.config.matrix import load_matrix; p = Path(sys.argv[1]); "
-            "run_cell(load_matrix(p / 'matrix.yaml').cell('cpu-2.13'), sys.executable, "
-            "p, p / 'results')")
+            "c = load_matrix(p / 'matrix.yaml').cell('cpu-2.13'); "
+            "run_cell(RunRequest(c, sys.executable, p, p / 'results', preflight.check(c, p)))")
     proc = subprocess.Popen([python, "-c", code, str(proj)], start_new_session=True)
     folder = proj / "results" / "cpu-2.13"
     deadline = time.monotonic() + 90
@@ -231,7 +233,7 @@ def test_one_pinned_worker_per_device(mini_project, python, monkeypatch, serial)
     monkeypatch.setenv("ACCELGRID_DEVICES", "0,1")
     monkeypatch.setenv("ACCELGRID_SERIAL_PASSES", serial)
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results")
+    run_cell(run_request(_cell(proj, "xpu-2.13"), python, proj, proj / "results"))
     recs, _ = results.read_records(proj / "results" / "xpu-2.13" / contract.TESTS_FILE)
     by_test = {r["nodeid"].split("::")[-1]: r for r in recs}
     pinned = [r for n, r in by_test.items() if n.startswith("test_pinned")]
@@ -299,7 +301,7 @@ def test_one_chosen_device_is_pinned(mini_project, python, monkeypatch) -> None:
     (proj / "suites" / "payload" / "test_one.py").write_text(
         "import os\ndef test_sees_one():\n    assert os.environ['ZE_AFFINITY_MASK'] == '1'\n")
     monkeypatch.setenv("ACCELGRID_DEVICES", "1")
-    assert run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(run_request(_cell(proj, "xpu-2.13"), python, proj, proj / "results")) == 0
     recs, _ = results.read_records(proj / "results" / "xpu-2.13" / contract.TESTS_FILE)
     assert [(r["outcome"], r["device"]) for r in recs] == [("passed", "xpu:1")]
 
@@ -358,7 +360,7 @@ def test_recorded_properties_land_in_the_test_record(mini_project, python) -> No
         "def test_facts_then_skip(request):\n"
         "    request.node.user_properties.append(('has_fp64', False))\n"
         "    pytest.skip('no fp64')\n")
-    run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results"))
     recs, _ = results.read_records(proj / "results" / "cpu-2.13" / contract.TESTS_FILE)
     by = {r["nodeid"].split("::")[-1]: r for r in recs}
     props = by["test_facts"]["properties"]
@@ -381,7 +383,7 @@ def test_a_record_tells_cpu_work_from_waiting(mini_project, python) -> None:
         "        pass\n"
         "def test_waits():\n"
         "    time.sleep(0.5)\n")
-    run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results")
+    run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results"))
     recs = _records(proj / "results" / "cpu-2.13")
     assert recs["test_computes"]["cpu_s"] >= 0.5
     assert recs["test_waits"]["cpu_s"] < 0.2 <= 0.5 <= recs["test_waits"]["duration"]
@@ -400,8 +402,8 @@ def test_smoke_float64_records_the_fp64_flags(tmp_path: Path, python, monkeypatc
     for name, value in flags.items():
         monkeypatch.setenv(name, value)
     cell = load_matrix(root / "matrix.yaml").cell("cpu-2.13")
-    rc = run_cell(cell, python, root, tmp_path,
-                         ["suites/smoke/test_device_api.py::test_float64_math"])
+    rc = run_cell(run_request(cell, python, root, tmp_path,
+                              ["suites/smoke/test_device_api.py::test_float64_math"]))
     assert rc == 0
     _, folder = results.last_run(tmp_path / "cpu-2.13")   # a selected run: runs/<id>/
     [rec], _ = results.read_records(folder / contract.TESTS_FILE)
@@ -432,7 +434,7 @@ def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch)
     monkeypatch.delenv("ONEAPI_DEVICE_SELECTOR", raising=False)
     proj = mini_project(workers=2)
     (proj / "suites" / "payload" / "test_hidden.py").write_text(HIDDEN_PAYLOAD)
-    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results")) == 0
     folder = proj / "results" / "cpu-2.13"
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs} == {
@@ -447,7 +449,7 @@ def test_cpu_cell_hides_a_visible_cuda_device(mini_project, python, monkeypatch)
 def test_cpu_cell_without_marked_tests_runs_one_pass(mini_project, python) -> None:
     proj = mini_project()
     (proj / "suites" / "payload" / "test_plain.py").write_text("def test_x():\n    pass\n")
-    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results")) == 0
     assert _pass_names(proj / "results" / "cpu-2.13") == ["single"]
 
 
@@ -460,7 +462,7 @@ def test_a_module_that_fails_to_import_is_an_error_record(mini_project, python,
     (payload / "test_ok.py").write_text("def test_a():\n    pass\n")
     (payload / "test_broken.py").write_text("import not_installed_anywhere\n"
                                             "def test_b():\n    pass\n")
-    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") != 0
+    assert run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results")) != 0
     recs, _ = results.read_records(proj / "results" / "cpu-2.13" / contract.TESTS_FILE)
     by = {r["nodeid"]: r for r in recs}
     broken = by["suites/payload/test_broken.py"]
@@ -503,7 +505,7 @@ def test_any_number_of_crashes_and_hangs_lose_only_themselves(mini_project, pyth
     # worker), which used to end the run and leave every later test not-run.
     proj = mini_project()
     (proj / "suites" / "payload" / "test_many.py").write_text(MANY_CRASHES)
-    rc = run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     assert rc == 1  # the crashes and timeouts are failures
     got = {n: r["outcome"] for n, r in _records(proj / "results" / "cpu-2.13").items()}
     assert got == {**{f"test_b_crash[{i}]": "crashed" for i in range(6)},
@@ -532,7 +534,7 @@ def test_workers_leave_once_their_session_is_over(mini_project, python, monkeypa
         monkeypatch.setenv("ACCELGRID_WORKER_TEARDOWN", teardown)
         monkeypatch.setenv("TEARDOWN_DIR", str(tmp_path / f"teardown{teardown}"))
         (tmp_path / f"teardown{teardown}").mkdir()
-        assert run_cell(_cell(proj), python, proj, proj / "results") == 0
+        assert run_cell(run_request(_cell(proj), python, proj, proj / "results")) == 0
         assert {r["outcome"] for r in _records(proj / "results" / "cpu-2.13").values()} == {
             "passed"}
     assert sorted(p.name for p in (tmp_path / "teardown1").iterdir()) == ["gw0", "gw1"]
@@ -549,7 +551,7 @@ def test_workers_that_die_without_a_test_still_end_the_run(mini_project, python)
         "        os._exit(3)\n")
     (proj / "suites" / "payload" / "test_one.py").write_text("def test_one(): pass\n")
     t0 = time.monotonic()
-    rc = run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     assert rc != 0 and time.monotonic() - t0 < 120  # ended, not restarting forever
 
 
@@ -609,7 +611,7 @@ def test_text_that_is_not_utf8_is_recorded_and_the_run_goes_on(mini_project, pyt
     (payload / "test_surrogates.py").write_text(SURROGATES)
     with open(bytes(payload) + b"/test_\xff.py", "w") as fh:  # a non-UTF-8 test file name
         fh.write("def test_x():\n    pass\n")
-    rc = run_cell(_cell(proj), python, proj, proj / "results")
+    rc = run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     assert rc == 1
     folder = proj / "results" / "cpu-2.13"
     recs = _records(folder)
@@ -694,7 +696,7 @@ def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: list[str
     monkeypatch.setenv("ACCELGRID_DEVICES", "0,1")
     monkeypatch.delenv("ACCELGRID_SERIAL_PASSES", raising=False)
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
-    rc = run_cell(_cell(proj, "xpu-2.13"), python, proj, proj / "results", list(args))
+    rc = run_cell(run_request(_cell(proj, "xpu-2.13"), python, proj, proj / "results", list(args)))
     return rc, results.last_run(proj / "results" / "xpu-2.13")[1]
 
 
@@ -846,7 +848,7 @@ def test_chosen_devices_hold_in_every_pass(mini_project, python, monkeypatch) ->
         "ZE_AFFINITY_MASK": "0,1,2,3", "ACCELGRID_DEVICE_INDEX": "0,1,2,3"}
     monkeypatch.setenv("ACCELGRID_DEVICES", "1,3")
     (proj / "suites" / "payload" / "test_subset.py").write_text(SUBSET)
-    assert run_cell(cell, python, proj, proj / "results") == 0
+    assert run_cell(run_request(cell, python, proj, proj / "results")) == 0
     recs = _records(proj / "results" / "xpu-2.13")
     assert all(r["outcome"] == "passed" for r in recs.values()) and len(recs) == 5
     assert {r["device"] for n, r in recs.items() if n.startswith("test_pinned")} <= {
@@ -911,12 +913,12 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     test_file.write_text(SELECTABLE)
     out = proj / "results"
     cell_folder = out / "cpu-2.13"
-    assert run_cell(_cell(proj), python, proj, out) == 1  # the full run
+    assert run_cell(run_request(_cell(proj), python, proj, out)) == 1  # the full run
     full = json.loads((cell_folder / contract.SUMMARY_FILE).read_text())
     assert full["total"] == 5 and full["selection"] == [] and full["partial"] is False
     compare.update([cell_folder], proj / "baselines")
 
-    assert run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
+    assert run_cell(run_request(_cell(proj), python, proj, out, ["-k", "smoke"])) == 0
     run_id, selected = results.last_run(cell_folder)
     assert selected.parent == cell_folder / contract.RUNS_DIR and selected.name == run_id
     summary = json.loads((selected / contract.SUMMARY_FILE).read_text())
@@ -946,13 +948,13 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     merged, _ = compare.update([selected], proj / "baselines", allow_partial=True)
     assert len(merged[0].tests) == 5 and merged[0].dropped == 0
     # -x stops early: a selection too.
-    assert run_cell(_cell(proj), python, proj, out, ["-x", "-k", "other"]) != 0
+    assert run_cell(run_request(_cell(proj), python, proj, out, ["-x", "-k", "other"])) != 0
     x_run = results.last_run(cell_folder)[1]
     assert json.loads((x_run / contract.SUMMARY_FILE).read_text())["selection"] == [
         "-x", "-k", "other"]
     # Everything selected is gone (renamed): the gate compared nothing and says so.
     test_file.write_text(SELECTABLE.replace("test_smoke_", "test_smoke_renamed_"))
-    assert run_cell(_cell(proj), python, proj, out, ["-k", "smoke"]) == 0
+    assert run_cell(run_request(_cell(proj), python, proj, out, ["-k", "smoke"])) == 0
     gone = results.last_run(cell_folder)[1]
     rc = cli.main(["grid", str(gone), "--out", str(tmp_path / "g2"),
                    "--baseline", str(proj / "baselines")])
@@ -997,7 +999,7 @@ def test_a_run_loads_only_its_own_pytest_plugins(mini_project, python, monkeypat
                           capture_output=True, text=True, timeout=120)
     assert bare.returncode == 0 and mark.read_text() == "loaded", bare.stdout[-2000:]
     mark.unlink()
-    run_cell(_cell(proj), python, proj, proj / "results")
+    run_cell(run_request(_cell(proj), python, proj, proj / "results"))
     assert not mark.exists()
     folder = results.last_run(proj / "results" / "cpu-2.13")[1]
     outcomes_by_test = {k: r["outcome"] for k, r in _records(folder).items()}
@@ -1005,7 +1007,7 @@ def test_a_run_loads_only_its_own_pytest_plugins(mini_project, python, monkeypat
     log = (folder / contract.PYTEST_LOG_FILE).read_text()
     assert "created: 1/1 worker" in log
     monkeypatch.setenv("PYTEST_PLUGINS", "strayplug")
-    run_cell(_cell(proj), python, proj, proj / "results", ["-k", "test_ok"])
+    run_cell(run_request(_cell(proj), python, proj, proj / "results", ["-k", "test_ok"]))
     assert mark.read_text() == "loaded"
 
 
@@ -1020,7 +1022,7 @@ def test_a_run_whose_tests_do_not_import_torch_does_not_import_it(mini_project,
         "def test_nothing_imported_torch():\n"
         "    assert 'torch' not in sys.modules\n")
     folder = proj / "results" / "cpu-2.13"
-    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results")) == 0
     recs, _ = results.read_records(folder / contract.TESTS_FILE)
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in recs
             if "test_no_torch" in r["nodeid"]} == {"test_nothing_imported_torch": "passed"}
@@ -1034,7 +1036,7 @@ def test_a_run_whose_tests_do_not_import_torch_does_not_import_it(mini_project,
         "def test_uses_torch():\n"
         "    import torch\n"
         "    assert torch.ones(1).item() == 1\n")
-    assert run_cell(_cell(proj, "cpu-2.13"), python, proj, proj / "results") == 0
+    assert run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results")) == 0
     torch = json.loads((folder / contract.ENV_FILE).read_text())["torch"]
     assert torch["version"] == installed and "imported" not in torch
     assert torch["device_count"] == len(torch["devices"]) >= 1

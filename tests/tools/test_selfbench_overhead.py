@@ -91,7 +91,7 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
     assert all(r > 0 for r in partial["ratios"] + full["ratios"])
     assert partial["bare_first"] == [False, True]   # alternating, per kind
     # A selected run's pytest started with the command (after the untimed first run, the
-    # same command: run.relaunch); a full run's never.
+    # same command: run.headstart.relaunch); a full run's never.
     assert partial["launched"] == [True, True] and full["launched"] == [False]
     assert all(c > 0 for c in partial["cell_cpu"] + partial["bare_cpu"] + full["cell_cpu"])
     assert partial["cpu_ratio_median"] > 0

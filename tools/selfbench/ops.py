@@ -60,7 +60,9 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
         raise InvalidInput("--suites names no test paths")
     from accelgrid import results
     from accelgrid.commands import sessions  # imports nox: only when a benchmark runs
+    from accelgrid.run import preflight
     from accelgrid.run.cell import run_cell
+    from accelgrid.run.request import RunRequest
 
     the_cell = matrix.cell(cell)
     print(f"[1/2] preparing {the_cell.name}'s env", flush=True)
@@ -73,8 +75,10 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] = DEF
                 folder = Path(tmp) / f"{mode}-{i}"
                 t0 = time.perf_counter()
                 with _capture(mode == "capture"), contextlib.redirect_stdout(io.StringIO()):
-                    rc = run_cell(the_cell, python, matrix.root, folder, paths,
-                                  finalized=sessions.write_op_pages)
+                    rc = run_cell(RunRequest(
+                        the_cell, python, matrix.root, folder,
+                        preflight.check(the_cell, matrix.root), tuple(paths),
+                        finalized=sessions.write_op_pages))
                 times[mode].append(time.perf_counter() - t0)
                 print(f"[2/2] run {i + 1}/{repeat} {mode}: {times[mode][-1]:.1f} s "
                       f"(pytest exit {rc})", flush=True)

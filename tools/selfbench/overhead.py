@@ -106,7 +106,7 @@ def _cell_stages(results_dir: Path, cell: str, started: float, ended: float
 
 def _launched(results_dir: Path, cell: str) -> bool:
     """Whether the cell's latest run's pytest started with the command (summary.json's
-    first pass: ``launched``, run.relaunch)."""
+    first pass: ``launched``, run.headstart.relaunch)."""
     summary, err = jsonio.read_json(results.last_run(results_dir / cell)[1]
                                     / contract.SUMMARY_FILE)
     passes = summary.get("passes") if isinstance(summary, dict) and not err else None

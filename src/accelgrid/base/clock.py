@@ -1,5 +1,5 @@
 """Timestamps as accelgrid writes them: UTC, ISO 8601 (importable alone: the run's lock
-takes one before anything else of accelgrid is loaded, run.relaunch)."""
+takes one before anything else of accelgrid is loaded, run.headstart.relaunch)."""
 
 from __future__ import annotations
 

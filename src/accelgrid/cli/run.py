@@ -1,6 +1,6 @@
 """``accelgrid run``: a cell through its nox session, nox inside this process (or inside its
 container image); a selected run's pytest started ahead of the session
-(:mod:`~accelgrid.run.prestart`)."""
+(the head start: :mod:`~accelgrid.run.headstart.prestart`)."""
 
 from __future__ import annotations
 
@@ -103,10 +103,10 @@ def _run(args: argparse.Namespace) -> int:
         argv += ["--", *args.pytest_args]
     ahead = None
     if not args.no_venv:
-        from ..run import prestart
+        from ..run.headstart import prestart
 
         # A selected run's pytest starts first, held at its gate while the session (in
-        # this process) checks the env: its start-up overlaps nox's (run.prestart).
+        # this process) checks the env: its start-up overlaps nox's (the head start).
         ahead = functools.partial(prestart.ahead, matrix, cell, args.pytest_args)
     return exit_code(nox(argv, matrix.root, matrix.nox_env, ahead=ahead))
 

@@ -28,7 +28,7 @@ from ..base import contract, jsonio
 from ..base.errors import InvalidInput
 from ..config.model import Cell, Matrix
 from ..host import detect, inputs, install, venvs
-from ..run import cellenv
+from ..run import cellenv, preflight
 from ..run import passes as pass_plan
 from ..run.cell import plan_inputs
 
@@ -140,7 +140,9 @@ def cell_env(matrix: Matrix, name: str, base: Mapping[str, str] | None = None,
     jsonio.refuse_symlink(folder, results.results_root(root))
     results.clear_for_run(folder)
     with contextlib.redirect_stdout(note):
-        env = cellenv.cell_env(cell, root, folder, base, python=python)
+        # The run's one preflight, as a session makes it for its run.
+        checked = preflight.check(cell, root, base)
+        env = cellenv.cell_env(cell, root, folder, base, checked=checked, python=python)
     first = _first_pass(cell, env, str(python))
     # As the run: the recorder's plan.json in .debug names the cell's pins and matrix entry.
     env.update({**dict(first.env), contract.PASS: first.name,

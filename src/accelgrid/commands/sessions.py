@@ -6,6 +6,14 @@ env with uv (pip's configuration carried over), installs the cell's pins from th
 index, and hands over to :mod:`accelgrid.run.cell`. With ``--no-venv`` it installs nothing
 and runs on the current interpreter, refusing a torch of another version.
 
+A cell session is a list of named steps over one :class:`CellSession` (:func:`steps_of`,
+as :mod:`accelgrid.run.cell`'s STEPS): check_host (the run's one preflight), then the env
+(plan_env, build, check_inputs, repair_inputs, stamp, check_link, link; with ``--no-venv``
+accept_inputs), run (one :class:`~accelgrid.run.request.RunRequest`) and check_run. A
+step that finds the env must change says so (``changes_env``); :func:`run_steps` then
+ends the run ``accelgrid run`` started ahead (the head start), once, before the change.
+:mod:`.envbuild` builds the env.
+
 nox creates a session's env before the session's code runs, so a cell whose runtime is
 missing on this host (or whose declared hardware is wrong) is registered without one
 (``python=False``): it stops with the one line before anything is created.
@@ -15,24 +23,29 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nox
-from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
 from .. import __version__, results
-from ..base import contract, jsonio, redact
+from ..base import contract, jsonio
 from ..base.errors import AccelgridError, InvalidInput
 from ..config.model import Cell, Matrix
-from ..host import detect, inputs, install, stamp, venvs
+from ..host import detect, inputs, install, venvs
+from ..host import stamp as env_stamp
 from ..results import history, shards
-from ..run import console, preflight, prestart
+from ..run import console, preflight
 from ..run.cell import run_cell
+from ..run.headstart import prestart
 from ..run.passes import workers_override
-from . import actions
+from ..run.request import RunRequest
+from . import envbuild
+from .envbuild import fail
 
 
 def _python_in(session: nox.Session) -> str:
@@ -43,22 +56,74 @@ def _python_in(session: nox.Session) -> str:
     return str(exe)
 
 
-def _fail(session: nox.Session, message: str) -> None:
-    """Stop the session with one line, never showing a credential."""
-    session.error(redact.redact_text(message))
-
-
 def run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
                      host: preflight.HostCheck | None = None) -> None:
-    """The body of every cell session; ``host``: the host check its registration made."""
-    global _IDLE_SINCE
+    """The body of every cell session (its steps: :func:`steps_of`); ``host``: the host
+    check its registration made."""
     console.tolerant_console()
     try:
-        _run_cell_session(session, matrix, cell, host)
+        state = CellSession(session, matrix, cell,
+                            _shard_results(results.results_root(matrix.root), cell), host)
+        run_steps(state, steps_of(state))
     except AccelgridError as exc:  # e.g. an invalid known_issues.yaml: one line
-        _fail(session, str(exc) if hasattr(exc, "problems") else f"{cell.name}: {exc}")
+        fail(session, str(exc) if hasattr(exc, "problems") else f"{cell.name}: {exc}")
     finally:
-        _IDLE_SINCE = time.time()
+        envbuild.mark_idle()
+
+
+@dataclass
+class CellSession:
+    """One cell session as its steps (:func:`steps_of`) hand it along: what nox gave it,
+    then what each step finds. Each step takes it and returns it."""
+
+    session: nox.Session
+    matrix: Matrix
+    cell: Cell
+    out: Path                          # where the run writes (a shard's own folder)
+    host: preflight.HostCheck | None = None   # the registration's check, else check_host's
+    checked: preflight.Preflight | None = None   # the run's one preflight
+    workers: int | None = None
+    python: str = ""
+    accepted: inputs.Checked | None = None   # --no-venv: inputs it runs on anyway
+    # The env (a venv session):
+    plan: install.InstallPlan | None = None
+    pins: dict[str, Any] = field(default_factory=dict)   # its stamp, once installed
+    current: bool = False              # its stamp holds the cell's pins
+    gone: str | None = None            # files lost since its install: a repair
+    installed_now: bool = False
+    path: list[str] = field(default_factory=list)   # its python's import path
+    site: Path | None = None           # its site-packages
+    found: inputs.Checked | None = None   # its inputs against the pins and RECORDs
+    found_at: float = 0.0              # when that check began
+    checkout: Path | None = None       # the runner's checkout it imports accelgrid from
+    wheel: str | None = None           # else what installs accelgrid into it, when needed
+    # A step found that the env changes (an install, a repair, a relink): the run started
+    # ahead of the session (the head start: its pytest reads this env) is ended before
+    # the next step, by run_steps.
+    changes_env: bool = False
+    done: bool = False                 # --install-only: the env is ready, run nothing
+    rc: int = 0
+
+    @property
+    def envdir(self) -> Path:
+        return Path(self.session.bin).parent
+
+
+SessionStep = Callable[[CellSession], CellSession]
+
+
+def run_steps(state: CellSession, steps: Sequence[SessionStep]) -> CellSession:
+    """``state`` through ``steps``; the head start ended once, here, as soon as a step
+    says the env changes (before that step's change is made, by the next step)."""
+    ended = False
+    for step in steps:
+        state = step(state)
+        if state.done:
+            break
+        if state.changes_env and not ended:
+            prestart.cancel()   # the env changes under it: the tests started ahead end
+            ended = True
+    return state
 
 
 def write_op_pages(cell: Cell, folder: Path) -> None:
@@ -112,116 +177,228 @@ def _shard_results(out: Path, cell: Cell) -> Path:
     return folder
 
 
-def _run_cell_session(session: nox.Session, matrix: Matrix, cell: Cell,
-                      host: preflight.HostCheck | None = None) -> None:
-    out = _shard_results(results.results_root(matrix.root), cell)
-    # The host as the registration checked it (else now): the device, its runtime, the
-    # hardware; once per run, the run and its env get this answer.
+def check_host(state: CellSession) -> CellSession:
+    """The host as the registration checked it (else now: the device, its runtime, the
+    hardware), then the run's preflight, once per run: the run and its env get this
+    answer. Everything the run reads is checked before anything is installed or
+    replaced."""
+    session, cell = state.session, state.cell
+    host = state.host
     if host is None:
-        device = matrix.devices[cell.device]
-        host = preflight.host_check(cell, absent=detect.absent_reason(cell.device,
-                                                                      device.detect))
+        device = state.matrix.devices[cell.device]
+        host = state.host = preflight.host_check(
+            cell, absent=detect.absent_reason(cell.device, device.detect))
     if host.absent and not os.environ.get(contract.SKIP_DETECT):
-        _fail(session, f"{cell.name}: {host.absent}")
+        fail(session, f"{cell.name}: {host.absent}")
     if host.problem:
-        _fail(session, host.problem)
-    # Everything the run reads is checked before anything is installed or replaced.
-    checked = preflight.check(cell, matrix.root, host=host)
-    workers = workers_override()
-    python = _python_in(session)
-    accepted: inputs.Checked | None = None
-    if isinstance(session.virtualenv, PassthroughEnv):
-        found = _checked_inputs(cell, python)
-        if not found.ok:
-            line = _inputs_line(cell, found)
-            if not inputs.accepted():
-                _fail(session, f"{line} (--no-venv runs on the current interpreter, which "
-                      f"nothing installs into; {inputs.ACCEPT}=1 runs on it anyway, and the "
-                      "results say so)")
-            session.warn(f"{line}: running on them ({inputs.ACCEPT}=1); the results say so")
-            accepted = found
-        session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
-    else:
-        envdir = Path(session.bin).parent
-        plan, pins, current = _install_plan(session, cell, envdir)
-        session.env.update(plan.env)
-        # Files gone: stamped, then damaged since; or unstamped, a kill mid-install. uv
-        # would see the metadata and change nothing: reinstall straight away.
-        gone = install.missing_files(envdir, remember=True) if envdir.is_dir() else None
-        if not current or gone:
-            prestart.cancel()   # the env changes under it: tests started ahead end
-        if gone:
-            session.log(f"{cell.name}: the env " + ("lost files since its install" if current
-                        else "is incomplete, an interrupted earlier install") +
-                        f" ({gone}): reinstalling its packages")
-            current = False
-        if not current:
-            stamp.forget(envdir)
-        installed_now = build_env(session, cell, plan, holds_pins=current, repair=bool(gone))
-        if installed_now:
-            gpu = install.cuda_build(envdir) if cell.device == install.CPU_DEVICE else None
-            if gpu:   # never a cpu cell on a CUDA build without saying so: no stamp, stop
-                _fail(session, f"{cell.name}: {gpu}: a cpu cell takes torch's CPU build "
-                      f"({cell.index}, or set {contract.TORCH_INDEX} to an index with it)")
-            _verified_or_repaired(session, cell, plan, envdir, python)
-        # Whatever the stamp says: what is installed is what the matrix pins, and the
-        # pinned files are the bytes their wheels' RECORDs name (a fresh env, a warm one,
-        # nox -R alike), before any test.
-        # One subprocess asks the env's python its import path (the inputs' check) and its
-        # site-packages (the link to the checkout): a python started costs a warm run.
-        try:
-            path, site = inputs.interpreter(python)
-        except OSError as exc:
-            raise AccelgridError(f"reading the env's inputs: {exc}") from None
-        _inputs_as_planned(session, cell, plan, python, full=True if gone else None,
-                           path=path)
-        if installed_now:
-            stamp.write_stamp(envdir, pins)
-        checkout = venvs.runner_checkout()
-        if checkout is not None:
-            # Its python imports accelgrid from the runner's checkout by itself (venvs.PTH).
-            if not venvs.linked(site, checkout):
-                prestart.cancel()   # started ahead, its python may not import it
-            venvs.link_project(python, checkout, site=site)
-            venvs.compile_source(checkout)
-        else:
-            _install_accelgrid(session, cell, python)
-    if _install_only(session):   # the env is ready, run nothing
-        return
+        fail(session, host.problem)
+    state.checked = preflight.check(cell, state.matrix.root, host=host)
+    state.workers = workers_override()
+    state.python = _python_in(session)
+    return state
+
+
+def accept_inputs(state: CellSession) -> CellSession:
+    """``--no-venv``: the current interpreter's packages against the cell's pins; other
+    ones stop the session unless accepted (the results then say so)."""
+    session, cell, python = state.session, state.cell, state.python
+    found = _checked_inputs(cell, python)
+    if not found.ok:
+        line = _inputs_line(cell, found)
+        if not inputs.accepted():
+            fail(session, f"{line} (--no-venv runs on the current interpreter, which "
+                 f"nothing installs into; {inputs.ACCEPT}=1 runs on it anyway, and the "
+                 "results say so)")
+        session.warn(f"{line}: running on them ({inputs.ACCEPT}=1); the results say so")
+        state.accepted = found
+    session.log(f"{cell.name}: --no-venv, using {python} with its installed packages")
+    return state
+
+
+def plan_env(state: CellSession) -> CellSession:
+    """The plan the env is built with and whether it holds it already: its stamp, and
+    its files (gone: stamped, then damaged since; or unstamped, a kill mid-install. uv
+    would see the metadata and change nothing: reinstalled straight away)."""
+    session, cell, envdir = state.session, state.cell, state.envdir
+    state.plan, state.pins, state.current = envbuild.install_plan(session, cell, envdir)
+    session.env.update(state.plan.env)
+    state.gone = install.missing_files(envdir, remember=True) if envdir.is_dir() else None
+    state.changes_env = not state.current or bool(state.gone)
+    if state.gone:
+        session.log(f"{cell.name}: the env " + ("lost files since its install"
+                    if state.current else "is incomplete, an interrupted earlier install")
+                    + f" ({state.gone}): reinstalling its packages")
+        state.current = False
+    return state
+
+
+def build(state: CellSession) -> CellSession:
+    """The plan's install steps (:func:`.envbuild.build_env`: skipped where the stamp
+    holds the pins); a fresh install is whole (else repaired once) and, in a cpu cell, never
+    torch's CUDA build."""
+    session, cell, envdir, plan = state.session, state.cell, state.envdir, state.plan
+    assert plan is not None
+    if not state.current:
+        env_stamp.forget(envdir)
+    state.installed_now = envbuild.build_env(session, cell, plan, holds_pins=state.current,
+                                             repair=bool(state.gone))
+    if state.installed_now:
+        gpu = install.cuda_build(envdir) if cell.device == install.CPU_DEVICE else None
+        if gpu:   # never a cpu cell on a CUDA build without saying so: no stamp, stop
+            fail(session, f"{cell.name}: {gpu}: a cpu cell takes torch's CPU build "
+                 f"({cell.index}, or set {contract.TORCH_INDEX} to an index with it)")
+        envbuild.verified_or_repaired(session, cell, plan, envdir, state.python)
+    return state
+
+
+def check_inputs(state: CellSession) -> CellSession:
+    """Whatever the stamp says: what is installed is what the matrix pins (else one line:
+    under nox -R nothing installs the pins), and the pinned files are the bytes their
+    wheels' RECORDs name (a fresh env, a warm one, nox -R alike), before any test. Every
+    hashed file after a repair (``gone``). The files that matched are kept by stat key in
+    the env (:data:`accelgrid.host.inputs.HASHED_STORE`): an unchanged one is not hashed
+    again."""
+    session, cell = state.session, state.cell
+    # One subprocess asks the env's python its import path (the inputs' check) and its
+    # site-packages (the link to the checkout): a python started costs a warm run.
     try:
-        # The run `accelgrid run` started ahead, held until now, when it is this one.
-        ahead = prestart.take(cell, python, matrix.root, out, session.posargs, workers,
-                              checked, finalized=write_op_pages)
-        rc = run_cell(cell, python, matrix.root, out, session.posargs, workers=workers,
-                      finalized=write_op_pages, checked=checked, prestarted=ahead)
+        state.path, state.site = inputs.interpreter(state.python)
+    except OSError as exc:
+        raise AccelgridError(f"reading the env's inputs: {exc}") from None
+    state.found_at = time.monotonic()
+    state.found = found = _checked_inputs(
+        cell, state.python, True if state.gone else None, state.path,
+        store=state.envdir / inputs.HASHED_STORE)
+    if found.differences:
+        hint = ("" if _installs(session) else
+                ": nothing was installed (nox -R / --no-install); run without -R to "
+                "install the pins")
+        fail(session, inputs.one_line(cell.name, found.differences) + hint)
+    state.changes_env = state.changes_env or bool(found.altered)
+    return state
+
+
+def repair_inputs(state: CellSession) -> CellSession:
+    """Reinstall, with one line, the pinned distributions whose files are not their
+    RECORD's bytes, even under nox -R: the versions stay, only their files come back;
+    each reinstall is checked again, every file (a reinstall may add a .pth)."""
+    session, cell, python, plan = state.session, state.cell, state.python, state.plan
+    found = state.found
+    assert found is not None and plan is not None
+    if not found.altered:
+        return state
+    names = sorted({a.name for a in found.altered})
+    session.log(f"{inputs.altered_line(cell.name, found.altered)}: reinstalling "
+                f"{', '.join(names)}")
+    envbuild.reinstall(session, cell, plan, python, names)
+    found = _checked_inputs(cell, python, full=True)
+    if found.altered and not found.differences:
+        # The same bytes again: uv's unpacked copy holds them, an env linked to its
+        # cache (built before cell envs were copies) was edited in place.
+        session.log(f"{inputs.altered_line(cell.name, found.altered)} again: uv's "
+                    "cache holds the same bytes (an env linked to it was edited in "
+                    f"place): uv cache clean {' '.join(names)}, then reinstalling")
+        envbuild.reinstall(session, cell, plan, python, names, clean_cache=True)
+        found = _checked_inputs(cell, python, full=True)
+    if not found.ok:
+        fail(session, _inputs_line(cell, found) + " after a reinstall: delete "
+             f"{state.envdir} and run again")
+    session.log(f"{cell.name}: reinstalled {', '.join(names)} "
+                f"[{time.monotonic() - state.found_at:.1f} s]")
+    return state
+
+
+def stamp(state: CellSession) -> CellSession:
+    """A fresh install, checked, is stamped: the next run skips its install steps."""
+    if state.installed_now:
+        env_stamp.write_stamp(state.envdir, state.pins)
+    return state
+
+
+def check_link(state: CellSession) -> CellSession:
+    """How the env gets this accelgrid: linked to the runner's checkout (its python
+    imports it from there: venvs.PTH), else installed from a wheel (the in-cell plugin,
+    found through its pytest11 entry point) once per version; a wheel named by
+    $ACCELGRID_WHEEL every time (a rebuilt wheel keeps its version)."""
+    state.checkout = venvs.runner_checkout()
+    if state.checkout is not None:
+        assert state.site is not None
+        relink = not venvs.linked(state.site, state.checkout)
+        state.changes_env = state.changes_env or relink
+        return state
+    wanted = venvs.self_requirement()
+    if not wanted.startswith("accelgrid==") \
+            or venvs.installed_accelgrid(state.python) != __version__:
+        state.wheel = wanted
+        state.changes_env = True
+    return state
+
+
+def link(state: CellSession) -> CellSession:
+    """The env linked to the checkout (its source compiled ahead), or accelgrid
+    installed into it, as :func:`check_link` found."""
+    session, cell, python = state.session, state.cell, state.python
+    if state.checkout is not None:
+        venvs.link_project(python, state.checkout, site=state.site)
+        venvs.compile_source(state.checkout)
+    elif state.wheel is not None:
+        wanted = state.wheel
+        from_wheel = not wanted.startswith("accelgrid==")
+        session.log(f"{cell.name}: installing accelgrid {__version__} (no dependencies: "
+                    f"the cell's pins bring what a cell needs): {wanted}")
+        session.install("--no-deps", *(("--reinstall-package", "accelgrid") if from_wheel
+                                       else ()), wanted, silent=True)
+        got = venvs.installed_accelgrid(python)
+        if got != __version__:
+            fail(session, f"{cell.name}: the env has accelgrid {got} after installing "
+                          f"{wanted}, not the runner's {__version__}")
+    return state
+
+
+def run(state: CellSession) -> CellSession:
+    """The cell's run (:func:`accelgrid.run.cell.run_cell`): one request, with the
+    session's preflight; the run ``accelgrid run`` started ahead, held until now, when it
+    is this one. Under --install-only (the env is ready) nothing runs."""
+    session, cell = state.session, state.cell
+    if _install_only(session):
+        state.done = True
+        return state
+    assert state.checked is not None
+    request = RunRequest(cell, state.python, state.matrix.root, state.out, state.checked,
+                         tuple(session.posargs), state.workers, finalized=write_op_pages)
+    try:
+        state.rc = run_cell(request, prestarted=prestart.take(request))
     except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
         problem = jsonio.storage_problem(exc)
         if problem is None:
             raise
-        _fail(session, f"{cell.name}: {problem}")
-    folder = results.last_run(out / cell.name)[1]
-    _inputs_after_run(session, cell, folder, accepted)
-    if rc != 0:
-        _fail(session, f"{cell.name}: pytest exited with {rc} (results in {folder})")
+        fail(session, f"{cell.name}: {problem}")
+    return state
 
 
-def _install_accelgrid(session: nox.Session, cell: Cell, python: str) -> None:
-    """An accelgrid installed from a wheel runs the cell: the env gets its version (the in-cell
-    plugin, found through its pytest11 entry point), once per version; a wheel named by
-    $ACCELGRID_WHEEL is installed every time (a rebuilt wheel keeps its version)."""
-    wanted = venvs.self_requirement()
-    from_wheel = not wanted.startswith("accelgrid==")
-    if not from_wheel and venvs.installed_accelgrid(python) == __version__:
-        return
-    prestart.cancel()
-    session.log(f"{cell.name}: installing accelgrid {__version__} (no dependencies: the "
-                f"cell's pins bring what a cell needs): {wanted}")
-    session.install("--no-deps", *(("--reinstall-package", "accelgrid") if from_wheel else ()),
-                    wanted, silent=True)
-    got = venvs.installed_accelgrid(python)
-    if got != __version__:
-        _fail(session, f"{cell.name}: the env has accelgrid {got} after installing {wanted}, "
-                       f"not the runner's {__version__}")
+def check_run(state: CellSession) -> CellSession:
+    """What the run ran on is what the matrix pins (env.json), and it passed."""
+    folder = results.last_run(state.out / state.cell.name)[1]
+    _inputs_after_run(state.session, state.cell, folder, state.accepted)
+    if state.rc != 0:
+        fail(state.session, f"{state.cell.name}: pytest exited with {state.rc} (results in "
+                             f"{folder})")
+    return state
+
+
+# A cell session, step by step (as run/cell.py's STEPS): the host and the preflight; the
+# env built, checked and linked (or, --no-venv, the interpreter's packages accepted); the
+# run and its check.
+ENV_STEPS: tuple[SessionStep, ...] = (
+    plan_env, build, check_inputs, repair_inputs, stamp, check_link, link)
+NO_VENV_STEPS: tuple[SessionStep, ...] = (accept_inputs,)
+
+
+def steps_of(state: CellSession) -> tuple[SessionStep, ...]:
+    """The session's steps: with a venv (:data:`ENV_STEPS`) or on the current
+    interpreter (``--no-venv``: :data:`NO_VENV_STEPS`)."""
+    here = isinstance(state.session.virtualenv, PassthroughEnv)
+    return (check_host, *(NO_VENV_STEPS if here else ENV_STEPS), run, check_run)
 
 
 def _install_only(session: nox.Session) -> bool:
@@ -255,66 +432,10 @@ def _inputs_line(cell: Cell, found: inputs.Checked) -> str:
                      for i, p in enumerate(parts))
 
 
-def _inputs_as_planned(session: nox.Session, cell: Cell, plan: install.InstallPlan,
-                       python: str, full: bool | None = None,
-                       path: list[str] | None = None) -> None:
-    """Stop in one line when the env holds other versions or builds than the matrix pins
-    (under nox -R nothing installs the pins); reinstall, with one line, the pinned
-    distributions whose files are not their RECORD's bytes, even under nox -R: the
-    versions stay, only their files come back. ``full``: every hashed file (a repair);
-    a reinstall is checked so too (its env asked again: a reinstall may add a .pth).
-    ``path``: the env's import path, when asked already. The files that matched are kept
-    by stat key in the env (:data:`accelgrid.host.inputs.HASHED_STORE`): an unchanged one
-    is not hashed again."""
-    start = time.monotonic()
-    envdir = Path(session.bin).parent
-    found = _checked_inputs(cell, python, full, path, store=envdir / inputs.HASHED_STORE)
-    if found.differences:
-        hint = ("" if _installs(session) else
-                ": nothing was installed (nox -R / --no-install); run without -R to "
-                "install the pins")
-        _fail(session, inputs.one_line(cell.name, found.differences) + hint)
-    if found.altered:
-        names = sorted({a.name for a in found.altered})
-        session.log(f"{inputs.altered_line(cell.name, found.altered)}: reinstalling "
-                    f"{', '.join(names)}")
-        _reinstall(session, cell, plan, python, names)
-        found = _checked_inputs(cell, python, full=True)
-        if found.altered and not found.differences:
-            # The same bytes again: uv's unpacked copy holds them, an env linked to its
-            # cache (built before cell envs were copies) was edited in place.
-            session.log(f"{inputs.altered_line(cell.name, found.altered)} again: uv's "
-                        "cache holds the same bytes (an env linked to it was edited in "
-                        f"place): uv cache clean {' '.join(names)}, then reinstalling")
-            _reinstall(session, cell, plan, python, names, clean_cache=True)
-            found = _checked_inputs(cell, python, full=True)
-        if not found.ok:
-            _fail(session, _inputs_line(cell, found) + " after a reinstall: delete "
-                  f"{Path(session.bin).parent} and run again")
-        session.log(f"{cell.name}: reinstalled {', '.join(names)} "
-                    f"[{time.monotonic() - start:.1f} s]")
-
-
 def _installs(session: nox.Session) -> bool:
     """Whether nox runs session.install (not under -R / --no-install)."""
     config = getattr(getattr(session, "_runner", None), "global_config", None)
     return not getattr(config, "no_install", False)
-
-
-def _reinstall(session: nox.Session, cell: Cell, plan: install.InstallPlan, python: str,
-               names: list[str], *, clean_cache: bool = False) -> None:
-    """:func:`accelgrid.host.inputs.reinstall` through the plan's steps, or stop in one
-    line."""
-    from nox.virtualenv import find_uv
-
-    prestart.cancel()
-    has_uv, uv = find_uv()[:2]   # (found, path[, version]): nox's own uv
-    if not has_uv:
-        _fail(session, f"{cell.name}: uv is not installed: cannot reinstall {names}")
-    failed = inputs.reinstall(uv, python, names, [(s.args, s.env) for s in plan.steps],
-                              {**os.environ, **plan.env}, clean_cache=clean_cache)
-    if failed:
-        _fail(session, f"{cell.name}: reinstalling {', '.join(names)} failed:\n{failed}")
 
 
 def _inputs_after_run(session: nox.Session, cell: Cell, folder: Path,
@@ -333,109 +454,8 @@ def _inputs_after_run(session: nox.Session, cell: Cell, folder: Path,
     wanted = inputs.pins(cell, install.planned_torch(cell))
     diffs = inputs.after_run(env, wanted, accepted.differences if accepted else ())
     if diffs:
-        _fail(session, f"{cell.name}: {env_file} says the run ran on other inputs than "
-              "the matrix pins: " + "; ".join(map(str, diffs)))
-
-
-def _install_plan(session: nox.Session, cell: Cell, envdir: Path
-                  ) -> tuple[install.InstallPlan, dict, bool]:
-    """The plan the env is built with, its stamp and whether the env holds it already.
-    A cpu cell whose CPU index cannot be reached takes torch's CPU build from pip's
-    configuration, saying so in one line; a warm env asks no index."""
-    plans = stamp.plans(cell, envdir)
-    held = stamp.held_plan(envdir, plans)
-    if held is not None:
-        return *held, True
-    plan = plans[0]
-    problem = install.local_wheel(cell)[1] or install.index_problem(plan.index)
-    if problem and len(plans) > 1:
-        session.warn(f"{cell.name}: {problem}: {install.CPU_FALLBACK}")
-        plan, problem = plans[1], None
-    if problem:
-        _fail(session, f"{cell.name}: {problem}")
-    return plan, stamp.pins(plan, envdir), False
-
-
-def _verified_or_repaired(session: nox.Session, cell: Cell, plan: install.InstallPlan,
-                          envdir: Path, python: str) -> None:
-    """After the install steps: the env is whole (:func:`accelgrid.host.install.verify`), or
-    its packages are reinstalled once with one line saying why (an earlier build was
-    interrupted: uv saw the metadata and changed nothing), or the session fails."""
-    broken = install.verify(envdir, python)
-    if not broken:
-        return
-    session.log(f"{cell.name}: the env is incomplete ({broken}), an interrupted earlier "
-                "install: reinstalling its packages")
-    build_env(session, cell, plan, reinstall=True)
-    broken = install.verify(envdir, python)
-    if broken:
-        _fail(session, f"{cell.name}: the env is still incomplete after a reinstall "
-                       f"({broken}): delete {envdir} and run again")
-
-
-# When nox last had nothing of ours to do (the noxfile loaded, a cell session ended): a
-# venv made after it was made for the session now starting, in about the time since.
-_IDLE_SINCE = time.time()
-_INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i", "--find-links", "-f")
-
-
-def build_env(session: nox.Session, cell: Cell, plan: install.InstallPlan, *,
-              holds_pins: bool = False, reinstall: bool = False, repair: bool = False
-              ) -> bool:
-    """Install ``plan``'s steps, one numbered line each before (what is installed) and
-    after (what changed, seconds taken); the venv nox made is step 1. ``holds_pins``: the
-    env's stamp says it holds them (:func:`accelgrid.host.stamp.env_holds`), each step is
-    skipped; ``reinstall``: uv reinstalls every package (a repair); ``repair``: each step
-    reinstalls the distributions that miss files as it starts (one reinstall of torch, not
-    one per step that names it). Returns whether uv
-    installed every step (not under ``--no-install``)."""
-    total = len(plan.steps) + 1
-    shown = console.shown_path(Path(session.bin).parent)
-    # nox's own record of whether it reused the env (its sessions read it too); the file
-    # times said "created" once for a reused env in CI.
-    reused = bool(getattr(session.virtualenv, "_reused", False))
-    how = "reused" if reused else f"created with uv in {time.time() - _IDLE_SINCE:.1f} s"
-    session.log(f"{cell.name}: [1/{total}] environment {shown}: {how}")
-    if holds_pins:
-        for number, step in enumerate(plan.steps, 2):
-            session.log(f"{cell.name}: [{number}/{total}] {step.description}: skipped, the "
-                        f"env holds the cell's pins ({stamp.STAMP} matches)")
-        return False
-    installed = True
-    can_fall_back = install.can_fall_back(cell, os.environ.get(contract.TORCH_INDEX))
-    for number, step in enumerate(plan.steps, 2):
-        # The index options and their URLs are in the description already.
-        wanted = " ".join(redact.redact_text(a) for i, a in enumerate(step.args)
-                          if a not in _INDEX_OPTIONS
-                          and (i == 0 or step.args[i - 1] not in _INDEX_OPTIONS))
-        session.log(f"{cell.name}: [{number}/{total}] installing {step.description}: {wanted}")
-        start = time.monotonic()
-        # uv's output is kept to say what it changed (and why, if it fails).
-        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
-            again = [a for n in (install.incomplete(Path(session.bin).parent) if repair
-                                 else ()) for a in ("--reinstall-package", n)]
-            try:
-                session.install(*(("--reinstall",) if reinstall else ()), *again, *step.args,
-                                env=step.env or None, silent=False, stdout=out, log=False)
-            except CommandFailed:
-                out.seek(0)
-                tail = [ln for ln in out.read().splitlines() if ln.strip()][-20:]
-                clear = (install.fallback_failure(cell, step.args[0], "\n".join(tail))
-                         if plan.index == "default" and can_fall_back else None)
-                _fail(session, (clear + "\n" if clear else "")
-                      + f"{cell.name}: installing {step.description} failed after "
-                      f"{time.monotonic() - start:.1f} s:\n" + "\n".join(tail))
-            out.seek(0)
-            text = out.read()
-        # In GitHub Actions: uv's own output, folded away under the step's line.
-        with actions.group(f"{cell.name}: [{number}/{total}] uv's output"):
-            if actions.active():
-                sys.stdout.write(redact.redact_text(text).rstrip("\n") + "\n")
-        installed = installed and bool(text.strip())
-        did = (install.uv_changes(text, wanted.split()) if text.strip()
-               else "skipped: nox reuses the env without installing (-R / --no-install)")
-        session.log(f"{cell.name}: [{number}/{total}] {did} [{time.monotonic() - start:.1f} s]")
-    return installed
+        fail(session, f"{cell.name}: {env_file} says the run ran on other inputs than "
+             "the matrix pins: " + "; ".join(map(str, diffs)))
 
 
 def _describe(cell: Cell) -> str:
@@ -456,7 +476,7 @@ def register(matrix: Matrix) -> list[str]:
         if cell.device in absent:
 
             def _absent(session: nox.Session, _cell: Cell = cell) -> None:
-                _fail(session, f"{_cell.name}: {absent[_cell.device]}")
+                fail(session, f"{_cell.name}: {absent[_cell.device]}")
 
             _absent.__doc__ = _describe(cell)
             nox.session(name=cell.name, python=False, tags=list(cell.tags),

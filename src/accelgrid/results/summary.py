@@ -63,9 +63,9 @@ def pass_times(records: list[TestRecord], passes: list[dict[str, Any]],
         if "gate" in p:
             timing["waited_s"] = round(since - p["start"], 2)
         ahead = p.get("ahead")
-        if isinstance(ahead, int | float):  # started while nox checked the env (run.prestart)
+        if isinstance(ahead, int | float):  # started while nox checked (run.headstart.prestart)
             timing["ahead_s"] = round(ahead - p["start"], 2)
-        if p.get("launched"):   # its pytest started with the command (run.relaunch)
+        if p.get("launched"):   # its pytest started with the command (run.headstart.relaunch)
             timing["launched"] = True
         out.append(timing)
     end = max((p["end"] for p in passes), default=run_start)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -43,9 +43,9 @@ from ..results.records import Summary
 from . import console, preflight
 from .cellenv import cell_env
 from .console import PYTEST_TROUBLE, beside_note, print_timing, say
-from .lock import cell_lock
+from .lock import cell_lock, new_run_id
 from .passes import Pass, RunPlan, pass_args, plan_run, pytest_command, stages
-from .relaunch import Launch, new_run_id
+from .request import RunRequest
 from .selection import selection
 from .supervise import Started, append_logs, run_pytests
 
@@ -54,13 +54,14 @@ RUNS_KEPT = 20  # runs with a selection kept in results/<cell>/runs/ (the newest
 
 @dataclass
 class HeldStart:
-    """A stage's pytest jobs started ahead of the run's last checks (:mod:`.prestart`):
-    their tests wait for ``gate`` (contract.GATE), made once the env is checked."""
+    """A stage's pytest jobs started ahead of the run's last checks (the head start,
+    :mod:`.headstart.prestart`): their tests wait for ``gate`` (contract.GATE), made once
+    the env is checked."""
 
     jobs_of_passes: list[tuple[Pass, list[str], dict[str, str], Path]]
     gate: Path
     started: Started
-    launched: bool = False   # by .relaunch, as the command started
+    launched: bool = False   # by .headstart.relaunch, as the command started
 
 
 @dataclass
@@ -91,7 +92,7 @@ class CellRun:
     rc: int = 0
     summary: Summary | None = None
     ignored: list[str] = field(default_factory=list)   # test files that ended their process
-    started: HeldStart | None = None   # its first stage, started held (.prestart)
+    started: HeldStart | None = None   # its first stage, started held (the head start)
 
     @property
     def log(self) -> Path:
@@ -109,48 +110,46 @@ class CellRun:
         return self.rc
 
 
-def run_cell(cell: Cell, python: str, root: Path, results_root: Path,
-             pytest_args: Sequence[str] = (), workers: int | None = None,
-             limit_s: float | None = None,
-             finalized: Callable[[Cell, Path], None] | None = None,
-             checked: preflight.Preflight | None = None,
-             prestarted: CellRun | None = None) -> int:
-    """Run ``cell`` with ``python``; returns pytest's exit code (124 past the cell limit;
+def run_cell(request: RunRequest, prestarted: CellRun | None = None) -> int:
+    """Run the ``request``ed cell; returns pytest's exit code (124 past the cell limit;
     1 where pytest's was 0 but the run is incomplete: summary.json's ``incomplete``).
-    ``finalized`` gets the run's folder once its results are closed (the session step
-    writes the op pages there); ``checked``: the run's preflight, when the caller made it
-    (else made here, once). ``prestarted``: this very run, its tests started and held at
-    their gate (:mod:`accelgrid.run.prestart`, which holds its lock): it goes on from
-    there. Raises :class:`CellBusy` when another run of the cell is in progress."""
+    ``prestarted``: this very run, its tests started and held at their gate (the head
+    start, which holds its lock): it goes on from there. Raises :class:`CellBusy` when
+    another run of the cell is in progress."""
     if prestarted is not None:
         announce(prestarted)
         return run_steps(prestarted, STEPS[STEPS.index(adopt) + 1:])
     with contextlib.ExitStack() as stack:
-        run = open_run(stack, cell, python, root, results_root, pytest_args, workers,
-                       limit_s, finalized, checked)
+        run = open_run(stack, request)
         announce(run)
         return run_steps(run)
 
 
-def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
-             results_root: Path, pytest_args: Sequence[str] = (),
-             workers: int | None = None, limit_s: float | None = None,
-             finalized: Callable[[Cell, Path], None] | None = None,
-             checked: preflight.Preflight | None = None,
-             launched: Launch | None = None) -> CellRun:
-    """A run of ``cell`` as :func:`run_cell` takes it: the cell's lock held (until
+class Launched(Protocol):
+    """A run started before it was opened (the head start's launch, as the command
+    started): its id, its start, the cell's lock it holds (``stack`` releases it)."""
+
+    run_id: str
+    start: float
+    stack: contextlib.ExitStack
+    fds: tuple[int, ...]
+
+
+def open_run(stack: contextlib.ExitStack, request: RunRequest,
+             launched: Launched | None = None) -> CellRun:
+    """The ``request``ed run as :func:`run_cell` takes it: the cell's lock held (until
     ``stack`` closes), its folder ready (a full run's emptied; a selected run's made),
-    its env; nothing said yet (:func:`announce`). ``launched``: a selected run
-    :mod:`.relaunch` started (its id, lock, folder and start are the run's)."""
+    its env; nothing said yet (:func:`announce`). ``launched``: a selected run started
+    as the command started (its id, lock, folder and start are the run's)."""
+    cell, results_root, pytest_args = request.cell, request.results_root, request.pytest_args
     # Not resolved: a symlink planted as the cell folder is refused, never followed.
     cell_folder = Path(os.path.abspath(results_root / cell.name))
     # Everything the run reads is checked before the results folder is touched; nothing
     # it writes or deletes under results/ may be a symlink (it would act outside).
     for name in ("", contract.RUNS_DIR, contract.LOCK_FILE, contract.LAST_RUN_FILE):
         jsonio.refuse_symlink(cell_folder / name if name else cell_folder, results_root)
-    checked = checked or preflight.check(cell, root)
-    if checked.hardware.problem:
-        raise AccelgridError(checked.hardware.problem)
+    if request.preflight.hardware.problem:
+        raise AccelgridError(request.preflight.hardware.problem)
     run_start = time.time() if launched is None else launched.start
     run_id = new_run_id() if launched is None else launched.run_id
     chosen = selection(pytest_args)
@@ -165,10 +164,12 @@ def open_run(stack: contextlib.ExitStack, cell: Cell, python: str, root: Path,
     else:
         results.clear_for_run(cell_folder)
     record = {"run_id": run_id, "pytest_args": list(pytest_args), "selection": chosen}
-    return CellRun(cell, python, root, folder,
-                   run_env(cell, root, folder, checked, python, record), tuple(pytest_args),
-                   workers, limit_s if limit_s is not None else cell.cell_minutes * 60,
-                   record, keep_fds=lock_fds, run_start=run_start, finalized=finalized)
+    limit_s = request.limit_s if request.limit_s is not None else cell.cell_minutes * 60
+    return CellRun(cell, request.python, request.root, folder,
+                   run_env(cell, request.root, folder, request.preflight, request.python,
+                           record),
+                   pytest_args, request.workers, limit_s, record, keep_fds=lock_fds,
+                   run_start=run_start, finalized=request.finalized)
 
 
 def run_env(cell: Cell, root: Path, folder: Path, checked: preflight.Preflight,

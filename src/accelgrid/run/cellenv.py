@@ -19,20 +19,19 @@ from .console import say
 RUN_PLUGINS = ("xdist.plugin", "pytest_timeout", contract.PLUGIN)
 
 
-def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None,
-             checked: preflight.Preflight | None = None,
+def cell_env(cell: Cell, root: Path, folder: Path, base: dict[str, str] | None = None, *,
+             checked: preflight.Preflight,
              python: str | Path | None = None, quiet: bool = False,
              commit: tuple[str | None, bool] | None = None) -> dict[str, str]:
     """The environment the cell's pytest starts with: the host's, the cell's (device and
     profile), its hardware family's and driver's (``hardware.json`` in ``folder`` says which
     and how they were known), and accelgrid's own variables. ``checked``: the run's
-    preflight (else made here, against ``base``). ``python``: the interpreter the run
+    preflight, made once by the caller (against ``base``). ``python``: the interpreter the run
     starts; inside a virtual environment, the compilers' caches go there
     (:func:`compile_caches`). ``quiet``: the hardware line is not said (said already for
     this run). ``commit``: the project's commit and whether its tree is dirty, when the
     caller knows them (else asked of git)."""
     env = dict(os.environ if base is None else base)
-    checked = checked or preflight.check(cell, root, env)
     hardware = checked.hardware
     if hardware.problem:
         raise AccelgridError(hardware.problem)

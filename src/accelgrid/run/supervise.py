@@ -27,8 +27,8 @@ TICK_S = 1.0  # how often the console's progress is updated while pytest runs
 
 
 # Plain classes, not dataclasses: this module is on the path of the early launch
-# (run/relaunch.py), where importing dataclasses (and inspect with it) costs 4-5 ms
-# before its pytest can start.
+# (run/headstart/relaunch.py), where importing dataclasses (and inspect with it) costs 4-5
+# ms before its pytest can start.
 class Supervised:
     """What :func:`run_pytests` saw."""
 

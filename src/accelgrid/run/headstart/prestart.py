@@ -24,19 +24,21 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..base import contract
-from ..base.errors import AccelgridError
-from ..config import known_issues
-from ..config.model import Cell, Matrix
-from . import cell as cellrun
-from . import preflight, relaunch
-from .passes import plan_run, stages, workers_override
-from .selection import selection
-from .supervise import end_started, start_pytests
+from ...base import contract
+from ...base.errors import AccelgridError
+from ...config import known_issues
+from ...config.model import Cell, Matrix
+from .. import cell as cellrun
+from .. import preflight
+from ..passes import plan_run, stages, workers_override
+from ..request import RunRequest
+from ..selection import selection
+from ..supervise import end_started, start_pytests
+from . import relaunch
 
 GATE_NAME = ".gate-start"   # in the run's folder; removed when the stage ends
 
@@ -76,7 +78,7 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
         return "not a selected run"
     if os.environ.get(contract.SHARD):
         return "a shard"
-    from ..host import detect, stamp, venvs
+    from ...host import detect, stamp, venvs
 
     root = matrix.root
     envdir = venvs.env_dir(root, cell)
@@ -94,10 +96,10 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
         # What the launch of this run depends on, besides the command and environment.
         inputs = [matrix.path, root / "noxfile.py", known_issues.registry_path(root),
                   envdir / stamp.STAMP]
-        run = cellrun.open_run(
-            stack, cell, str(python.absolute()), root, _results_root(root), pytest_args,
-            workers_override(), checked=preflight.check(cell, root, host=host),
-            launched=launch)
+        request = RunRequest(cell, str(python.absolute()), root, _results_root(root),
+                             preflight.check(cell, root, host=host), tuple(pytest_args),
+                             workers_override())
+        run = cellrun.open_run(stack, request, launched=launch)
         _HELD = _Held(run, stack, launch=launch, inputs=inputs)
         cellrun.plan(run)
         assert run.plan is not None
@@ -131,25 +133,25 @@ def _start(matrix: Matrix, cell: Cell, pytest_args: Sequence[str],
 
 
 def _results_root(root: Path) -> Path:
-    from .. import results
+    from ... import results
 
     return results.results_root(root)
 
 
-def take(cell: Cell, python: str, root: Path, results_root: Path,
-         pytest_args: Sequence[str], workers: int | None,
-         checked: preflight.Preflight,
-         finalized: Callable[[Cell, Path], None] | None = None) -> cellrun.CellRun | None:
-    """The run started ahead, when it is the one the session is about to start (its env
-    checked): then it is the session's to go on with (:func:`accelgrid.run.cell.run_cell`,
-    ``prestarted=``); else it is ended (:func:`cancel`) and None is returned."""
+def take(request: RunRequest) -> cellrun.CellRun | None:
+    """The run started ahead, when it is the ``request``ed one the session is about to
+    start (its env checked): then it is the session's to go on with
+    (:func:`accelgrid.run.cell.run_cell`, ``prestarted=``); else it is ended
+    (:func:`cancel`) and None is returned."""
     held = _HELD
     if held is None or held.taken:
         return None
     run = held.run
-    same = (run.cell.name == cell.name and run.python == python and run.root == root
-            and run.pytest_args == tuple(pytest_args) and run.workers == workers
-            and run.folder.is_relative_to(Path(os.path.abspath(results_root / cell.name))))
+    cell, root = request.cell, request.root
+    same = (run.cell.name == cell.name and run.python == request.python and run.root == root
+            and run.pytest_args == request.pytest_args and run.workers == request.workers
+            and run.folder.is_relative_to(
+                Path(os.path.abspath(request.results_root / cell.name))))
     if same:
         # The files the env points at are written again only where they would differ (the
         # held pytest may be reading them): a difference is another run.
@@ -157,22 +159,22 @@ def take(cell: Cell, python: str, root: Path, results_root: Path,
         # The commit as the run was opened, a moment ago in this process: git asked again
         # (two processes beside the held pytest) could only tell of a commit made since.
         commit = (run.env.get(contract.COMMIT) or None, run.env.get(contract.DIRTY) == "1")
-        env = cellrun.run_env(cell, root, run.folder, checked, python, run.record, quiet=True,
-                              commit=commit)
+        env = cellrun.run_env(cell, root, run.folder, request.preflight, request.python,
+                              run.record, quiet=True, commit=commit)
         same = env == run.env and _read(run.folder / contract.KNOWN_ISSUES_FILE) == issues \
             and run.plan is not None and plan_run(
-            cell, python, run.folder, root, pytest_args, workers,
+            cell, request.python, run.folder, root, request.pytest_args, request.workers,
             env).commands == run.plan.commands
     if not same:
         cancel()
         return None
     held.taken = True
-    run.finalized = finalized
+    run.finalized = request.finalized
     if run.started is not None:
         relaunch.record(root, cell.name, run.folder, str(run.record["run_id"]),
                         [(cmd, env, log, cellrun.log_head(p, cmd))
                          for p, cmd, env, log in run.started.jobs_of_passes],
-                        held.inputs, Path(os.path.abspath(results_root)))
+                        held.inputs, Path(os.path.abspath(request.results_root)))
     return run
 
 

@@ -9,12 +9,13 @@ variables the cell set (not the rest of the environment: a digest of it), its
 known-issues file, and what it came from (the command line, working folder,
 interpreter, accelgrid's version, the environment's digest, and the stat keys of the
 matrix, the noxfile, the known-issue registry and the env's stamp). The next identical
-command, before it loads anything else (:func:`early`, from the CLI), takes the cell's
-lock and starts those commands for a new run id, held at their gate.
+command, before it loads anything else (:func:`early`, the first thing the CLI's
+``main`` does), takes the cell's lock and starts those commands for a new run id, held
+at their gate.
 
-Nothing in the record is trusted: :func:`accelgrid.run.prestart.start` opens the run as
-always (with this run id and lock) and keeps the processes only when each command, its
-env, its log's first line and the known-issues file are exactly what it would start
+Nothing in the record is trusted: :func:`.prestart.start` opens the run as always (with
+this run id and lock) and keeps the processes only when each command, its env, its
+log's first line and the known-issues file are exactly what it would start
 (:func:`matches`); else it ends them and starts its own. Until the session has checked
 the env, no test runs (the gate); a launch nobody claimed is ended when the command
 exits (:func:`drop`). ``ACCELGRID_NO_RELAUNCH=1`` turns it off.
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..base import contract, statkey
+from ...base import contract, statkey
 
 VERSION = 1
 RECORD_PREFIX = ".accelgrid-launch-"   # + the cell's name + .json, in the envs' folder
@@ -71,13 +72,14 @@ def record_path(root: Path, cell: str) -> Path:
 
 
 def _key(argv: list[str], environ: dict[str, str]) -> dict[str, Any]:
-    from .. import __version__
+    from ... import __file__ as package_init
+    from ... import __version__
 
     digest = hashlib.sha256()
     for name in sorted(environ):
         digest.update(f"{name}={environ[name]}\0".encode("utf-8", "surrogateescape"))
     return {"argv": argv, "cwd": os.getcwd(), "python": sys.executable,
-            "accelgrid": [__version__, str(Path(__file__).resolve().parents[1])],
+            "accelgrid": [__version__, str(Path(package_init).resolve().parent)],
             "environ": digest.hexdigest()}
 
 
@@ -94,9 +96,9 @@ def _parse(argv: list[str]) -> tuple[Path, str] | None:
 
 
 def early(argv: list[str]) -> None:
-    """Called by the CLI before it loads anything else: when ``argv`` is a selected run
-    whose launch was recorded with the same key, start it (held at its gate) for
-    :func:`claim`. Never fails the command: anything in the way starts nothing."""
+    """Called by the CLI's ``main`` before it loads anything else: when ``argv`` is a
+    selected run whose launch was recorded with the same key, start it (held at its
+    gate) for :func:`claim`. Never fails the command: anything in the way starts nothing."""
     global _KEY, _ENVIRON
     parsed = _parse(argv)
     if parsed is None or os.environ.get(OFF) or os.environ.get(contract.SHARD):
@@ -111,7 +113,7 @@ def early(argv: list[str]) -> None:
 
 def _start(cell: str, root: Path) -> None:
     global _LAUNCH
-    from ..base import jsonio
+    from ...base import jsonio
 
     kept, _ = jsonio.read_json(record_path(root, cell))
     if not isinstance(kept, dict) or kept.get("version") != VERSION \
@@ -120,9 +122,9 @@ def _start(cell: str, root: Path) -> None:
     files = kept["files"]
     if any(statkey.key(f) != (None if k is None else tuple(k)) for f, k in files.items()):
         return
-    from ..base import lifetime
-    from .lock import cell_lock
-    from .supervise import Started, start_pytests
+    from ...base import lifetime
+    from ..lock import cell_lock, new_run_id
+    from ..supervise import Started, start_pytests
 
     cell_folder = Path(kept["cell_folder"])
     results_root = Path(kept["results_root"])
@@ -156,15 +158,6 @@ def _start(cell: str, root: Path) -> None:
     start_pytests(jobs, root, fds, into=launch.started)
 
 
-def new_run_id() -> str:
-    """A run's id: a random UUID (version 4) in hex, made without the uuid module (its
-    import costs the launch milliseconds)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40   # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80   # RFC 4122 variant
-    return raw.hex()
-
-
 def claim(cell: str) -> Launch | None:
     """The launch :func:`early` started for ``cell``, now the caller's to keep or end
     (:func:`end`); None when there is none."""
@@ -190,7 +183,7 @@ def end(launch: Launch, keep_folder: bool = False) -> None:
     folder removed (unless ``keep_folder``: the caller's run uses it) and the cell's
     lock released."""
     if launch.started is not None:
-        from .supervise import end_started
+        from ..supervise import end_started
 
         end_started(launch.started)
         launch.started = None
@@ -227,7 +220,7 @@ def record(root: Path, cell: str, folder: Path, run_id: str,
 def _record(root: Path, cell: str, folder: Path, run_id: str,
             jobs: list[tuple[list[str], dict[str, str], Path, str]],
             files: list[Path], results_root: Path) -> None:
-    from ..base import jsonio
+    from ...base import jsonio
 
     def blank(text: str) -> str:
         return text.replace(str(folder), _FOLDER).replace(run_id, _RUN_ID)
