@@ -17,6 +17,7 @@ import pytest
 
 from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import devices
+from accelgrid.results.records import TestRecord
 
 PAYLOAD = '''
 import os
@@ -58,10 +59,11 @@ def test_scaling_is_each_counts_median_over_one_devices() -> None:
 
 
 def test_tests_own_time_is_summed_per_suite() -> None:
-    records = [{"nodeid": "suites/offload/test_a.py::t[1]", "duration": 1.25},
-               {"nodeid": "suites/offload/test_b.py::t", "duration": 2.0},
-               {"nodeid": "suites/smoke/test_c.py::t", "duration": None},
-               {"nodeid": "suites/smoke/test_c.py::u", "duration": 0.5}]
+    records: list[TestRecord] = [
+        {"nodeid": "suites/offload/test_a.py::t[1]", "outcome": "passed", "duration": 1.25},
+        {"nodeid": "suites/offload/test_b.py::t", "outcome": "passed", "duration": 2.0},
+        {"nodeid": "suites/smoke/test_c.py::t", "outcome": "passed", "duration": None},
+        {"nodeid": "suites/smoke/test_c.py::u", "outcome": "passed", "duration": 0.5}]
     assert devices.own_time_per_suite(records) == {"offload": 3.2, "smoke": 0.5}
 
 

@@ -116,6 +116,7 @@ def test_suite_dir_is_the_matrix_offload_suite() -> None:
 
 def test_suite_helpers_load_by_path_once(tmp_path: Path) -> None:
     helpers = offload.suite_helpers(SUITE)
+    assert helpers.__file__ is not None
     assert Path(helpers.__file__) == SUITE / "offload_helpers.py"
     assert offload.suite_helpers(SUITE) is helpers
     assert not hasattr(helpers, "SUPPORTED_DEVICES")   # the device types say (offload)

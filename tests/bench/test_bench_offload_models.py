@@ -50,10 +50,15 @@ def test_transformer_blocks_have_layernorm_gelu_and_residuals(helpers: Any) -> N
             block.fc2.weight.zero_(), block.fc2.bias.zero_()
     assert torch.equal(model(x), x)
     # GELU: each block's MLP calls it once.
-    calls = []
+    calls: list[Any] = []
     real = torch.nn.functional.gelu
+
+    def counted(t: Any) -> Any:
+        calls.append(t.shape)
+        return real(t)
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.nn.functional, "gelu", lambda t: calls.append(t.shape) or real(t))
+        mp.setattr(torch.nn.functional, "gelu", counted)
         model(x)
     assert calls == [(3, 256, 1024)] * 2
 

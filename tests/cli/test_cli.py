@@ -15,8 +15,19 @@ from accelgrid.cli import parser as cli_parser
 from accelgrid.cli import run as cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _command_words() -> set[str]:
+    """The top-level command words the parser knows."""
+    subparsers = cli_parser.build_parser()._subparsers
+    assert subparsers is not None
+    choices = subparsers._group_actions[0].choices
+    assert choices is not None
+    return set(choices)
+
+
 # Every command word: none of them may be taken for a command when it follows `--`.
-WORDS = sorted({*cli_parser.build_parser()._subparsers._group_actions[0].choices,
+WORDS = sorted({*_command_words(),
                 "ci", "baseline", "repro", "bisect", "container", "ops", "bench", "grid"})
 
 
@@ -123,8 +134,12 @@ def test_run_container_refuses_a_cell_without_image() -> None:
 def test_every_argument_after_dashes_reaches_pytest(word, monkeypatch) -> None:
     # Before the command tree, `accelgrid run cpu-2.13 -- -k ops` silently dropped `-k ops`.
     calls: list[list[str]] = []
-    monkeypatch.setattr(cli_run, "nox", lambda argv, root, env=None, ahead=None:
-                        calls.append(argv) or 0)
+
+    def fake_nox(argv: list[str], root: Path, env: object = None, ahead: object = None) -> int:
+        calls.append(argv)
+        return 0
+
+    monkeypatch.setattr(cli_run, "nox", fake_nox)
     assert cli.main(["--matrix", str(ROOT / "matrix.yaml"), "run", "cpu-2.13", "--", "-k",
                      word, word, "--", "-x"]) == 0
     (cmd,) = calls

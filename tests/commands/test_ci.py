@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -45,7 +46,8 @@ SHARDED_JOBS = {c["job"] for c in json.loads(JOBS["plan"]["steps"][0]["env"]["CE
                 if c["shard"]}
 
 
-def _triggers(workflow: dict) -> dict:
+def _triggers(workflow: dict) -> Any:
+    """The workflow's `on:` (a mapping, a list or one event name; None without one)."""
     return workflow.get("on", workflow.get(True))  # PyYAML reads a bare `on` as True
 
 
@@ -261,8 +263,8 @@ def test_job_time_is_install_plus_cell_limit_plus_margin() -> None:
     assert ci.INSTALL_MINUTES >= 15 and ci.MARGIN_MINUTES >= 5
     for cell in MATRIX.cells:
         assert ci.job_minutes(cell) == ci.INSTALL_MINUTES + cell.cell_minutes + ci.MARGIN_MINUTES
-    for cell in _plan_cells(WORKFLOW) + _plan_cells(PR):
-        assert cell["timeout"] == ci.job_minutes(MATRIX.cell(cell["cell"]))
+    for planned in _plan_cells(WORKFLOW) + _plan_cells(PR):
+        assert planned["timeout"] == ci.job_minutes(MATRIX.cell(planned["cell"]))
     readme = (ROOT / "ci" / "README.md").read_text()
     assert f"`INSTALL_MINUTES` ({ci.INSTALL_MINUTES})" in readme
     assert f"`MARGIN_MINUTES` ({ci.MARGIN_MINUTES})" in readme
@@ -463,7 +465,7 @@ def test_a_device_over_256_cells_is_split_into_jobs(tmp_path) -> None:
     files = ci.render(matrix)
     workflow = yaml.safe_load(files[ci.WORKFLOW])
     cells = _plan_cells(workflow)
-    jobs = {}
+    jobs: dict[str, list[str]] = {}
     for c in cells:
         jobs.setdefault(c["job"], []).append(c["cell"])
     assert {k: len(v) for k, v in jobs.items()} == {"cells-cpu-1": 256, "cells-cpu-2": 44,
@@ -649,7 +651,7 @@ def test_readme_tox_table_is_the_tested_one() -> None:
 @pytest.mark.parametrize("row", list(DOC_ROWS))
 def test_tox_selects_what_the_readme_says(tmp_path, row: str) -> None:
     env, expected = DOC_ROWS[row]
-    proc = _tox(tmp_path, "l", **env)
+    proc = _tox(tmp_path, "l", None, **env)
     if expected is None:
         assert proc.returncode == 254, proc.stdout + proc.stderr
         assert len([x for x in proc.stdout.splitlines() if x.strip()]) == 1, proc.stdout

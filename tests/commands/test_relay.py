@@ -65,8 +65,12 @@ def gh(expr: str, ctx: dict[str, Any]) -> Any:
         return key
 
     strings: list[str] = []
-    py = re.sub(r"'([^']*)'", lambda m: strings.append(m.group(1)) or f"_s{len(strings) - 1}",
-                " ".join(expr.split()))
+
+    def string(m: re.Match[str]) -> str:
+        strings.append(m.group(1))
+        return f"_s{len(strings) - 1}"
+
+    py = re.sub(r"'([^']*)'", string, " ".join(expr.split()))
     py = re.sub(r"\b(github|inputs|needs|steps|vars|matrix|runner|job)\.[\w.-]+", context, py)
     py = py.replace("&&", " and ").replace("||", " or ").replace("!=", " <> ")
     py = re.sub(r"!(?!=)", " not ", py).replace(" <> ", " != ")
@@ -84,9 +88,10 @@ def value(text: str, ctx: dict[str, Any]) -> Any:
 
 def _event(name: str, **extra: Any) -> dict[str, Any]:
     """A context for a run of event ``name`` in OWNER/accelgrid."""
-    github = {"event_name": name, "workflow": "accelgrid", "run_id": "4242", "token": "tok",
-              "repository": "OWNER/accelgrid", "server_url": "https://github.com",
-              "ref": "refs/heads/main", "event": {"repository": {"default_branch": "main"}}}
+    github: dict[str, Any] = {
+        "event_name": name, "workflow": "accelgrid", "run_id": "4242", "token": "tok",
+        "repository": "OWNER/accelgrid", "server_url": "https://github.com",
+        "ref": "refs/heads/main", "event": {"repository": {"default_branch": "main"}}}
     if name == "repository_dispatch":
         github["event"]["client_payload"] = json.loads(
             (DATA / "pull_request.json").read_text())["client_payload"]
@@ -403,15 +408,17 @@ def test_success_needs_at_least_one_test() -> None:
 
 @pytest.mark.parametrize("outcome", ["failed", "error", "timeout", "crashed", "xpassed"])
 def test_one_unexpected_failure_fails(outcome: str) -> None:
-    ok = _verdict(_column(total=2, passed=2, **{outcome: 0}))
+    none: dict[str, Any] = {outcome: 0}
+    one: dict[str, Any] = {outcome: 1}
+    ok = _verdict(_column(total=2, passed=2, **none))
     assert ok.conclusion == "success"
-    bad = _verdict(_column(total=2, passed=1, **{outcome: 1}))
+    bad = _verdict(_column(total=2, passed=1, **one))
     assert bad.conclusion == "failure" and "1 failed unexpectedly" in bad.verdict
 
 
 def test_expected_failures_and_not_run_tests_do_not_fail() -> None:
-    assert _verdict(_column(total=3, passed=1, xfailed=1, **{"not-run": 1})).conclusion == \
-        "success"
+    not_run: dict[str, Any] = {"not-run": 1}
+    assert _verdict(_column(total=3, passed=1, xfailed=1, **not_run)).conclusion == "success"
 
 
 @pytest.mark.parametrize("bad", [float("nan"), 1.5, -1, "3", True])

@@ -160,6 +160,7 @@ def test_repro_in_every_cell_of_the_scope(repro_project: Path) -> None:
     assert proc.returncode == 1  # cpu-2.4 could not run
     cell_folder = repro_project / "results" / "repro" / "acme-widgets-1" / "cpu-2.13"
     run_id, folder = results.last_run(cell_folder)  # a selected run: runs/<run-id>/
+    assert run_id is not None
     assert folder == (cell_folder / "runs" / run_id).resolve()
     assert (folder / "tests.jsonl").exists() and (folder / "junit.xml").exists()
 

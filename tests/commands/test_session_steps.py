@@ -8,6 +8,7 @@ import ast
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
 from nox.virtualenv import PassthroughEnv
 
@@ -17,7 +18,8 @@ from accelgrid.run.headstart import prestart
 
 def _state(virtualenv: object = None) -> sessions.CellSession:
     # Only what run_steps and steps_of read: a stand-in session, no matrix or cell.
-    return sessions.CellSession(SimpleNamespace(virtualenv=virtualenv), None, None, Path("."))
+    stand_in: Any = SimpleNamespace(virtualenv=virtualenv)
+    return sessions.CellSession(stand_in, cast(Any, None), cast(Any, None), Path("."))
 
 
 def test_the_steps_in_order() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.channel_cases import NIGHTLY_CPU, TEST_CPU, with_channels
@@ -128,7 +129,7 @@ def test_the_channel_is_in_the_runs_env_and_its_junit(matrix_file: Path, tmp_pat
 
 def test_the_grid_shows_the_exact_nightly_and_names_both_since_the_previous_run(
         tmp_path: Path) -> None:
-    flags = {"env": {contract.TORCH_CHANNEL: "nightly"}}
+    flags: dict[str, Any] = {"env": {contract.TORCH_CHANNEL: "nightly"}}
     t = "suites/smoke/test_n.py::"
     nights = [write_cell(tmp_path / f"n{i}", "cpu-2.16",
                          {t + "a": "passed", t + "b": outcome},

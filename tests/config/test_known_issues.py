@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -23,6 +24,7 @@ from accelgrid.config import known_issues
 from accelgrid.config.matrix import load_matrix
 from accelgrid.config.model import PIN_NAMES
 from accelgrid.config.validation import ValidationFailed, load_schema, schema_text
+from accelgrid.results.records import TestRecord
 from accelgrid.run import cellenv, preflight
 from accelgrid.run.cell import run_cell
 from accelgrid.testing import known_issues_runtime as rt
@@ -299,7 +301,7 @@ issues:
 '''
 
 
-def _run(proj: Path, python: str) -> tuple[int, dict[str, dict], Path]:
+def _run(proj: Path, python: str) -> tuple[int, dict[str, TestRecord], Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     rc = run_cell(run_request(cell, python, proj, proj / "results"))
     folder = proj / "results" / "cpu-2.13"
@@ -329,7 +331,8 @@ def test_registry_applied_in_a_real_cell_run(mini_project, python: str, monkeypa
     assert recs["test_bug"]["issue"] == link
     assert recs["test_bug"]["message"] == (
         "acme/widgets#1: widgets break (https://github.com/acme/widgets/issues/1)")
-    assert recs["test_setup_error"]["issue"]["id"] == "acme/widgets#2"
+    issue = recs["test_setup_error"]["issue"]
+    assert isinstance(issue, dict) and issue["id"] == "acme/widgets#2"  # a ref, not a str
     fixed = recs["test_fixed"]
     assert fixed["issue"] == link
     assert fixed["message"].startswith("[XPASS(strict)] acme/widgets#1 looks fixed in torch 2.13")
@@ -604,7 +607,8 @@ def test_registry_for_run_needs_the_file_and_no_opt_out(tmp_path: Path, monkeypa
     assert known_issues.registry_for_run(tmp_path) is None  # no known_issues.yaml
     assert known_issues.cell_env(matrix.cell("cpu-2.13"), tmp_path, tmp_path / "r") == {}
     _registry(tmp_path, "{}").rename(tmp_path / "known_issues.yaml")
-    assert set(known_issues.registry_for_run(tmp_path).issues) == {"acme/widgets#1"}
+    registry = known_issues.registry_for_run(tmp_path)
+    assert registry is not None and set(registry.issues) == {"acme/widgets#1"}
     monkeypatch.setenv(known_issues.ENV_DISABLE, "1")
     assert known_issues.registry_for_run(tmp_path) is None
     monkeypatch.setenv(known_issues.ENV_DISABLE, "0")  # only "1" opts out
@@ -660,14 +664,15 @@ PLUGIN_ENTRIES = [
 
 
 def _outcomes(pytester: pytest.Pytester, entries: list[dict], versions: dict,
-              cell: str = "cpu-2.13") -> tuple[dict[str, tuple[str, object]], list[str]]:
+              cell: str = "cpu-2.13") -> tuple[dict[str, tuple[str, Any]], str]:
     """{test name: (outcome, its report)} of a real pytest run of PLUGIN_PAYLOAD with the
-    plugin registered as configure() registers it, and the header's lines."""
+    plugin registered as configure() registers it, and the header's line. (A report is Any:
+    the plugin sets attributes of its own on it, wasxfail and accelgrid_issue.)"""
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(test_w=PLUGIN_PAYLOAD)
     plugin = rt.KnownIssues(entries, cell, versions)
     rec = pytester.inline_run("-p", "no:randomly", "-p", "no:cacheprovider", plugins=[plugin])
-    out: dict[str, tuple[str, object]] = {}
+    out: dict[str, tuple[str, Any]] = {}
     for rep in rec.getreports("pytest_runtest_logreport"):
         name = rep.nodeid.split("::")[-1]
         if hasattr(rep, "wasxfail"):
@@ -678,7 +683,9 @@ def _outcomes(pytester: pytest.Pytester, entries: list[dict], versions: dict,
             out.setdefault(name, ("skipped", rep))
         elif rep.when == "call":
             out.setdefault(name, ("passed", rep))
-    return out, plugin.pytest_report_header(rec._pluginmanager.get_plugin("pytestconfig"))
+    config = rec._pluginmanager.get_plugin("pytestconfig")
+    assert config is not None
+    return out, plugin.pytest_report_header(config)
 
 
 def test_the_plugin_turns_each_expected_ending_into_an_xfail(pytester) -> None:

@@ -125,6 +125,7 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
     import importlib.metadata
 
     installed = importlib.metadata.version("pytest-rerunfailures")
+    assert env["packages"] is not None
     assert env["packages"]["pytest-rerunfailures"] == installed
 
     # The cell's own junit.xml (pytest's writer): one testcase per test, no failed attempt
@@ -137,7 +138,8 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
     cases = {c.get("name"): c for c in ET.parse(junit_file).iter("testcase")}
     assert len(list(ET.parse(junit_file).iter("testcase"))) == 3
     assert [e.tag for e in cases["test_flaky"]] == ["flakyFailure"]
-    assert "fails on its first attempt" in cases["test_flaky"][0].get("message")
+    message = cases["test_flaky"][0].get("message")
+    assert message is not None and "fails on its first attempt" in message
     assert [e.tag for e in cases["test_always_fails"]] == ["failure", "rerunFailure",
                                                            "rerunFailure"]
     assert list(cases["test_passes"]) == []
@@ -166,6 +168,7 @@ def test_matrix_reruns_real_cell_run_records_flaky_never_passed(mini_project,
         {n: outcomes.PASSED for n in nodeids.values()}))
     gated = report.grid([proj / "results"], tmp_path / "gated", baseline_dir=base,
                         history_db=tmp_path / "h.sqlite")
+    assert gated.model["baseline"] is not None
     changes = {c["nodeid"].split("::")[1]: c for c in gated.model["baseline"]["changes"]}
     assert changes["test_always_fails"]["change"] == "regression"
     assert changes["test_flaky"]["change"] == "changed"

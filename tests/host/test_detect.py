@@ -34,11 +34,13 @@ def test_detect_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dri = tmp_path / "dri"
     dri.mkdir()
     rules = {"paths_any": [str(dri / "renderD*")]}
-    assert "none of" in detect.absent_reason("xpu", rules)
+    why = detect.absent_reason("xpu", rules)
+    assert why is not None and "none of" in why
     (dri / "renderD128").write_text("")
     assert detect.absent_reason("xpu", rules) is None
     other = "Darwin" if os.uname().sysname != "Darwin" else "Linux"
-    assert detect.absent_reason("mps", {"system": other}).startswith(f"mps needs a {other} host")
+    why = detect.absent_reason("mps", {"system": other})
+    assert why is not None and why.startswith(f"mps needs a {other} host")
 
 
 # --- Intel GPUs from sysfs ---------------------------------------------------------------
@@ -70,7 +72,8 @@ def test_amd_and_empty_hosts(tmp_path: Path) -> None:
     fake_gpu(amd, 128, 0x1002, 0x74A1)
     empty.mkdir()
     for root in (amd, empty):
-        assert "no GPU of PCI vendor 0x8086" in detect.absent_reason("xpu", XPU_RULE, root=root)
+        why = detect.absent_reason("xpu", XPU_RULE, root=root)
+        assert why is not None and "no GPU of PCI vendor 0x8086" in why
         assert pci.intel_gpus(root) == []
 
 
@@ -159,10 +162,12 @@ def test_runtime_check(tmp_path: Path) -> None:
     lib = tmp_path / "compiler/lib"
     lib.mkdir(parents=True)
     env = {"ONEAPI_ROOT": str(tmp_path), "LD_LIBRARY_PATH": f"/nowhere:{lib}"}
-    assert detect.runtime_problem(old, env).endswith(
+    problem = detect.runtime_problem(old, env)
+    assert problem is not None and problem.endswith(
         "(libsycl.so.7 is not on LD_LIBRARY_PATH; see docs/devices/xpu.md)")
     (lib / "libsycl.so.8").write_text("")                     # a 2025 runtime is not it
-    assert "libsycl.so.7 is not on" in detect.runtime_problem(old, env)
+    problem = detect.runtime_problem(old, env)
+    assert problem is not None and "libsycl.so.7 is not on" in problem
     (lib / "libsycl.so.7").write_text("")
     assert detect.runtime_problem(old, env) is None
     assert detect.runtime_problem(old, {"ACCELGRID_SKIP_RUNTIME_CHECK": "1"}) is None
@@ -198,9 +203,11 @@ def test_other_hardware_gets_no_flags_and_declarations_are_checked(tmp_path: Pat
     assert wrong.problem == ("xpu-2.13: hardware ats-m (declared) but this host's Intel GPUs "
                              "are pvc")
     unknown = detect.resolve_hardware(cell, {"ACCELGRID_HARDWARE": "atsm"}, root=tmp_path)
+    assert unknown.problem is not None
     assert unknown.problem.startswith("xpu-2.13: ACCELGRID_HARDWARE=atsm is not a xpu hardware "
                                       "of the matrix (known: pvc, ats-m,")
     bad_driver = detect.resolve_hardware(cell, {"ACCELGRID_DRIVER": "beta"}, root=tmp_path)
+    assert bad_driver.problem is not None
     assert "ACCELGRID_DRIVER=beta is not a xpu driver of the matrix (known: lts, rolling)" \
         in bad_driver.problem
 
@@ -322,10 +329,12 @@ def test_wsl2_gets_one_clear_line(tmp_path: Path) -> None:
 
     fake_wsl2(tmp_path)
     why = detect.absent_reason("xpu", XPU_RULE, root=tmp_path)
+    assert why is not None
     assert why.startswith("xpu not detected: WSL2 host (/dev/dxg, no /sys/class/drm): sysfs "
                           "cannot see its GPU")
     assert "\n" not in why and "ACCELGRID_HARDWARE" in why
     assert xpu.inventory(tmp_path, tools=False)["note"].startswith("WSL2 host")
     plain = tmp_path / "plain"
     plain.mkdir()
-    assert "WSL2" not in detect.absent_reason("xpu", XPU_RULE, root=plain)
+    why = detect.absent_reason("xpu", XPU_RULE, root=plain)
+    assert why is not None and "WSL2" not in why

@@ -220,7 +220,7 @@ def test_an_in_place_edit_through_uvs_links_is_repaired_from_the_wheel(venv, tmp
     wheel = _wheel(tmp_path, "tiny", "1.0", TINY)
     uv_env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
               "UV_LINK_MODE": "hardlink", "UV_OFFLINE": "1"}
-    steps = [((str(wheel),), {})]
+    steps: list[tuple[tuple[str, ...], dict[str, str]]] = [((str(wheel),), {})]
     assert inputs.reinstall(str(UV), python, [], steps, uv_env) is None
     core = _site(env) / "tiny" / "core.py"
     assert core.stat().st_nlink > 1   # linked to the cache
@@ -428,6 +428,7 @@ def test_no_venv_on_another_torch_is_refused_unless_accepted_and_then_marked(
     assert env["inputs"]["accepted_mismatch"] == [f"torch: wanted {wanted}, found {have}"]
     made = grid([proj / "results" / "cpu-2.13"], proj / "grid")
     [column] = made.model["columns"]
+    assert column["reason"] is not None
     assert column["status"] == "partial" and "ran on other inputs than its pins" in \
         column["reason"]
 

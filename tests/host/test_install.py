@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,8 @@ def test_a_gpu_build_of_torch_is_told_from_a_cpu_build(tmp_path: Path) -> None:
     assert install.cuda_build(tmp_path) == ("torch 2.4.1 is a GPU build (requires "
                                             "nvidia-cublas-cu12), not a CPU build")
     meta.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1+cu121\n")
-    assert "tagged +cu121" in install.cuda_build(tmp_path)
+    build = install.cuda_build(tmp_path)
+    assert build is not None and "tagged +cu121" in build
     meta.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1+cpu\n"
                     "Requires-Dist: filelock\n")
     assert install.cuda_build(tmp_path) is None
@@ -141,7 +143,8 @@ def test_local_wheel_folder(matrix, tmp_path: Path) -> None:
     assert plan.steps[1].args[0] == str(built)   # the second step cannot swap it either
     assert plan.steps[0].description == f"torch from the local wheel {built}"
     (tmp_path / "w" / "torch-2.4.1-cp311-cp311-linux_x86_64.whl").write_text("")
-    assert install.local_wheel(cell)[1].startswith(f"xpu-2.4: 2 torch 2.4 wheels in {tmp_path}/w")
+    why = install.local_wheel(cell)[1]
+    assert why is not None and why.startswith(f"xpu-2.4: 2 torch 2.4 wheels in {tmp_path}/w")
 
 
 def test_local_wheel_file(matrix, tmp_path: Path) -> None:
@@ -282,8 +285,12 @@ def test_pips_configuration_is_remembered_until_a_file_or_variable_changes(
     assert (env / install.PIP_CONFIG).is_file()
     asked: list[str] = []
     real = pipconfig.pip_settings
-    monkeypatch.setattr(pipconfig, "pip_settings",
-                        lambda *a: asked.append("pip") or real(*a))
+
+    def pip_settings(*a: Any) -> Any:
+        asked.append("pip")
+        return real(*a)
+
+    monkeypatch.setattr(pipconfig, "pip_settings", pip_settings)
     assert install.uv_env(env)["UV_CONSTRAINT"] == "/c/one.txt" and asked == []
     # The file pip reads changed: pip is asked again.
     conf.write_text("[global]\nconstraint = /c/two-two.txt\n")

@@ -73,7 +73,8 @@ def test_a_path_out_of_site_packages_is_checked(tmp_path: Path) -> None:
     env, site = _env(tmp_path, [*FILES, "../../../bin/demo-tool"])
     assert install.missing_files(env) is None
     (env / "bin" / "demo-tool").unlink()
-    assert install.missing_files(env).endswith("e.g. ../../../bin/demo-tool")
+    missing = install.missing_files(env)
+    assert missing is not None and missing.endswith("e.g. ../../../bin/demo-tool")
 
 
 def test_a_name_the_listing_lacks_is_asked_again(tmp_path: Path) -> None:
@@ -153,12 +154,14 @@ def test_a_file_renamed_or_a_folder_replaced_is_missing(tmp_path: Path, not_racy
     time.sleep(0.01)
     assert install.missing_files(env, remember=True) is None
     (site / "demo" / "sub" / "deep.py").rename(site / "demo" / "sub" / "deep2.py")
-    assert _again(env).endswith("e.g. demo/sub/deep.py")
+    missing = _again(env)
+    assert missing is not None and missing.endswith("e.g. demo/sub/deep.py")
     (site / "demo" / "sub" / "deep2.py").rename(site / "demo" / "sub" / "deep.py")
     assert _again(env) is None
     shutil.rmtree(site / "demo" / "sub")
     (site / "demo" / "sub").mkdir()   # the same name, empty: another inode
-    assert _again(env).startswith("demo-1.0: 2 of")
+    missing = _again(env)
+    assert missing is not None and missing.startswith("demo-1.0: 2 of")
 
 
 def test_nothing_just_made_is_remembered(tmp_path: Path) -> None:
@@ -174,7 +177,8 @@ def test_an_unreadable_store_is_an_empty_one(tmp_path: Path, text: str, not_racy
     env, site = _env(tmp_path, FILES)
     (env / install.PRESENT_STORE).write_text(text)
     (site / "demo.py").unlink()
-    assert _again(env).endswith("e.g. demo.py")
+    missing = _again(env)
+    assert missing is not None and missing.endswith("e.g. demo.py")
 
 
 def test_an_env_that_cannot_keep_a_store_is_checked_all_the_same(
@@ -183,4 +187,5 @@ def test_an_env_that_cannot_keep_a_store_is_checked_all_the_same(
     (env / install.PRESENT_STORE).mkdir()   # not a file: cannot be written
     assert _again(env) is None
     (site / "demo.py").unlink()
-    assert _again(env).endswith("e.g. demo.py")
+    missing = _again(env)
+    assert missing is not None and missing.endswith("e.g. demo.py")

@@ -12,6 +12,7 @@ import itertools
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,7 @@ def test_aggregate_keeps_the_worst_across_workloads(tmp_path: Path, first: str,
     two = cell_folder(tmp_path / "two", [[record("a", {op: first})], [record("b", {op: second})]])
     for folder in (one, two):
         data = ops.aggregate(folder)
+        assert data is not None
         entry = data["ops"][op]
         assert entry["status"] == worst(first, second)
         assert entry["count"] == 2 and entry["workloads"] == {"a": 1, "b": 1}
@@ -71,6 +73,7 @@ def test_aggregate_lists_the_worst_first(tmp_path: Path) -> None:
                 "aten::nll_loss2d_forward.default": "missing",
                 "aten::linspace.default": "decomposed", "aten::cdist.default": "unknown"}
     data = ops.aggregate(cell_folder(tmp_path, [[record("a", statuses)]]))
+    assert data is not None
     assert [data["ops"][op]["status"] for op in data["ops"]] == ORDER[::-1]
 
 
@@ -146,7 +149,9 @@ def test_a_pair_only_one_side_can_classify_is_not_compared() -> None:
     def check(status: str) -> dict:
         cell = {"device_type": "xpu", "torch": "2.5.1",
                 "ops": {"aten::addmm.default": {"status": status}}}
-        return xpu_prediction.observed_vs_predicted(cell)
+        compared = xpu_prediction.observed_vs_predicted(cell)
+        assert compared is not None
+        return compared
 
     assert check("native")["predicted"]["aten::addmm.default"] == "native"
     assert check("native")["counts"] == {"agree": 1, "disagree": 0, "not_compared": 0}
@@ -252,9 +257,11 @@ def test_aggregate_says_whether_the_generic_fallback_notice_was_seen(tmp_path: P
     PYTORCH_DEBUG_XPU_FALLBACK=1): in the cell's data only when a record saw it."""
     quiet = record("a", {"aten::roll.default": "native"})
     data = ops.aggregate(cell_folder(tmp_path / "quiet", [[quiet]]))
+    assert data is not None
     assert data["generic_fallback_notice"] is False
     noticed = {**record("b", {"aten::roll.default": "native"}), "generic_fallback_notice": True}
     data = ops.aggregate(cell_folder(tmp_path / "noticed", [[quiet, noticed]]))
+    assert data is not None
     assert data["generic_fallback_notice"] is True
 
 
@@ -263,17 +270,20 @@ def test_aggregate_names_the_cell_its_device_and_torch(tmp_path: Path) -> None:
     torch from the env.json, else the folder's name."""
     folder = cell_folder(tmp_path, [[record("a", {"aten::roll.default": "native"})]])
     data = ops.aggregate(folder)
+    assert data is not None
     assert (data["cell"], data["device_type"], data["torch"]) == ("xpu-2.5", "xpu", None)
     (folder / "env.json").write_text(json.dumps({"cell": "xpu-2.5-fallback-survey",
                                                  "device_type": "cuda",
                                                  "torch": {"version": "2.5.1+xpu"}}))
     data = ops.aggregate(folder)
+    assert data is not None
     assert (data["cell"], data["device_type"], data["torch"]) == (
         "xpu-2.5-fallback-survey", "xpu", "2.5.1+xpu")
     bare = {k: v for k, v in record("a", {"aten::roll.default": "native"}).items()
             if k != "device_type"}
     (folder / "ops-raw" / "0.jsonl").write_text(json.dumps(bare) + "\n")
-    assert ops.aggregate(folder)["device_type"] == "cuda"
+    data = ops.aggregate(folder)
+    assert data is not None and data["device_type"] == "cuda"
 
 
 @pytest.mark.parametrize("other", ["missing", "fallback", "native"])
@@ -285,7 +295,8 @@ def test_a_status_aggregate_does_not_know_ranks_as_unknown(tmp_path: Path, other
     for i, order in enumerate((["cuda-only", other], [other, "cuda-only"])):
         folder = cell_folder(tmp_path / str(i), [[record(w, {op: s}) for w, s in
                                                   zip("ab", order, strict=True)]])
-        assert ops.aggregate(folder)["ops"][op]["status"] == want
+        data = ops.aggregate(folder)
+        assert data is not None and data["ops"][op]["status"] == want
     for pair in (["cuda-only", other], [other, "cuda-only"]):
         merged = ops.merge([{"cell": c, "ops": {op: {"status": s}}}
                             for c, s in zip("ab", pair, strict=True)])
@@ -299,6 +310,7 @@ def test_a_status_aggregate_does_not_know_is_listed_where_unknown_is(tmp_path: P
                 "aten::nll_loss2d_forward.default": "missing",
                 "aten::linspace.default": "decomposed", "aten::cdist.default": "cuda-only"}
     data = ops.aggregate(cell_folder(tmp_path, [[record("a", statuses)]]))
+    assert data is not None
     assert [data["ops"][op]["status"] for op in data["ops"]] == [
         "missing", "fallback", "cuda-only", "decomposed", "native"]
 
@@ -323,7 +335,7 @@ def test_missing_how_is_only_for_missing_ops(status: str) -> None:
 _GOOD_INFO = {"status": "native", "count": 2, "phases": {"forward": 2}}
 # Record shapes aggregate cannot read (CI artifacts can arrive damaged: issue 16): each is
 # skipped whole, the good record beside it counted as if alone.
-DAMAGED = {
+DAMAGED: dict[str, dict[str, Any]] = {
     "workload-list": {"workload": ["w"]},
     "device-type-dict": {"device_type": {"x": 1}},
     "missing-string": {"missing": "aten::roll.out"},

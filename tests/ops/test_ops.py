@@ -9,6 +9,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,8 +228,8 @@ def test_base_op_forms() -> None:
 
 def test_optimizer_fallback_does_not_leak_to_foreach_ops() -> None:
     fallback = ops_parse(_xpu_line("lerp.Scalar_out"))["fallback"]
-    missing = ops_parse(XPU_NOT_IMPLEMENTED.replace("nll_loss2d_forward", "_foreach_lerp_.Scalar"))
-    missing = missing["missing"]
+    parsed = ops_parse(XPU_NOT_IMPLEMENTED.replace("nll_loss2d_forward", "_foreach_lerp_.Scalar"))
+    missing = parsed["missing"]
     assert missing == {"aten::_foreach_lerp_.Scalar"}
     assert opcapture.classify_op("aten::_foreach_lerp_.Scalar", "xpu", fallback,
                                  missing) == "missing"
@@ -317,6 +318,7 @@ def test_report_says_missing_but_fell_back(monkeypatch) -> None:
 
 def test_aggregate_keeps_fallback_seen_and_both_kinds_of_missing(tmp_path: Path) -> None:
     data = ops.aggregate(xpu_survey_cell(tmp_path))
+    assert data is not None
     lin = data["ops"]["aten::linspace.default"]
     assert lin["status"] == "fallback"
     assert lin["fallback_seen"] == {"aten::linspace.out": ["instance-segmentation",
@@ -545,7 +547,9 @@ def test_a_fullgraph_compile_runs_under_capture(monkeypatch, opts_out: bool) -> 
         made = opcapture._make_mode_class
 
         def default_mode() -> type:
-            class Default(made()):
+            base: Any = made()  # a class made at run time
+
+            class Default(base):
                 @classmethod
                 def ignore_compile_internals(cls) -> bool:
                     return False
@@ -571,7 +575,9 @@ def test_a_fullgraph_compile_runs_under_capture(monkeypatch, opts_out: bool) -> 
 def test_a_step_that_raised_leaves_no_optimizer_phase_behind() -> None:
     # Seen in the op-capture cell: after the low-bit optimizers' steps raised, the next
     # tests' _scaled_mm and _grouped_mm were counted as optimizer ops.
-    class Raising(torch.optim.SGD):
+    sgd: Any = torch.optim.SGD  # torch is importorskip's value here, not a module mypy reads
+
+    class Raising(sgd):
         def step(self, closure=None):  # noqa: ANN001, ANN201 (Optimizer.step's signature)
             raise RuntimeError("the step fails")
 

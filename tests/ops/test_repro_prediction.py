@@ -73,6 +73,7 @@ def test_registry_scope_is_the_prediction(issue_id: str, path: str, cell) -> Non
     assert kind, f"{issue_id}: match {issue.match!r} names no op-level failure"
     calls, tests = _repro(ROOT / path)
     series = xp.series_of(cell.torch)
+    assert series is not None
     version = cell.pins["torch"]
     named = {p.split("::", 1)[1].split("[")[0] for p, _ in issue.tests if "::" in p} or set(tests)
     for case, ops in sorted(calls.items()):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_rule_2_native_from_each_source(upstream: dict) -> None:
                                                  "rule": "torch-xpu-ops kernel"}
     # PyTorch's own XPU keys: absent in 2.4/2.5, SDPA's overrideable op from 2.7, 31 in 2.13.
     torch_data = xp.load_torch()
-    xpu_keys = {s: sorted(k for k, v in xp.torch_ops(torch_data, s).items()
+    xpu_keys = {s: sorted(k for k, v in _torch_ops(torch_data, s).items()
                           if "X" in v.split(">")[0]) for s in ("2.4", "2.5", "2.7", "2.13")}
     assert xpu_keys["2.4"] == xpu_keys["2.5"] == []
     assert "_scaled_dot_product_fused_attention_overrideable" in xpu_keys["2.7"]
@@ -132,6 +133,13 @@ def test_rule_2_native_from_each_source(upstream: dict) -> None:
     d13 = xp.predict_detail(["aten::_int_mm.default", "aten::_scaled_mm.default"], "2.13")
     assert {v["rule"] for v in d13.values()} == {"PyTorch XPU key"}
     assert xp.predict(["aten::_int_mm.default"], "2.6") == {"aten::_int_mm.default": "missing"}
+
+
+def _torch_ops(torch_data: dict[str, Any], series: str) -> dict[str, str]:
+    """xp.torch_ops of a series the packaged data has."""
+    ops = xp.torch_ops(torch_data, series)
+    assert ops is not None, series
+    return ops
 
 
 def _xpu_keys_in_installed_torch() -> int | None:
@@ -198,6 +206,7 @@ def test_a_series_past_the_data_is_unknown_with_its_date(upstream: dict) -> None
     assert d == {"status": "unknown", "rule": f"no torch-xpu-ops data after {branch} ({date})"}
     check = xp.observed_vs_predicted({"device_type": "xpu", "torch": "2.15.0+xpu",
                                       "ops": {"aten::mm.default": {"status": "native"}}})
+    assert check is not None
     assert check["error"] == (f"no torch-xpu-ops data for torch 2.15.0+xpu (the last is "
                               f"{branch}, {date}): predicted unknown")
 
@@ -331,7 +340,8 @@ def test_seed_figures() -> None:
 
 
 def test_agreement_line_format() -> None:
-    rows = [{"agree": True}, {"agree": False}, {"agree": True}, {"agree": None}]
+    rows: list[dict[str, bool | None]] = [
+        {"agree": True}, {"agree": False}, {"agree": True}, {"agree": None}]
     line = xp.agreement_line(rows)
     assert line == "Agreement with the seed's table: 2 of 3 rows (67 %)"
     assert re.fullmatch(r"Agreement with the seed's table: \d+ of \d+ rows \(\d+ %\)", line)
@@ -538,6 +548,7 @@ def test_observed_vs_predicted_only_for_xpu(capture: dict, upstream: dict) -> No
                    "aten::mm.default": {"status": "native"},
                    "aten::pixel_shuffle.default": {"status": "unknown"}}}
     check = xp.observed_vs_predicted(xpu, upstream)
+    assert check is not None
     assert check["branch"] == "release/2.6"
     assert check["disagreements"] == [{"op": "aten::linspace.default", "observed": "fallback",
                                        "predicted": "decomposed"}]
@@ -559,8 +570,8 @@ def test_an_overload_newer_than_the_release_takes_its_base_ops_kernel() -> None:
     calling it is predicted native for 2.4, while an op whose base has no kernel there
     (_safe_softmax, from torch 2.5) is unknown."""
     torch_data = xp.load_torch()
-    assert "addmm.dtype" not in xp.torch_ops(torch_data, "2.4")
-    assert "addmm.dtype" in xp.torch_ops(torch_data, "2.8")
+    assert "addmm.dtype" not in _torch_ops(torch_data, "2.4")
+    assert "addmm.dtype" in _torch_ops(torch_data, "2.8")
     assert "addmm.out" in xp.load_core()["series"]["2.4"]["ops"]
     d = xp.predict_detail(["aten::addmm.dtype", "aten::_safe_softmax.default"], "2.4")
     assert d["aten::addmm.dtype"] == {
@@ -572,7 +583,7 @@ def test_without_the_releases_yaml_an_op_without_kernel_is_unknown(upstream: dic
     """Rule 5: without PyTorch's yaml of the release nothing says whether a composite runs
     the op, so one with no torch-xpu-ops kernel is unknown, not missing (nll_loss2d_forward
     on 2.4: missing with the yaml, pytorch/pytorch#127937); a kernel still says native."""
-    no_yaml = {"series": {}}
+    no_yaml: dict[str, Any] = {"series": {}}
     ops = ["aten::nll_loss2d_forward.default", "aten::mm.out"]
     d = xp.predict_detail(ops, "2.4", upstream, torch_data=no_yaml)
     assert d["aten::nll_loss2d_forward.default"] == {
@@ -643,7 +654,8 @@ def test_predict_all_and_choose_series_use_the_data_they_are_given(upstream: dic
     PyTorch's yaml nll_loss2d_forward cannot be told missing; a series left out of the
     data is left out of the result."""
     assert "addmm.out" not in upstream["series"]["2.4"]["native"]
-    captured = {"ops": {"aten::addmm.out": {}, "aten::nll_loss2d_forward.default": {}}}
+    captured: dict[str, Any] = {"ops": {"aten::addmm.out": {},
+                                        "aten::nll_loss2d_forward.default": {}}}
     full = xp.predict_all(captured)
     assert (full["2.4"]["aten::addmm.out"], full["2.4"]["aten::nll_loss2d_forward.default"]) == (
         "native", "missing")
@@ -665,6 +677,7 @@ def test_a_series_without_data_says_whether_it_is_past_the_data(upstream: dict) 
                                   f"{branch}, {date}): predicted unknown")):
         check = xp.observed_vs_predicted({"device_type": "xpu", "torch": torch, "ops": {
             "aten::mm.default": {"status": "native"}}}, upstream)
+        assert check is not None
         assert check["error"] == why
         assert check["counts"] == {"agree": 0, "disagree": 0, "not_compared": 1}
 

@@ -298,9 +298,15 @@ def test_the_strict_override_is_every_per_module_flag_of_strict() -> None:
 
 
 def test_a_bare_mypy_checks_the_whole_package() -> None:
-    """.ci/run runs ``mypy`` without arguments: ``files`` is the package, every layer."""
+    """.ci/run runs ``mypy`` without arguments: ``files`` is the package, every layer, then
+    test folders (and tests/conftest.py) that exist, with tests/ on mypy_path as on sys.path."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
-    assert config["files"] == ["src/accelgrid"]
+    files = config["files"]
+    assert files[0] == "src/accelgrid"
+    assert "tests/conftest.py" in files and "tests/helpers" in files
+    for path in files[1:]:
+        assert path.startswith("tests/") and (ROOT / path).exists(), path
+    assert config["mypy_path"] == ["src", "tests"]
 
 
 # --- env.json read back ------------------------------------------------------------------

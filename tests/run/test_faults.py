@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.mini_projects import run_request
@@ -20,6 +21,7 @@ from accelgrid.base import contract, errors, jsonio, outcomes
 from accelgrid.config.matrix import load_matrix
 from accelgrid.host import venvs
 from accelgrid.results import cellresults
+from accelgrid.results.records import TestRecord
 from accelgrid.run.cell import run_cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +53,7 @@ def _cell(proj: Path):
     return load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
 
 
-def _records(folder: Path) -> tuple[dict[str, dict], list[str]]:
+def _records(folder: Path) -> tuple[dict[str, TestRecord], list[str]]:
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     return {r["nodeid"].split("::")[-1]: r for r in recs}, problems
 
@@ -661,7 +663,8 @@ def test_an_interrupted_install_is_detected_and_a_reinstall_repairs_it(tmp_path)
     assert install.incomplete(env) == []
     # A broken import is caught even with every file there.
     core.write_text("raise ImportError('half-written')\n")
-    assert "import tiny fails: ImportError: half-written" in install.verify(env, python, "tiny")
+    why = install.verify(env, python, "tiny")
+    assert why is not None and "import tiny fails: ImportError: half-written" in why
 
 
 def _torch_files(envdir: Path) -> list[Path]:
@@ -1164,7 +1167,7 @@ def test_rows_are_written_as_each_run_ends(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(helpers, "import_cpu_offload", lambda: object)
     monkeypatch.setattr(offload, "pick_device", lambda torch, wanted, h: ("cpu", ""))
     monkeypatch.setattr(offload, "suite_helpers", lambda folder: helpers)
-    calls = []
+    calls: list[dict[str, Any]] = []
     real = offload.isolated
 
     def stop_after_two(task, target):

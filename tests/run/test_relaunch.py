@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
+def project(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     """A folder with a matrix file (its stat key is in the launch's) and an envs folder;
     the module's state put back after."""
     (tmp_path / "matrix.yaml").write_text("schema: 1\n")

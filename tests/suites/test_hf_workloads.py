@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,7 +125,12 @@ def workload_ids() -> set[str]:
     tree = ast.parse((ROOT / "suites" / "hf_examples" / "workloads.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "WORKLOADS":
-            return {k.value for k in node.value.keys}
+            assert isinstance(node.value, ast.Dict), ast.dump(node)
+            ids: set[str] = set()
+            for k in node.value.keys:  # literal names (None would be a ** spread)
+                assert isinstance(k, ast.Constant) and isinstance(k.value, str), k
+                ids.add(k.value)
+            return ids
     raise AssertionError("no WORKLOADS table in workloads.py")
 
 
@@ -151,7 +157,7 @@ def params_and_grads() -> tuple[dict, dict]:
     return params, grads
 
 
-KWARGS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+KWARGS: dict[str, Any] = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
 
 @pytest.mark.parametrize("impl", ["fused", "foreach"])

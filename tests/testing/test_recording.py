@@ -10,7 +10,9 @@ import signal
 import subprocess
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.mini_projects import run_request
@@ -19,6 +21,7 @@ from accelgrid import results
 from accelgrid.base import contract, jsonio
 from accelgrid.config.matrix import load_matrix
 from accelgrid.results import cellresults
+from accelgrid.results.records import TestRecord
 from accelgrid.run import passes as pass_plan
 from accelgrid.run import selection, supervise
 from accelgrid.run.cell import run_cell
@@ -79,7 +82,7 @@ def test_d_after():
 '''
 
 
-def _records(folder: Path) -> dict[str, dict]:
+def _records(folder: Path) -> dict[str, TestRecord]:
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
     return {r["nodeid"].split("::")[-1]: r for r in recs}
@@ -310,7 +313,7 @@ def test_torch_provenance_merges_pinned_workers_views() -> None:
     from accelgrid.results import provenance
 
     base = {"version": "2.11.0+cu130", "cuda_runtime": "13.0", "driver": "580"}
-    reports = [  # each pinned worker sees one GPU, as its own index 0
+    reports: list[dict[str, Any]] = [  # each pinned worker sees one GPU, as its own index 0
         {**base, "pinned_index": "1", "devices": [{"index": 0, "name": "H200"}]},
         {**base, "pinned_index": "0", "devices": [{"index": 0, "name": "H200"}]},
         {**base, "pinned_index": None, "devices": [{"index": 0, "name": "H200"},
@@ -342,9 +345,9 @@ def test_nvidia_driver_from_the_kernels_file(tmp_path, monkeypatch, text, want) 
     from accelgrid.devices import cuda
 
     (tmp_path / "version").write_text(text)
-    monkeypatch.setattr(cuda.shutil, "which", lambda name: pytest.fail("nvidia-smi run"))
+    monkeypatch.setattr("shutil.which", lambda name: pytest.fail("nvidia-smi run"))
     assert cuda.driver_version(str(tmp_path / "version")) == want
-    monkeypatch.setattr(cuda.shutil, "which", lambda name: None)
+    monkeypatch.setattr("shutil.which", lambda name: None)
     assert cuda.driver_version(str(tmp_path / "missing")) is None
 
 
@@ -386,8 +389,10 @@ def test_a_record_tells_cpu_work_from_waiting(mini_project, python) -> None:
     run_cell(run_request(_cell(proj, "cpu-2.13"), python, proj, proj / "results"))
     recs = _records(proj / "results" / "cpu-2.13")
     assert recs["test_computes"]["cpu_s"] >= 0.5
-    assert recs["test_waits"]["cpu_s"] < 0.2 <= 0.5 <= recs["test_waits"]["duration"]
-    assert all(r["pass"] == "single" and r["start"] <= r["finished"] for r in recs.values())
+    waited = recs["test_waits"]["duration"]
+    assert waited is not None and recs["test_waits"]["cpu_s"] < 0.2 <= 0.5 <= waited
+    assert all(r["pass"] == "single" and r["start"] is not None and r["start"] <= r["finished"]
+               for r in recs.values())
 
 
 @pytest.mark.parametrize("flags", [{}, {"OverrideDefaultFP64Settings": "1",
@@ -689,7 +694,7 @@ def test_deselected_by_the_user():
 """
 
 
-def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: list[str] = ()):
+def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: Sequence[str] = ()):
     """A run on a fake two-XPU host (the suite only checks ZE_AFFINITY_MASK)."""
     meet.mkdir()
     monkeypatch.setenv("MEET_DIR", str(meet))
@@ -700,7 +705,7 @@ def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: list[str
     return rc, results.last_run(proj / "results" / "xpu-2.13")[1]
 
 
-def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, dict]:
+def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, TestRecord]:
     """Every test the passes collected (and the broken module) has exactly one record;
     env.json lists both passes with their start and end; summary counts match."""
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
@@ -860,6 +865,7 @@ def _suite_module(path: Path):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"suite_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -936,6 +942,7 @@ def test_selected_runs_keep_the_full_run_and_show_as_partial(mini_project, pytho
     made = report.grid([selected], tmp_path / "g1", baseline_dir=proj / "baselines")
     col = made.model["columns"][0]
     assert col["status"] == "partial" and col["selection"] == ["-k", "smoke"]
+    assert col["reason"] is not None and col["baseline"] is not None
     assert "-k smoke" in col["reason"]
     assert col["baseline"]["counts"]["lost"] == 0
     assert (col["baseline"]["compared"], col["baseline"]["outside_selection"]) == (2, 3)

@@ -9,15 +9,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from accelgrid.ops import xpu_prediction as xp
+from tools import extract_core_registrations as ecr
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "extract_core_registrations.py"
-sys.path.insert(0, str(ROOT / "tools"))
-import extract_core_registrations as ecr  # noqa: E402
 
 SRC = """\
 namespace at::native::xpu {
@@ -49,7 +49,7 @@ def test_registrations_reads_live_blocks_only():
 
 def _torch(series_ops: dict[str, dict[str, str]]) -> dict:
     order = sorted(series_ops, key=lambda s: tuple(map(int, s.split("."))))
-    out = {"series": {order[0]: {"ops": series_ops[order[0]]}}}
+    out: dict[str, Any] = {"series": {order[0]: {"ops": series_ops[order[0]]}}}
     for s in order[1:]:
         out["series"][s] = {"set": series_ops[s], "drop": []}
     return out

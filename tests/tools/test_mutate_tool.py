@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("mutate", ROOT / "tools" / "mutate.py")
+assert _spec is not None and _spec.loader is not None
 mutate = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("mutate", mutate)  # its dataclass looks its module up there
 _spec.loader.exec_module(mutate)

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.mini_projects import make_project
@@ -55,12 +56,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.rmtree(proj.parent, ignore_errors=True)   # its cell env: 0.9 GB
 
 
-def bench(proj: Path, tmp: Path, *args: str, **popen: object) -> subprocess.Popen:
+def bench(proj: Path, tmp: Path, *args: str, **popen: Any) -> subprocess.Popen:
     tmp.mkdir(exist_ok=True)
     # The bench is the checkout's tools/selfbench: its root on the path, beside src/.
     env = {**os.environ, "TMPDIR": str(tmp),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
-           **popen.pop("env", {})}  # type: ignore[dict-item]
+           **popen.pop("env", {})}
     return subprocess.Popen([sys.executable, "-m", "tools.selfbench", "--matrix",
                              str(proj / "matrix.yaml"), "overhead", "--cell",
                              "cpu-2.13", *args], cwd=proj, env=env, text=True,
@@ -121,7 +122,11 @@ def test_pairs_are_printed_as_they_finish_and_written(project: Path, tmp_path: P
 def _sigint(disposition: signal.Handlers) -> Callable[[], None]:
     """For preexec_fn: the bench starts with SIGINT as given, not as pytest inherited it
     (a background job, a CI step: ignored; a terminal: the default)."""
-    return lambda: signal.signal(signal.SIGINT, disposition)
+
+    def as_given() -> None:
+        signal.signal(signal.SIGINT, disposition)
+
+    return as_given
 
 
 @pytest.mark.slow

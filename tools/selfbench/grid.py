@@ -181,7 +181,7 @@ def _stages(artifacts: Path, baselines: Path, out: Path) -> list[dict[str, Any]]
     out.mkdir(parents=True, exist_ok=True)
     step("writing the three files", lambda: [(out / f"grid.{k}").write_text(t, encoding="utf-8")
                                              for k, t in texts.items()])
-    model = texts = None
+    model, texts = None, {}  # drop them before timing the model on its own
     gc.collect()
     folders, _ = cellresults.discover([artifacts])
     step("of the model: reading the results folders (cellresults.read_cell)",

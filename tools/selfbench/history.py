@@ -21,7 +21,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from accelgrid import report
 from accelgrid.base import contract, jsonio, outcomes
@@ -70,7 +70,7 @@ def _history(store: Any, folders: list[Path], nights: int, seed: int) -> float:
             c = copy.copy(cell)
             c.env = {**cell.env, "run_id": f"{cell.name}-night{night}", "start": _start(night),
                      "project": {"commit": f"c{night:04d}"}}
-            tests = {}
+            tests: dict[str, Any] = {}  # records as the store reads them (a pass: message None)
             for nodeid, rec in cell.tests.items():
                 outcome = rec["outcome"]
                 if nodeid in flaky and rng.random() < 0.3:
@@ -83,7 +83,14 @@ def _history(store: Any, folders: list[Path], nights: int, seed: int) -> float:
     return time.perf_counter() - t0
 
 
-def _timed(work: Any) -> dict[str, float]:
+class Timing(TypedDict):
+    """One timed step: seconds of wall and CPU time, the load average before it."""
+    wall: float
+    cpu: float
+    load: float | None
+
+
+def _timed(work: Any) -> Timing:
     load = load_average()
     t0, c0 = time.perf_counter(), time.process_time()
     work()
@@ -116,7 +123,7 @@ def run(nights: int = DEFAULT_NIGHTS, cells: int = DEFAULT_CELLS, tests: int = D
             store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         print(f"synthesized {nights - 1} nights x {cells} cells x {tests} tests in "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
-        runs: dict[str, list[dict[str, float]]] = {"add": [], "grid": [], "site": [],
+        runs: dict[str, list[Timing]] = {"add": [], "grid": [], "site": [],
                                                    "grid_plain": []}
         for n in range(repeat):
             db = tmp / f"run{n}.sqlite"

@@ -110,7 +110,9 @@ def _launched(results_dir: Path, cell: str) -> bool:
     summary, err = jsonio.read_json(results.last_run(results_dir / cell)[1]
                                     / contract.SUMMARY_FILE)
     passes = summary.get("passes") if isinstance(summary, dict) and not err else None
-    return bool(passes) and isinstance(passes[0], dict) and passes[0].get("launched") is True
+    if not passes:
+        return False
+    return isinstance(passes[0], dict) and passes[0].get("launched") is True
 
 
 def _junit_seconds(path: Path) -> float | None:
@@ -211,10 +213,13 @@ def run(matrix: Matrix, cell: str = DEFAULT_CELL, *, suites: Sequence[str] | Non
                     bare_partial = _touched(_cell_tests(results_dir, the_cell.name)[0],
                                             the_cell.suite_paths)
                     entry["bare_paths"] = bare_partial
+                bare_paths = paths
+                if kind == "partial":
+                    assert bare_partial is not None  # set above, by the first partial pair
+                    bare_paths = bare_partial
                 junit = tmp / f"bare-{n}.xml"
                 bare_cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            f"--junitxml={junit}",
-                            *(bare_partial if kind == "partial" else paths),
+                            f"--junitxml={junit}", *bare_paths,
                             *(partial_args if kind == "partial" else [])]
                 # Every other pair of a kind runs bare pytest first: neither side always
                 # gets the caches the other warmed.
