@@ -61,8 +61,24 @@ def _replace(cell: Path, name: str, how: str) -> None:
 REC = '{"nodeid": "suites/smoke/t.py::a", "outcome": "passed"}'
 DEEP = "[" * 100_000 + "]" * 100_000
 
-# (id, damage, expected status, text the column's reason must hold)
-Damage = Callable[[Path], None]
+def _no_env_and_a_record_of_a_bad_cell(cell: Path) -> None:
+    (cell / contract.ENV_FILE).unlink()
+    _records(cell, '{"nodeid": "x::y", "outcome": "passed", "cell": "../../x"}')
+
+
+def _a_running_file_of_garbage(cell: Path) -> None:
+    (cell / "running").mkdir()
+    (cell / "running" / "gw0.json").write_text("[[[")
+
+
+def _an_unreadable_baseline(path: Path) -> None:
+    path.write_text('{"tests": {"suites/smoke/t.py::a": "passed"}}')
+    path.chmod(0)
+
+
+# (id, damage, expected status, text the column's reason must hold); what a damage
+# returns (write_text's count) is ignored.
+Damage = Callable[[Path], object]
 CASES: list[tuple[str, Damage, str, str]] = [
     # env.json: fields of the wrong type
     ("env-host-string", lambda c: _env(c, host="box"), "partial", "env.json: host is a string"),
@@ -194,9 +210,7 @@ CASES: list[tuple[str, Damage, str, str]] = [
      "tests.jsonl:2: unreadable line"),
     ("rec-truncated", lambda c: _records(c, REC, '{"nodeid": "x::y", "outc'), "partial",
      "tests.jsonl:2: unreadable line (not JSON"),
-    ("rec-cell-path", lambda c: ((c / contract.ENV_FILE).unlink(), _records(
-        c, '{"nodeid": "x::y", "outcome": "passed", "cell": "../../x"}')), "partial",
-     "env.json missing"),
+    ("rec-cell-path", _no_env_and_a_record_of_a_bad_cell, "partial", "env.json missing"),
     ("rec-all-broken", lambda c: _records(c, '{"nodeid": 1, "outcome": 2}', "[]"), "errored",
      "tests.jsonl holds no test records"),
     ("rec-many-broken", lambda c: _records(c, REC, *(["[]"] * 500)), "partial",
@@ -220,8 +234,7 @@ CASES: list[tuple[str, Damage, str, str]] = [
     ("collected-loop", lambda c: _replace(c, contract.COLLECTED_FILE, "loop"), "ok", ""),
     ("junit-garbage", lambda c: (c / contract.JUNIT_FILE).write_text("<testsuite"), "ok", ""),
     ("junit-folder", lambda c: _replace(c, contract.JUNIT_FILE, "folder"), "ok", ""),
-    ("running-garbage", lambda c: ((c / "running").mkdir(),
-                                   (c / "running" / "gw0.json").write_text("[[[")), "ok", ""),
+    ("running-garbage", _a_running_file_of_garbage, "ok", ""),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -270,7 +283,8 @@ def test_grid_json_is_strict_json_with_nan_and_infinity_durations(tmp_path) -> N
     assert "NaN" in text  # json.dumps writes it; RFC 8259 has no such thing
     model = report.build_model([cell])
     model["rows"][0]["cells"]["cpu-2.13"]["duration"] = float("inf")
-    model["columns"][0]["device_count"] = float("nan")
+    # A NaN planted where grid.json has an int: the writer must still write RFC 8259.
+    model["columns"][0]["device_count"] = float("nan")  # type: ignore[typeddict-item]
     paths = report.write(model, tmp_path / "out")
     grid = _strict_json(paths["json"].read_text())
     assert grid["rows"][0]["cells"]["cpu-2.13"]["duration"] is None
@@ -316,7 +330,7 @@ def test_symlink_loops_and_odd_paths_in_an_artifacts_folder(tmp_path, capsys) ->
 # --- baselines given to --baseline ------------------------------------------------------
 # Issue 27: a baseline that cannot be read as a known schema never turns the gate off:
 # exit 2, one line naming the file and what is wrong, never "all as expected".
-BASELINE_CASES: list[tuple[str, Callable[[Path], None], str]] = [
+BASELINE_CASES: list[tuple[str, Damage, str]] = [
     ("deep", lambda p: p.write_text(DEEP), "nested too deeply"),
     ("latin1", lambda p: p.write_bytes(b'{"t.py::a": "pass\xe9d"}'), "not UTF-8"),
     ("folder", lambda p: p.mkdir(), "is a folder"),
@@ -334,8 +348,7 @@ BASELINE_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("truncated", lambda p: p.write_text('{"tests": {'), "not JSON"),
     ("empty", lambda p: p.write_text(""), "empty file"),
     ("whitespace", lambda p: p.write_text("  \n"), "not JSON"),
-    ("unreadable", lambda p: (p.write_text('{"tests": {"suites/smoke/t.py::a": "passed"}}'),
-                              p.chmod(0)), "Permission denied"),
+    ("unreadable", _an_unreadable_baseline, "Permission denied"),
     ("schema-99", lambda p: p.write_text(
         '{"schema": 99, "tests": {"suites/smoke/t.py::a": "passed"}}'),
      "unknown baseline schema 99"),

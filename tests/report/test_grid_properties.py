@@ -31,7 +31,7 @@ SDPA = "suites/attention/test_sdpa.py::test_sdpa_runs_the_expected_kernel[none-f
 MLP = "suites/compile/test_compile.py::test_mlp[fp32]"
 PLAIN = "suites/smoke/test_device_api.py::test_device_available"
 # As the suites record them (suites/attention/test_sdpa.py, suites/compile/test_compile.py).
-RECORDED = {
+RECORDED: dict[str, dict[str, Any]] = {
     SDPA: {"kernels": ["flash_cpu"], "expected": ["flash_cpu"]},
     MLP: {"graph_breaks": 0, "graphs": 2, "recompiles": 0, "compile_s": 4.512,
           "eager_step_ms": 0.61, "compiled_step_ms": 0.35},
@@ -123,8 +123,9 @@ def test_each_result_carries_its_properties_into_grid_json(tmp_path: Path) -> No
 
 def test_a_hostile_record_stays_a_small_valid_grid(tmp_path: Path) -> None:
     # Under tests.jsonl's line limit (4 MiB): a record the reader takes.
-    huge = {f"name {i} {'x' * 500}": {"k" * 300: "v" * 5000, **{str(j): j for j in range(50)}}
-            for i in range(300)}
+    huge: dict[str, Any] = {
+        f"name {i} {'x' * 500}": {"k" * 300: "v" * 5000, **{str(j): j for j in range(50)}}
+        for i in range(300)}
     huge["nan"] = float("nan")
     model = report.build_model([_cell(tmp_path, {SDPA: huge})])
     assert model["columns"][0]["problems"] == []
@@ -151,8 +152,10 @@ def test_the_schema_refuses_unbounded_properties(tmp_path: Path, plant: str) -> 
 
 def test_grid_html_shows_them_in_the_results_detail(tmp_path: Path) -> None:
     page = render_html.render(report.build_model([_cell(tmp_path)]))
-    details = json.loads(re.search(
-        r'<script type="application/json" id="details">(.*?)</script>', page, re.S)[1])
+    found = re.search(r'<script type="application/json" id="details">(.*?)</script>', page,
+                      re.S)
+    assert found is not None
+    details = json.loads(found[1])
     shown = [d["properties"] for d in details.values() if "properties" in d]
     assert sorted(shown, key=len) == [RECORDED[SDPA], RECORDED[MLP]]
     assert 'title="kernels: flash_cpu; expected: flash_cpu"' in page  # the hover text

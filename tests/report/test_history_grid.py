@@ -10,10 +10,11 @@ from helpers.history_cases import T, night, series
 
 from accelgrid import report
 from accelgrid.results.history import open_store
+from accelgrid.results.records import Grid
 
 
 def _grid(tmp_path: Path, folders: list[Path], given: list[Path], window: int = 30
-          ) -> dict:
+          ) -> Grid:
     db = tmp_path / "h.sqlite"
     with open_store(db) as store:
         store.add(folders)
@@ -25,7 +26,9 @@ def test_a_pass_at_the_windows_first_run_is_the_last_pass(tmp_path: Path) -> Non
     model = _grid(tmp_path, folders, folders[-1:], window=3)
     entry = model["rows"][0]["cells"]["cpu-2.13"]
     assert entry["history"] == "PFF"
-    assert entry["last_passed"]["run_id"] == "cpu-2.13-n1"      # in the window, not n0
+    last_passed = entry["last_passed"]
+    assert last_passed is not None
+    assert last_passed["run_id"] == "cpu-2.13-n1"      # in the window, not n0
     assert entry["failing_since"]["run_id"] == "cpu-2.13-n2"
 
 

@@ -168,6 +168,7 @@ def test_rendered_grid_and_publish_steps_add_each_night_to_the_history(
             assert len(store.runs_of("cuda-2.11")) == night + 1
     page = (work / "site" / "cells" / "cuda-2.11.html").read_text()
     for source in CUDA_RUNS[1:1 + nights]:
-        assert read_cell(source).env["run_id"] in page
+        run_id = read_cell(source).env["run_id"]
+        assert run_id is not None and run_id in page
     index = (work / "site" / "index.html").read_text()
     assert "xpu-2.13" in index and "lost" in index

@@ -31,6 +31,7 @@ def test_grid_against_baselines(tmp_path: Path) -> None:
     folders, base = baseline_case(tmp_path)
     model = report.build_model(folders, baseline_dir=base)
     b = model["baseline"]
+    assert b is not None
     assert b["regressions"] == 1
     assert {k: v for k, v in b["counts"].items() if v and k != "unchanged"} == {
         "regression": 1, "new-pass": 1, "lost": 1, "new": 1, "expected-failure": 1}
@@ -46,7 +47,9 @@ def test_grid_against_baselines(tmp_path: Path) -> None:
     assert model["rows"] == sorted(model["rows"], key=grid_model.row_key)
     assert compare.regressions(model) == b["changes"][:1]
     col = {c["name"]: c for c in model["columns"]}
-    assert col["cuda-2.11"]["baseline"]["file"] == str(base / "cuda-2.11.json")
+    cuda_baseline = col["cuda-2.11"]["baseline"]
+    assert cuda_baseline is not None
+    assert cuda_baseline["file"] == str(base / "cuda-2.11.json")
     assert col["xpu-2.13"]["baseline"] is None
 
 
@@ -94,6 +97,7 @@ def test_update_writes_and_merges(tmp_path: Path) -> None:
     assert (u.changed, u.dropped) == (0, 1)
     (base / "xpu-2.5.json").write_text("{broken")
     (u,), _ = compare.update([cell], base)
+    assert u.unreadable is not None
     assert "not JSON" in u.unreadable and u.old == {}
 
 
@@ -102,6 +106,7 @@ def test_update_refuses_unfinished_results_unless_asked(tmp_path: Path) -> None:
     killed = write_cell(tmp_path / "k", "xpu-2.6", {"suites/s/t.py::a": "passed"},
                         finished=False)
     (u,), _ = compare.update([killed], base)
+    assert u.refused is not None
     assert "never finished" in u.refused and "--allow-partial" in u.refused
     assert not (base / "xpu-2.6.json").exists()
     (u,), _ = compare.update([killed], base, allow_partial=True)
@@ -135,7 +140,8 @@ def test_load_and_entries(tmp_path: Path) -> None:
         compare.load(base, "bad")
     listed = {p.stem: (tests, why) for p, tests, why in compare.entries(base)}
     assert listed["xpu-2.5"] == ({"suites/s/t.py::a": "passed"}, None)
-    assert listed["bad"][0] is None and "expected" in listed["bad"][1]
+    bad_tests, why = listed["bad"]
+    assert bad_tests is None and why is not None and "expected" in why
     assert compare.entries(tmp_path / "nowhere") == []
 
 

@@ -7,6 +7,7 @@ import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 from helpers.report_cases import (
     CUDA_CAPTURE,
@@ -52,13 +53,18 @@ class _Tables(HTMLParser):
             self.title += data
 
 
-def _data(tmp_path: Path) -> dict:
-    cell = ops_cell(tmp_path, "xpu-2.5", "2.5.1+xpu",
-                    {"aten::roll.default": "fallback", "aten::addmm.default": "native",
-                     "aten::linear.default": "decomposed"})
+def _aggregate(cell: Path) -> dict[str, Any]:
+    """The cell's ops data; these cells all recorded ops."""
     data = ops.aggregate(cell)
     assert data is not None
     return data
+
+
+def _data(tmp_path: Path) -> dict[str, Any]:
+    return _aggregate(ops_cell(tmp_path, "xpu-2.5", "2.5.1+xpu",
+                               {"aten::roll.default": "fallback",
+                                "aten::addmm.default": "native",
+                                "aten::linear.default": "decomposed"}))
 
 
 def test_cell_pages_have_the_same_table(tmp_path: Path) -> None:
@@ -93,7 +99,7 @@ def test_cell_pages_name_missing_ops_and_the_generic_notice(tmp_path: Path) -> N
 
 
 def test_cell_html_shows_what_the_messages_named(tmp_path: Path) -> None:
-    data = ops.aggregate(xpu_survey_cell(tmp_path))
+    data = _aggregate(xpu_survey_cell(tmp_path))
     md = ops_pages.cell_markdown(data)
     page = _Tables(ops_pages.cell_html(data))
     assert page.rows[0] == [("", "op"), ("", "status"), ("", "messages named"),
@@ -152,6 +158,7 @@ def test_markdown_pages_escape_as_the_html_pages_do(tmp_path: Path) -> None:
 def test_write_cell(tmp_path: Path) -> None:
     cell = ops_cell(tmp_path, "xpu-2.5", "2.5.1+xpu", {"aten::roll.default": "fallback"})
     data = ops_pages.write_cell(cell)
+    assert data is not None
     assert json.loads((cell / "ops.json").read_text()) == data
     assert (cell / "ops.md").read_text() == ops_pages.cell_markdown(data)
     assert (cell / "ops.html").read_text() == ops_pages.cell_html(data)
@@ -169,11 +176,11 @@ def test_write_cell(tmp_path: Path) -> None:
 
 def test_cross_pages(tmp_path: Path) -> None:
     # Cells of another device than xpu: no prediction beside them.
-    old = ops.aggregate(ops_cell(tmp_path, "mps-2.5", "2.5.1",
-                                 {"aten::roll.default": "fallback"}, device_type="mps"))
-    new = ops.aggregate(ops_cell(tmp_path, "mps-2.13", "2.13.0",
-                                 {"aten::roll.default": "native",
-                                  "aten::addmm.default": "native"}, device_type="mps"))
+    old = _aggregate(ops_cell(tmp_path, "mps-2.5", "2.5.1",
+                              {"aten::roll.default": "fallback"}, device_type="mps"))
+    new = _aggregate(ops_cell(tmp_path, "mps-2.13", "2.13.0",
+                              {"aten::roll.default": "native",
+                               "aten::addmm.default": "native"}, device_type="mps"))
     view = ops.cross_cell([new, old])
     assert view["predicted"] == {} and view["disagreements"] == []
     md = ops_pages.cross_markdown(view)
@@ -241,7 +248,7 @@ def test_cross_cell_says_when_a_series_has_no_data() -> None:
 
 
 def test_cross_cell_shows_fallback_kernels_and_missing_kinds(tmp_path: Path) -> None:
-    data = ops.aggregate(xpu_survey_cell(tmp_path))
+    data = _aggregate(xpu_survey_cell(tmp_path))
     view = ops.cross_cell([data])
     assert view["fallback_seen"]["aten::linspace.default"] == {
         "xpu-2.5-fallback-survey": ["aten::linspace.out"]}

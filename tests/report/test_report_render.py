@@ -19,6 +19,7 @@ from accelgrid import report
 from accelgrid.base import jsonio
 from accelgrid.report import render_html, render_json, render_markdown
 from accelgrid.report.model import SCHEMA_VERSION
+from accelgrid.results.records import Grid
 from tools.selfbench import grid as bench_grid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +72,7 @@ def test_issue_links_and_messages_are_rendered_safely(tmp_path: Path) -> None:
     assert 'href="javascript:' not in page
     assert "<script>alert(1)" not in page  # escaped in attributes and inside the JSON
     data = re.search(r'<script type="application/json" id="details">(.*?)</script>', page, re.S)
+    assert data is not None
     details = json.loads(data[1])
     assert evil in [d.get("message") for d in details.values()]
     md = render_markdown.render(model)
@@ -198,7 +200,7 @@ def test_write_writes_the_three_files(tmp_path: Path) -> None:
 # --- in a real browser -----------------------------------------------------------------
 
 
-def _page(tmp_path: Path) -> tuple[Path, dict]:
+def _page(tmp_path: Path) -> tuple[Path, Grid]:
     folders, base = baseline_case(tmp_path)
     model = report.build_model(folders, baseline_dir=base)
     paths = report.write(model, tmp_path / "out")
@@ -214,6 +216,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 @needs_chromium
 def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     page, model = _page(tmp_path)
+    assert CHROMIUM is not None   # needs_chromium skips the test otherwise
     flags = chromium_flags(tmp_path / "profile")
     dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=120, check=True).stdout
@@ -312,6 +315,7 @@ def test_markdown_says_how_an_xpu_cell_compares_with_the_prediction(tmp_path: Pa
     check = {c["name"]: c["ops_vs_predicted"] for c in model["columns"]}
     assert check["cpu-2.13"] is None
     xpu = check[data["cell"]]
+    assert xpu is not None
     assert xpu["series"] == "2.5" and xpu["branch"] == "release/2.5"
     assert xpu["disagree"] == len(PLANTED)
     md = render_markdown.render(model)

@@ -37,8 +37,10 @@ def cell_folder(root: Path, name: str = "cpu-2.13", env: dict[str, Any] | None =
 def test_env_torch_devices_keep_only_the_mappings(tmp_path: Path) -> None:
     cell = cellresults.read_cell(cell_folder(tmp_path, env={"torch": {
         "version": "2.13.0", "devices": [{"name": "Box"}, "junk", 3, None]}}))
-    assert cell.env["torch"]["devices"] == [{"name": "Box"}]
-    assert cell.env["torch"]["version"] == "2.13.0"
+    torch = cell.env["torch"]
+    assert torch is not None
+    assert torch["devices"] == [{"name": "Box"}]
+    assert torch["version"] == "2.13.0"
 
 
 def test_a_long_bad_cell_name_is_quoted_cut_to_60_characters(tmp_path: Path) -> None:

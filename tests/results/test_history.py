@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.history_cases import T, night, series
@@ -203,7 +204,9 @@ def test_strips_since_previous_first_failure_and_last_pass(tmp_path: Path) -> No
     assert rows["new"]["history"] == "....P" and rows["absent_gap"]["history"] == "PP.PF"
     assert rows["breaks"]["failing_since"]["run_id"] == "cpu-2.13-n3"
     assert rows["breaks"]["failing_since"]["commit_sha"] == "c3"
-    assert rows["breaks"]["last_passed"]["run_id"] == "cpu-2.13-n2"
+    last_passed = rows["breaks"]["last_passed"]
+    assert last_passed is not None
+    assert last_passed["run_id"] == "cpu-2.13-n2"
     assert rows["absent_gap"]["failing_since"]["run_id"] == "cpu-2.13-n4"
     since = made.model["columns"][0]["history"]["since"]
     assert since == {"new_failures": [T + "absent_gap", T + "skip_fails_now"],
@@ -226,7 +229,9 @@ def test_failing_throughout_the_window_looks_further_back(tmp_path: Path) -> Non
     name = latest[0]["name"]
     rows = {r["nodeid"].split("::")[1]: r["cells"][name] for r in made.model["rows"]}
     assert rows["old"]["history"] == "FFF"
-    assert rows["old"]["last_passed"]["run_id"] == "cpu-2.13-n1"
+    last_passed = rows["old"]["last_passed"]
+    assert last_passed is not None
+    assert last_passed["run_id"] == "cpu-2.13-n1"
     assert rows["old"]["failing_since"]["run_id"] == "cpu-2.13-n2"
     assert rows["never"]["last_passed"] is None
     assert rows["never"]["failing_since"]["earliest"] is True
@@ -252,7 +257,9 @@ def test_last_passed_before_reads_each_runs_letters_and_a_run_without_them(
         assert last() == {"old": "cpu-2.13-n1", "gap": "cpu-2.13-n0", "late": "cpu-2.13-n1"}
         assert store.last_passed_before("cpu-2.13", ids, None)[T + "old"]["run_id"] \
             == "cpu-2.13-n1"
-        n1 = store.run("cpu-2.13-n1")["id"]
+        run = store.run("cpu-2.13-n1")
+        assert run is not None
+        n1 = run["id"]
         store.conn.execute("UPDATE runs SET letters = NULL WHERE id = ?", (n1,))
         assert last() == {"old": "cpu-2.13-n1", "gap": "cpu-2.13-n0", "late": "cpu-2.13-n1"}
         # Read from n1's results now: a failure there moves "old"'s last pass back to n0.
@@ -498,7 +505,7 @@ def test_a_package_bump_between_nights_is_not_the_same_inputs(tmp_path: Path,
     def nights(root: Path, versions: list[str]) -> list[Path]:
         out = []
         for i, (s, v) in enumerate(zip("PFPFP", versions, strict=True)):
-            extra = {"packages": {"bitsandbytes": v}} if where == "env" else {}
+            extra: dict[str, Any] = {"packages": {"bitsandbytes": v}} if where == "env" else {}
             folder = night(root, i, {T + "t": word[s]}, **extra)
             out.append(_planned(folder, {"bitsandbytes": v} if where == "plan" else {}))
         return out

@@ -280,7 +280,9 @@ def test_last_passed_before_reads_the_runs_stored_letters(tmp_path: Path) -> Non
     with open_store(tmp_path / "h.sqlite") as store:
         store.add(_nights(tmp_path, 3))
         start = store.runs_of(CELL)[2]["start"]
-        n1 = store.run(f"{CELL}-n1")["id"]
+        run = store.run(f"{CELL}-n1")
+        assert run is not None
+        n1 = run["id"]
         store.conn.execute("UPDATE results SET outcome = 'F' WHERE run = ?", (n1,))
         found = store.last_passed_before(CELL, [T + "a"], start)
     assert found[T + "a"]["run_id"] == f"{CELL}-n1"

@@ -94,10 +94,12 @@ def test_prune_real_selected_runs(mini_project, python, capsys) -> None:
     out = proj / "results"
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     assert run_cell(run_request(cell, python, proj, out)) == 0
-    ids = []
+    ids: list[str] = []
     for k in ("smoke", "other", "smoke"):
         assert run_cell(run_request(cell, python, proj, out, ["-k", k])) == 0
-        ids.append(results.last_run(out / "cpu-2.13")[0])
+        run_id = results.last_run(out / "cpu-2.13")[0]
+        assert run_id is not None   # a run of today's runner is named
+        ids.append(run_id)
     assert _runs(out / "cpu-2.13") == sorted(ids)
     assert main(["prune", str(out), "--keep", "1", "--dry-run"]) == 0
     assert "would remove 2 of 3 selected runs" in capsys.readouterr().out

@@ -43,7 +43,7 @@ def _problems(name: str, doc: Any) -> list[str]:
 def _good(name: str) -> dict[str, Any]:
     """The smallest instance of each schema that is valid."""
     counts = {o: 0 for o in outcomes.ALL}
-    return {
+    good: dict[str, dict[str, Any]] = {
         "test-record": {"nodeid": "suites/s/t.py::a", "outcome": "passed"},
         "summary": {"cell": "cpu-2.13", "total": 0, "counts": counts, "problems": []},
         "env": {"cell": "cpu-2.13", "device_type": "cpu", "start": "s", "end": None,
@@ -56,12 +56,13 @@ def _good(name: str) -> dict[str, Any]:
             {"name": "single"}], "inputs": {
                 "torch": "2.13.0+cpu", "torch_local": "cpu", "packages": {"numpy": None},
                 "commit": None, "dirty": False, "matrix_digest": None, "flags": {}}},
-    }[name]
+    }
+    return good[name]
 
 
 def _bad(name: str) -> dict[str, Any]:
     """Instances each schema must reject: an outcome missing, one outside the vocabulary,
-    a value of the wrong type."""
+    a value of the wrong type (a document itself may be no object: Any)."""
     def edit(change: Any) -> dict[str, Any]:
         doc = copy.deepcopy(_good(name))
         change(doc)
@@ -71,7 +72,7 @@ def _bad(name: str) -> dict[str, Any]:
         result: dict[str, Any] = doc["rows"][0]["cells"]["cpu-2.13"]
         return result
 
-    bad: dict[str, dict[str, Any]] = {}
+    bad: dict[str, Any] = {}
     if name == "test-record":
         bad = {
             "no outcome": edit(lambda d: d.pop("outcome")),
@@ -299,13 +300,17 @@ def test_the_strict_override_is_every_per_module_flag_of_strict() -> None:
 
 def test_a_bare_mypy_checks_the_whole_package() -> None:
     """.ci/run runs ``mypy`` without arguments: ``files`` is the package, every layer, then
-    test folders (and tests/conftest.py) that exist, with tests/ on mypy_path as on sys.path."""
+    every test folder holding Python (and tests/conftest.py), with tests/ on mypy_path as on
+    sys.path."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     files = config["files"]
     assert files[0] == "src/accelgrid"
     assert "tests/conftest.py" in files and "tests/helpers" in files
     for path in files[1:]:
         assert path.startswith("tests/") and (ROOT / path).exists(), path
+    with_python = {f"tests/{p.name}" for p in (ROOT / "tests").iterdir()
+                   if p.is_dir() and any(p.rglob("*.py"))}
+    assert with_python <= set(files), sorted(with_python - set(files))
     assert config["mypy_path"] == ["src", "tests"]
 
 
@@ -326,10 +331,11 @@ def test_env_read_back_has_every_field_optional_and_checked() -> None:
 def test_clean_env_keeps_a_good_env_and_drops_each_field_of_another_type() -> None:
     from accelgrid.results.cellresults import _ENV_TYPES, clean_env
 
-    good = {"cell": "cpu-2.13", "device_type": "cpu", "start": "s", "end": None,
-            "status": "finished", "end_reason": "r", "exitstatus": 0, "torch": {},
-            "python": {}, "packages": {}, "env": {}, "host": {}, "project": {},
-            "ci": {}, "run_id": "r1", "pytest_args": [], "selection": [], "passes": []}
+    good: dict[str, Any] = {
+        "cell": "cpu-2.13", "device_type": "cpu", "start": "s", "end": None,
+        "status": "finished", "end_reason": "r", "exitstatus": 0, "torch": {},
+        "python": {}, "packages": {}, "env": {}, "host": {}, "project": {},
+        "ci": {}, "run_id": "r1", "pytest_args": [], "selection": [], "passes": []}
     assert set(good) == set(_ENV_TYPES)
     assert clean_env(good) == (good, [])
     for name, value in good.items():

@@ -16,6 +16,7 @@ from helpers.report_cases import artifacts, broken_cells, write_cell
 from accelgrid import results
 from accelgrid.base import contract, jsonio
 from accelgrid.results import cellresults
+from accelgrid.results.records import TestRecord
 
 
 def test_discovers_cells_in_an_artifacts_download(tmp_path: Path) -> None:
@@ -47,8 +48,10 @@ def test_search_skips_tool_folders_and_stops_at_depth(tmp_path: Path) -> None:
 
 def test_read_cell_names_and_repairs(tmp_path: Path) -> None:
     cells = {p.name: cellresults.read_cell(p) for p in broken_cells(tmp_path)}
-    assert "does not exist" in cells["cpu-2.7"].error
-    assert cells["cpu-2.6"].error.startswith("no tests.jsonl")
+    missing, untested = cells["cpu-2.7"].error, cells["cpu-2.6"].error
+    assert missing is not None and untested is not None
+    assert "does not exist" in missing
+    assert untested.startswith("no tests.jsonl")
     killed = cells["cpu-2.9"]
     assert killed.tests["suites/smoke/t.py::c"]["outcome"] == "error"
     assert killed.tests["suites/smoke/t.py::c"]["message"] == (
@@ -97,7 +100,7 @@ def test_writers_make_every_string_safe(tmp_path: Path) -> None:
         assert "\\\\xff" in text and "udcff" not in text  # JSON of the text \xff
 
 
-def _records(folder: Path) -> list[dict]:
+def _records(folder: Path) -> list[TestRecord]:
     return results.read_records(folder / contract.TESTS_FILE)[0]
 
 
@@ -220,7 +223,7 @@ def test_records_appended_at_once_stay_whole(tmp_path: Path) -> None:
 
 
 def test_an_error_record_is_written_once_per_run(tmp_path: Path) -> None:
-    rec = {"nodeid": "suites/x/test_broken.py", "outcome": "error", "run_id": "r1"}
+    rec: TestRecord = {"nodeid": "suites/x/test_broken.py", "outcome": "error", "run_id": "r1"}
     assert results.append_record_once(tmp_path / contract.TESTS_FILE, rec)
     assert not results.append_record_once(tmp_path / contract.TESTS_FILE, rec)
     assert results.append_record_once(tmp_path / contract.TESTS_FILE, {**rec, "run_id": "r2"})
@@ -232,11 +235,16 @@ def test_pass_times_from_the_runners_clock_and_the_records() -> None:
     passes = [{"name": "pinned", "workers": 2, "rc": 0, "start": t0 + 1, "end": t0 + 31},
               {"name": "all-devices", "workers": 1, "rc": 0, "beside": "pinned",
                "start": t0 + 1.5, "end": t0 + 21.5}]
-    recs = [{"nodeid": "a", "pass": "pinned", "worker": "gw0", "start": t0 + 7},
-            {"nodeid": "b", "pass": "pinned", "worker": "gw1", "start": t0 + 8},
-            {"nodeid": "c", "pass": "pinned", "worker": "gw0", "start": t0 + 20},
-            {"nodeid": "d", "pass": "all-devices", "worker": "gw0", "start": t0 + 6.5},
-            {"nodeid": "e", "outcome": "not-run"}]     # finalize's: no pass, no start
+    recs: list[TestRecord] = [
+        {"nodeid": "a", "outcome": "passed", "pass": "pinned", "worker": "gw0",
+         "start": t0 + 7},
+        {"nodeid": "b", "outcome": "passed", "pass": "pinned", "worker": "gw1",
+         "start": t0 + 8},
+        {"nodeid": "c", "outcome": "passed", "pass": "pinned", "worker": "gw0",
+         "start": t0 + 20},
+        {"nodeid": "d", "outcome": "passed", "pass": "all-devices", "worker": "gw0",
+         "start": t0 + 6.5},
+        {"nodeid": "e", "outcome": "not-run"}]     # finalize's: no pass, no start
     timing = results.pass_times(recs, passes, t0)
     assert timing["wall_s"] == 31.0
     pinned, beside = timing["passes"]

@@ -22,6 +22,7 @@ import torch
 from accelgrid import results
 from accelgrid.base import contract, jsonio
 from accelgrid.results import markers
+from accelgrid.results.records import TestRecord
 
 
 def test_results_root_is_the_project_results_unless_the_variable_names_one(
@@ -188,13 +189,13 @@ def test_record_file_appends_each_record_unless_once_finds_it_there(
         tmp_path: Path, synced: list[int]) -> None:
     path = tmp_path / contract.TESTS_FILE
     rf = results.RecordFile(path)
-    rec = {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"}
-    assert rf.append(dict(rec)) is True
-    assert rf.append(dict(rec)) is True           # a rerun of the test: a record each
+    rec: TestRecord = {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"}
+    assert rf.append(rec.copy()) is True
+    assert rf.append(rec.copy()) is True           # a rerun of the test: a record each
     assert synced == []
-    assert rf.append(dict(rec), once=True) is False
+    assert rf.append(rec.copy(), once=True) is False
     assert rf.append({**rec, "run_id": "r2"}, once=True) is True
-    assert rf.append(dict(rec), once=True) is False   # one of several matches
+    assert rf.append(rec.copy(), once=True) is False   # one of several matches
     assert rf.append({**rec, "nodeid": "t.py::b"}, durable=True, once=True) is True
     assert len(synced) == 1
     rf.close()
@@ -391,6 +392,7 @@ def test_finalize_names_the_dead_workers_tests_and_ends_the_env(tmp_path: Path) 
     assert (b["outcome"], b["worker"], b["run_id"], b["cell"]) == ("crashed", "gw0", "r1",
                                                                    "cpu-2.13")
     assert b["message"] == "the test process died while running this test (killed)"
+    assert b["duration"] is not None
     assert 0 <= b["duration"] < 60
     c = recs["t.py::c"]
     assert (c["outcome"], c["message"], c["run_id"]) == ("not-run", "killed", "r1")

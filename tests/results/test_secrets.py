@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import cast
 
+import nox
 import pytest
 
 from accelgrid import cli, results
@@ -290,10 +292,11 @@ def test_the_cell_session_installs_without_logging_the_password(tmp_path, monkey
     session = _Session(tmp_path)
     # The stand-in's installs install nothing: the check after them refuses the env.
     with pytest.raises(SystemExit, match="torch: wanted torch==2.13.0.*found nothing"):
-        sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
+        sessions.run_cell_session(cast(nox.Session, session), MATRIX, MATRIX.cell("cpu-2.13"))
     assert "p@ss" not in "\n".join(session.logged)
     (args, env), _ = session.installs
     assert args == (install.torch_requirement(MATRIX.cell("cpu-2.13")),)
+    assert env is not None
     assert env["UV_EXTRA_INDEX_URL"] == INDEX
 
 
@@ -322,7 +325,7 @@ def test_a_bad_workers_override_is_one_line(tmp_path, monkeypatch, value: str) -
     monkeypatch.setattr(pipconfig, "pip_settings", lambda python=None: {})
     session = _Session(tmp_path)
     with pytest.raises(SystemExit) as info:
-        sessions.run_cell_session(session, MATRIX, MATRIX.cell("cpu-2.13"))
+        sessions.run_cell_session(cast(nox.Session, session), MATRIX, MATRIX.cell("cpu-2.13"))
     assert str(info.value) == (f"cpu-2.13: ACCELGRID_WORKERS={value!r}: expected a whole "
                                "number of workers from 1 to 256")
     assert session.installs == []  # refused before anything was installed

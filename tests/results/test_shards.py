@@ -16,6 +16,7 @@ from accelgrid.base import contract
 from accelgrid.config.matrix import load_matrix
 from accelgrid.report import model
 from accelgrid.results import shards
+from accelgrid.results.records import Column, Grid
 from accelgrid.run.cell import run_cell
 
 
@@ -87,7 +88,7 @@ PAYLOAD = textwrap.dedent('''
 ''')
 
 
-def _outcomes(column: dict, grid: dict) -> dict[str, str]:
+def _outcomes(column: Column, grid: Grid) -> dict[str, str]:
     return {row["nodeid"]: row["cells"][column["name"]]["outcome"] for row in grid["rows"]
             if column["name"] in row["cells"]}
 
@@ -113,7 +114,7 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
     assert col2["counts"] == col1["counts"] and col1["total"] == 11
     assert _outcomes(col2, merged) == _outcomes(col1, one)
     # Each shard ran only its own tests, the multi-device ones together.
-    ran = []
+    ran: list[str] = []
     for k in (1, 2):
         folder = parts / shards.folder_name(k, 2) / cell.name
         ids = {r["nodeid"] for r in results.read_records(folder / contract.TESTS_FILE)[0]}
@@ -135,6 +136,7 @@ def test_a_cell_run_as_two_shards_merges_into_the_column_of_one_run(
 
     shutil.rmtree(parts / shards.folder_name(2, 2))
     (col,) = model.from_folders([parts])["columns"]
+    assert col["reason"] is not None
     assert col["status"] == "partial" and "missing shard 2/2" in col["reason"]
     assert col["total"] < 11
 
