@@ -17,7 +17,7 @@ import pytest
 
 from accelgrid.base.errors import InvalidInput
 from accelgrid.bench import devices
-from accelgrid.results.records import TestRecord
+from accelgrid.results.records import TestRecord as TypedRecord
 
 PAYLOAD = '''
 import os
@@ -59,7 +59,7 @@ def test_scaling_is_each_counts_median_over_one_devices() -> None:
 
 
 def test_tests_own_time_is_summed_per_suite() -> None:
-    records: list[TestRecord] = [
+    records: list[TypedRecord] = [
         {"nodeid": "suites/offload/test_a.py::t[1]", "outcome": "passed", "duration": 1.25},
         {"nodeid": "suites/offload/test_b.py::t", "outcome": "passed", "duration": 2.0},
         {"nodeid": "suites/smoke/test_c.py::t", "outcome": "passed", "duration": None},

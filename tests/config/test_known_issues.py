@@ -24,7 +24,7 @@ from accelgrid.config import known_issues
 from accelgrid.config.matrix import load_matrix
 from accelgrid.config.model import PIN_NAMES
 from accelgrid.config.validation import ValidationFailed, load_schema, schema_text
-from accelgrid.results.records import TestRecord
+from accelgrid.results.records import TestRecord as TypedRecord
 from accelgrid.run import cellenv, preflight
 from accelgrid.run.cell import run_cell
 from accelgrid.testing import known_issues_runtime as rt
@@ -301,7 +301,7 @@ issues:
 '''
 
 
-def _run(proj: Path, python: str) -> tuple[int, dict[str, TestRecord], Path]:
+def _run(proj: Path, python: str) -> tuple[int, dict[str, TypedRecord], Path]:
     cell = load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
     rc = run_cell(run_request(cell, python, proj, proj / "results"))
     folder = proj / "results" / "cpu-2.13"

@@ -143,9 +143,9 @@ def lowest(project: dict) -> list[str]:
 # The part of the quick set the lowest install runs: the CLI, the matrix and its validation,
 # plans, versions, the grid's rendering, installs, nox's sessions and the in-cell plugin's
 # recording (pytest, xdist, timeout at their lowest).
-LOWEST_TESTS = ("test_cli.py", "test_matrix.py", "test_validation.py", "test_plan.py",
-                "test_versions.py", "test_report_render.py", "test_install.py", "test_nox.py",
-                "test_recording.py")
+LOWEST_TESTS = ("cli/test_cli.py", "config/test_matrix.py", "config/test_validation.py",
+                "run/test_plan.py", "base/test_versions.py", "report/test_report_render.py",
+                "host/test_install.py", "e2e/test_nox.py", "testing/test_recording.py")
 
 
 @pytest.mark.slow

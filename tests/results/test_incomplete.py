@@ -14,7 +14,7 @@ from helpers.report_cases import write_cell
 from accelgrid import cli, results
 from accelgrid.base import contract, jsonio
 from accelgrid.config.matrix import load_matrix
-from accelgrid.results.records import TestRecord
+from accelgrid.results.records import TestRecord as TypedRecord
 from accelgrid.run.cell import run_cell
 
 TWO_TESTS = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
@@ -150,7 +150,7 @@ def _plan(*passes: dict) -> dict:
     return {"run_id": "r", "cell": "cpu-2.13", "shard": None, "inputs": {}, "passes": list(passes)}
 
 
-REC: list[TestRecord] = [
+REC: list[TypedRecord] = [
     {"nodeid": "t.py::a", "outcome": "passed", "pass": "single"},
     {"nodeid": "t.py::b", "outcome": "failed", "pass": "single"},
     {"nodeid": "t.py", "outcome": "error", "pass": "single", "phase": "collect"},

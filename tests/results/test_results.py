@@ -16,7 +16,7 @@ from helpers.report_cases import artifacts, broken_cells, write_cell
 from accelgrid import results
 from accelgrid.base import contract, jsonio
 from accelgrid.results import cellresults
-from accelgrid.results.records import TestRecord
+from accelgrid.results.records import TestRecord as TypedRecord
 
 
 def test_discovers_cells_in_an_artifacts_download(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_writers_make_every_string_safe(tmp_path: Path) -> None:
         assert "\\\\xff" in text and "udcff" not in text  # JSON of the text \xff
 
 
-def _records(folder: Path) -> list[TestRecord]:
+def _records(folder: Path) -> list[TypedRecord]:
     return results.read_records(folder / contract.TESTS_FILE)[0]
 
 
@@ -223,7 +223,7 @@ def test_records_appended_at_once_stay_whole(tmp_path: Path) -> None:
 
 
 def test_an_error_record_is_written_once_per_run(tmp_path: Path) -> None:
-    rec: TestRecord = {"nodeid": "suites/x/test_broken.py", "outcome": "error", "run_id": "r1"}
+    rec: TypedRecord = {"nodeid": "suites/x/test_broken.py", "outcome": "error", "run_id": "r1"}
     assert results.append_record_once(tmp_path / contract.TESTS_FILE, rec)
     assert not results.append_record_once(tmp_path / contract.TESTS_FILE, rec)
     assert results.append_record_once(tmp_path / contract.TESTS_FILE, {**rec, "run_id": "r2"})
@@ -235,7 +235,7 @@ def test_pass_times_from_the_runners_clock_and_the_records() -> None:
     passes = [{"name": "pinned", "workers": 2, "rc": 0, "start": t0 + 1, "end": t0 + 31},
               {"name": "all-devices", "workers": 1, "rc": 0, "beside": "pinned",
                "start": t0 + 1.5, "end": t0 + 21.5}]
-    recs: list[TestRecord] = [
+    recs: list[TypedRecord] = [
         {"nodeid": "a", "outcome": "passed", "pass": "pinned", "worker": "gw0",
          "start": t0 + 7},
         {"nodeid": "b", "outcome": "passed", "pass": "pinned", "worker": "gw1",

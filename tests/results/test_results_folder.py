@@ -22,7 +22,7 @@ import torch
 from accelgrid import results
 from accelgrid.base import contract, jsonio
 from accelgrid.results import markers
-from accelgrid.results.records import TestRecord
+from accelgrid.results.records import TestRecord as TypedRecord
 
 
 def test_results_root_is_the_project_results_unless_the_variable_names_one(
@@ -189,7 +189,7 @@ def test_record_file_appends_each_record_unless_once_finds_it_there(
         tmp_path: Path, synced: list[int]) -> None:
     path = tmp_path / contract.TESTS_FILE
     rf = results.RecordFile(path)
-    rec: TestRecord = {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"}
+    rec: TypedRecord = {"nodeid": "t.py::a", "outcome": "passed", "run_id": "r1"}
     assert rf.append(rec.copy()) is True
     assert rf.append(rec.copy()) is True           # a rerun of the test: a record each
     assert synced == []

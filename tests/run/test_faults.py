@@ -21,7 +21,7 @@ from accelgrid.base import contract, errors, jsonio, outcomes
 from accelgrid.config.matrix import load_matrix
 from accelgrid.host import venvs
 from accelgrid.results import cellresults
-from accelgrid.results.records import TestRecord
+from accelgrid.results.records import TestRecord as TypedRecord
 from accelgrid.run.cell import run_cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def _cell(proj: Path):
     return load_matrix(proj / "matrix.yaml").cell("cpu-2.13")
 
 
-def _records(folder: Path) -> tuple[dict[str, TestRecord], list[str]]:
+def _records(folder: Path) -> tuple[dict[str, TypedRecord], list[str]]:
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     return {r["nodeid"].split("::")[-1]: r for r in recs}, problems
 

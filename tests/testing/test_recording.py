@@ -21,7 +21,7 @@ from accelgrid import results
 from accelgrid.base import contract, jsonio
 from accelgrid.config.matrix import load_matrix
 from accelgrid.results import cellresults
-from accelgrid.results.records import TestRecord
+from accelgrid.results.records import TestRecord as TypedRecord
 from accelgrid.run import passes as pass_plan
 from accelgrid.run import selection, supervise
 from accelgrid.run.cell import run_cell
@@ -82,7 +82,7 @@ def test_d_after():
 '''
 
 
-def _records(folder: Path) -> dict[str, TestRecord]:
+def _records(folder: Path) -> dict[str, TypedRecord]:
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
     assert not problems
     return {r["nodeid"].split("::")[-1]: r for r in recs}
@@ -705,7 +705,7 @@ def _run_beside(proj: Path, python: str, meet: Path, monkeypatch, args: Sequence
     return rc, results.last_run(proj / "results" / "xpu-2.13")[1]
 
 
-def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, TestRecord]:
+def _check_one_record_each(folder: Path, expected: set[str]) -> dict[str, TypedRecord]:
     """Every test the passes collected (and the broken module) has exactly one record;
     env.json lists both passes with their start and end; summary counts match."""
     recs, problems = results.read_records(folder / contract.TESTS_FILE)
