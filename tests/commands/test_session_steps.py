@@ -1,6 +1,7 @@
 """A cell session as named steps over one state (accelgrid.commands.sessions): their
-order, and the head start (the run `accelgrid run` started ahead) ended in one place,
-once, before the step after the one that says the env changes."""
+order, and the head start (the run `accelgrid run` started ahead, handed to the session as
+``sessions.HEAD_START``) ended in one place, once, before the step after the one that says
+the env changes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any, cast
 from nox.virtualenv import PassthroughEnv
 
 from accelgrid.commands import sessions
-from accelgrid.run.headstart import prestart
 
 
 def _state(virtualenv: object = None) -> sessions.CellSession:
@@ -34,7 +34,8 @@ def test_the_steps_in_order() -> None:
 def test_the_head_start_ends_once_before_the_change(monkeypatch) -> None:
     seen: list[str] = []
     ended: list[list[str]] = []
-    monkeypatch.setattr(prestart, "cancel", lambda: ended.append(list(seen)))
+    held = SimpleNamespace(cancel=lambda: ended.append(list(seen)), take=lambda request: None)
+    monkeypatch.setattr(sessions, "HEAD_START", held)
 
     def step(name: str, changes: bool = False, done: bool = False):
         def run(state: sessions.CellSession) -> sessions.CellSession:
@@ -59,18 +60,32 @@ def test_the_head_start_ends_once_before_the_change(monkeypatch) -> None:
 
 
 def _cancels(source: str) -> list[str]:
-    """The functions of ``source`` that call ``prestart.cancel``."""
+    """The functions of ``source`` that call ``HEAD_START.cancel``."""
     return [fn.name for fn in ast.walk(ast.parse(source))
             if isinstance(fn, ast.FunctionDef)
             for node in ast.walk(fn)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr == "cancel" and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "prestart"]
+            and node.func.value.id == "HEAD_START"]
 
 
 def test_one_place_ends_the_head_start() -> None:
     """The env-building steps never end it themselves: they say the env changes."""
     source = inspect.getsource(sessions)
     assert _cancels(source) == ["run_steps"]
-    planted = source + "\n\ndef relink(state):\n    prestart.cancel()\n    return state\n"
+    planted = source + "\n\ndef relink(state):\n    HEAD_START.cancel()\n    return state\n"
     assert _cancels(planted) == ["run_steps", "relink"]
+
+
+def test_without_a_head_start_the_steps_run_and_nothing_is_ended(monkeypatch) -> None:
+    """A session nox started from a shell: no run was started ahead (HEAD_START None)."""
+    monkeypatch.setattr(sessions, "HEAD_START", None)
+    seen: list[str] = []
+
+    def changes(state: sessions.CellSession) -> sessions.CellSession:
+        seen.append("changes")
+        state.changes_env = True
+        return state
+
+    sessions.run_steps(_state(), [changes, changes])
+    assert seen == ["changes", "changes"]

@@ -1,6 +1,7 @@
 """The head start (accelgrid.run.headstart: a warm selected run's pytest started before nox
 has checked the env) is fenced: every module of src/accelgrid is parsed, and only the
-importers named here reach it. Anything else that wants it goes through one of them."""
+importers named here reach it, both in the cli package. Anything else that wants it goes
+through one of them (the cell session is handed it: sessions.HEAD_START)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,8 @@ ALLOWED = {
     "accelgrid.cli.entry",
     # `accelgrid run`: the run started ahead of its session, around nox (prestart.ahead).
     "accelgrid.cli.run",
-    # The cell session's steps: the run taken, or ended once, when the env changes.
-    "accelgrid.commands.sessions",
 }
+# The cell session gets it from accelgrid run as sessions.HEAD_START (a protocol), not by import.
 
 
 def _sources() -> dict[str, tuple[str, bool]]:

@@ -13,10 +13,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..base import contract
 from ..base.errors import EXIT_INVALID
 from ._common import matrix_of, quick_exit
+
+if TYPE_CHECKING:
+    from ..config.model import Cell, Matrix
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -103,12 +107,27 @@ def _run(args: argparse.Namespace) -> int:
         argv += ["--", *args.pytest_args]
     ahead = None
     if not args.no_venv:
-        from ..run.headstart import prestart
-
         # A selected run's pytest starts first, held at its gate while the session (in
         # this process) checks the env: its start-up overlaps nox's (the head start).
-        ahead = functools.partial(prestart.ahead, matrix, cell, args.pytest_args)
+        ahead = functools.partial(_head_start, matrix, cell, tuple(args.pytest_args))
     return exit_code(nox(argv, matrix.root, matrix.nox_env, ahead=ahead))
+
+
+@contextlib.contextmanager
+def _head_start(matrix: Matrix, cell: Cell, pytest_args: tuple[str, ...]) -> Iterator[object]:
+    """The run started ahead of the in-process nox (prestart.ahead), and its session told
+    where it is (sessions.HEAD_START): the head start's only way into a session. The
+    session's module is loaded once pytest has started (nox's noxfile loads it anyway)."""
+    from ..run.headstart import prestart
+
+    with prestart.ahead(matrix, cell, pytest_args) as why:
+        from ..commands import sessions
+
+        sessions.HEAD_START = prestart
+        try:
+            yield why
+        finally:
+            sessions.HEAD_START = None
 
 
 # nox's own exit codes (nox.tasks) that are not a failed session: 2, the noxfile did not

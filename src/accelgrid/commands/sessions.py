@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import nox
 from nox.virtualenv import PassthroughEnv
@@ -40,12 +40,25 @@ from ..host import detect, inputs, install, venvs
 from ..host import stamp as env_stamp
 from ..results import history, shards
 from ..run import console, preflight
-from ..run.cell import run_cell
-from ..run.headstart import prestart
+from ..run.cell import CellRun, run_cell
 from ..run.passes import workers_override
 from ..run.request import RunRequest
 from . import envbuild
 from .envbuild import fail
+
+
+class HeadStart(Protocol):
+    """A run started ahead of the session, held at its gate (`accelgrid run`'s head start,
+    :mod:`accelgrid.run.headstart.prestart`): the session takes it or ends it."""
+
+    def take(self, request: RunRequest) -> CellRun | None: ...
+
+    def cancel(self) -> None: ...
+
+
+# Set by `accelgrid run` (cli.run) around the nox it runs in its own process, the head
+# start's one way in; None for a session nox started from a shell: nothing to take or end.
+HEAD_START: HeadStart | None = None
 
 
 def _python_in(session: nox.Session) -> str:
@@ -121,7 +134,8 @@ def run_steps(state: CellSession, steps: Sequence[SessionStep]) -> CellSession:
         if state.done:
             break
         if state.changes_env and not ended:
-            prestart.cancel()   # the env changes under it: the tests started ahead end
+            if HEAD_START is not None:   # the env changes under it: its tests end
+                HEAD_START.cancel()
             ended = True
     return state
 
@@ -367,7 +381,8 @@ def run(state: CellSession) -> CellSession:
     request = RunRequest(cell, state.python, state.matrix.root, state.out, state.checked,
                          tuple(session.posargs), state.workers, finalized=write_op_pages)
     try:
-        state.rc = run_cell(request, prestarted=prestart.take(request))
+        held = HEAD_START.take(request) if HEAD_START is not None else None
+        state.rc = run_cell(request, prestarted=held)
     except OSError as exc:  # a full disk or read-only results folder: one line, no traceback
         problem = jsonio.storage_problem(exc)
         if problem is None:
