@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from helpers.history_cases import T, night
@@ -293,3 +295,40 @@ def test_strip_flips_needs_one_input_per_run() -> None:
         history.strip_flips("PFP", ["a", "a"])
     assert history.strip_flips("PFP", ["a", "a", "a"]) == (2, 2)
 
+
+
+# --- WAL switched by two creators at once ---------------------------------------------------
+
+class _Locked:
+    """A real connection whose journal-mode switch answers "locked" ``times`` times, as
+    SQLite does at once while another process creating the same history holds the file."""
+
+    def __init__(self, conn: sqlite3.Connection, times: int, error: str = "database is locked"):
+        self.conn, self.times, self.error, self.switches = conn, times, error, 0
+
+    def execute(self, sql: str) -> sqlite3.Cursor:
+        if sql == "PRAGMA journal_mode = WAL":
+            self.switches += 1
+            if self.switches <= self.times:
+                raise sqlite3.OperationalError(self.error)
+        return self.conn.execute(sql)
+
+
+def test_a_locked_wal_switch_is_asked_again_until_it_holds(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "h.sqlite", isolation_level=None)
+    locked = _Locked(conn, times=3)
+    history.use_wal(cast(Any, locked), wait_s=5)
+    assert locked.switches == 4
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_wal_switch_locked_past_the_wait_or_failing_otherwise_raises(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "h.sqlite", isolation_level=None)
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        history.use_wal(cast(Any, _Locked(conn, times=10**6)), wait_s=0.2)
+    assert 0.2 <= time.monotonic() - started < 1.5
+    other = _Locked(conn, times=1, error="disk I/O error")   # not a lock: at once
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        history.use_wal(cast(Any, other), wait_s=5)
+    assert other.switches == 1

@@ -21,6 +21,7 @@ import json
 import os
 import sqlite3
 import statistics
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -507,8 +508,7 @@ def open_store(path: Path | str | None = None, create: bool = True) -> Store:
                 raise HistoryError(
                     f"history {path}: schema {version} is newer than this accelgrid's "
                     f"({SCHEMA_VERSION}); upgrade accelgrid to use it")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+            use_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints
             conn.execute("PRAGMA foreign_keys = ON")
             if version < SCHEMA_VERSION:
@@ -517,6 +517,24 @@ def open_store(path: Path | str | None = None, create: bool = True) -> Store:
             conn.close()
             raise
     return Store(path, conn)
+
+
+def use_wal(conn: sqlite3.Connection, wait_s: float = BUSY_TIMEOUT_S) -> None:
+    """The database in WAL mode. Switching needs the file to itself, and SQLite answers
+    "locked" at once, without its busy wait, while another connection holds it: two
+    processes creating the history at once both find it in rollback mode and one of them
+    failed (1 add in 4 under load). Asked again until ``wait_s``, by when the other has
+    switched it (nothing left to do) or let it go."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
